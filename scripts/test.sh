@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+.venv/bin/python -m pytest "$@"

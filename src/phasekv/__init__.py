@@ -1,0 +1,3 @@
+"""phasekv: build, measure and explain phase sensitivity from chunked KV-cache compression."""
+
+__version__ = "0.1.0"
