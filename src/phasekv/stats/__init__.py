@@ -1,0 +1,31 @@
+"""Residue-grouped accuracy statistics: Wilson and bootstrap intervals, spread, periodicity,
+uniformity tests, a JSON-ready summary and its printed table (numpy/scipy only)."""
+
+from .bootstrap import BootstrapIntervals, bootstrap_mappings, resample_accuracy
+from .format import format_summary
+from .intervals import wilson_interval
+from .periodicity import Fold, fold_by_stride, period_difference
+from .residues import ResidueAccuracy, residue_accuracy
+from .spread import spread_stats
+from .summary import ResidueSummary, summarize_mappings, summarize_prompts
+from .uniformity import UniformityTest, chi_square_uniformity, permutation_uniformity
+
+__all__ = [
+    "BootstrapIntervals",
+    "Fold",
+    "ResidueAccuracy",
+    "ResidueSummary",
+    "UniformityTest",
+    "bootstrap_mappings",
+    "chi_square_uniformity",
+    "fold_by_stride",
+    "format_summary",
+    "period_difference",
+    "permutation_uniformity",
+    "resample_accuracy",
+    "residue_accuracy",
+    "spread_stats",
+    "summarize_mappings",
+    "summarize_prompts",
+    "wilson_interval",
+]

@@ -1,0 +1,51 @@
+"""Input checks shared by the statistics modules (private)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def as_correctness(correct, ndim: int, name: str = "correct") -> np.ndarray:
+    """Return ``correct`` as a float array of 0s and 1s with exactly ``ndim`` dimensions.
+
+    Accepts booleans or numbers that are all 0 or 1; raises ``ValueError`` on anything else
+    (other values, NaN, wrong number of dimensions, no entries).
+    """
+    arr = np.asarray(correct)
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty")
+    if arr.dtype == bool:
+        return arr.astype(float)
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must be boolean or 0/1 numbers, got dtype {arr.dtype}")
+    values = arr.astype(float)
+    bad = ~((values == 0.0) | (values == 1.0))
+    if bad.any():
+        first = values[bad].flat[0]
+        raise ValueError(f"{name} must hold only 0/1 (or booleans); found {first!r}")
+    return values
+
+
+def check_stride(stride: int, modulus: int) -> int:
+    """Return ``stride`` as an int after checking 1 <= stride < modulus."""
+    if int(stride) != stride or not 1 <= stride < modulus:
+        raise ValueError(
+            f"stride must be an integer with 1 <= stride < modulus ({modulus}), got {stride!r}"
+        )
+    return int(stride)
+
+
+def check_confidence(confidence: float) -> float:
+    """Return ``confidence`` after checking 0 < confidence < 1."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    return float(confidence)
+
+
+def make_rng(seed: int | np.random.Generator) -> np.random.Generator:
+    """A numpy Generator from an integer seed (or the Generator itself)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(seed)

@@ -1,0 +1,55 @@
+"""Plain-text, fixed-width table printed at the end of an evaluation."""
+
+from __future__ import annotations
+
+from .summary import ResidueSummary
+
+
+def _p(p_value: float) -> str:
+    return f"{p_value:.2e}" if p_value < 1e-3 else f"{p_value:.4f}"
+
+
+def _interval(low: float, high: float) -> str:
+    return f"[{low:5.1f}, {high:5.1f}]"
+
+
+def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
+    """Render per-residue accuracy with CI, then spread, gap, period and p-value lines.
+
+    Accuracies are shown in percent, gap and period difference in percentage points.
+    Returns the text without a trailing newline.
+    """
+    level = round(100 * summary.confidence)
+    unit = "mappings" if summary.n_mappings is not None else "n"
+    lines = [title] if title else []
+    header = f"{'residue':>7}  {unit:>8}  {'correct':>7}  {'acc %':>6}"
+    lines.append(f"{header}  {level}% CI ({summary.ci_method})")
+    for r in range(summary.modulus):
+        lines.append(
+            f"{r:>7}  {summary.counts[r]:>8}  {summary.successes[r]:>7}  "
+            f"{100 * summary.accuracy[r]:>6.1f}  "
+            f"{_interval(100 * summary.ci_low[r], 100 * summary.ci_high[r])}"
+        )
+    intervals = summary.stat_intervals or {}
+    lines.append(
+        f"mean {100 * summary.mean:.1f}%   worst {100 * summary.worst:.1f}% (r={summary.worst_residue})"
+        f"   best {100 * summary.best:.1f}% (r={summary.best_residue})"
+    )
+    gap = f"gap {summary.gap_points:.1f} points"
+    if "gap_points" in intervals:
+        gap += f"   {level}% CI {_interval(*intervals['gap_points'])}"
+    lines.append(gap)
+    if summary.stride is not None:
+        diff = summary.period_difference_points
+        period = f"period difference mean|A(r)-A(r+{summary.stride})| {diff:.1f} points"
+        if "period_difference_points" in intervals:
+            period += f"   {level}% CI {_interval(*intervals['period_difference_points'])}"
+        lines.append(period)
+        fold = " ".join(f"{100 * a:.1f}" for a in summary.fold["accuracy"])
+        lines.append(f"fold by S={summary.stride} (acc % per phase 0..{summary.stride - 1}): {fold}")
+    test = summary.uniformity
+    detail = f"df={test.df}" if test.df is not None else f"{test.n_permutations} permutations"
+    lines.append(f"uniformity: {test.method}, chi2 = {test.statistic:.2f} ({detail}), p = {_p(test.p_value)}")
+    if test.note:
+        lines.append(f"note: {test.note}")
+    return "\n".join(lines)

@@ -1,0 +1,319 @@
+"""Tests for phasekv.stats: intervals against scipy, bootstrap coverage, uniformity tests."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest, chi2_contingency
+
+from phasekv.stats import (
+    bootstrap_mappings,
+    chi_square_uniformity,
+    fold_by_stride,
+    format_summary,
+    period_difference,
+    permutation_uniformity,
+    resample_accuracy,
+    residue_accuracy,
+    spread_stats,
+    summarize_mappings,
+    summarize_prompts,
+    wilson_interval,
+)
+
+
+def mapping_matrix(rng, n_mappings, per_residue):
+    """Simulated [n_mappings, M] correctness: mapping i at residue r is correct with
+    probability q_i * c_r, q_i ~ Beta(2, 2), so the true accuracy is 0.5 * c_r."""
+    q = rng.beta(2.0, 2.0, size=(n_mappings, 1))
+    return rng.random((n_mappings, len(per_residue))) < q * np.asarray(per_residue)
+
+
+# ---------------------------------------------------------------- Wilson intervals
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.9])
+def test_wilson_matches_scipy(confidence):
+    sizes = (1, 2, 3, 7, 20, 64, 256, 1000)
+    pairs = [(k, n) for n in sizes for k in sorted({0, 1, n // 3, n // 2, n - 1, n})]
+    k, n = np.array(pairs).T
+    low, high = wilson_interval(k, n, confidence)
+    for i, (ki, ni) in enumerate(pairs):
+        ref = binomtest(int(ki), int(ni)).proportion_ci(confidence_level=confidence, method="wilson")
+        assert low[i] == pytest.approx(ref.low, abs=1e-12), (ki, ni)
+        assert high[i] == pytest.approx(ref.high, abs=1e-12), (ki, ni)
+    assert low[k == 0].max() == 0.0 and high[k == n].min() == 1.0
+
+
+@pytest.mark.parametrize(
+    "k, n, match",
+    [(1, 0, "trials must be >= 1"), (5, 4, "0 <= successes"), (-1, 4, "0 <= successes"), (1.5, 4, "whole")],
+)
+def test_wilson_rejects_bad_counts(k, n, match):
+    with pytest.raises(ValueError, match=match):
+        wilson_interval(k, n)
+
+
+# ---------------------------------------------------------------- residue grouping
+
+
+def test_residue_accuracy_counts_and_bounds():
+    correct = [1, 0, 1, 1, 0, 0, 1]
+    residues = [0, 0, 1, 1, 2, 2, 2]
+    groups = residue_accuracy(correct, residues, modulus=3)
+    assert groups.modulus == 3
+    np.testing.assert_array_equal(groups.counts, [2, 2, 3])
+    np.testing.assert_array_equal(groups.successes, [1, 2, 1])
+    np.testing.assert_allclose(groups.accuracy, [0.5, 1.0, 1 / 3])
+    low, high = wilson_interval([1, 2, 1], [2, 2, 3])
+    np.testing.assert_allclose(groups.ci_low, low)
+    np.testing.assert_allclose(groups.ci_high, high)
+
+
+@pytest.mark.parametrize(
+    "correct, residues, modulus, match",
+    [
+        ([1, 0, 1], [0, 1], 2, "3 prompts but residues has 2"),
+        ([1, 0, 1], [0, 1, 2], 2, r"residues must lie in \[0, 2\); found 2"),
+        ([1, 0, 1], [0, -1, 1], 2, "found -1"),
+        ([1, 0, 1], [0, 0, 2], 4, r"no prompts: \[1, 3\]"),
+        ([1, 2, 1], [0, 1, 0], 2, "only 0/1"),
+        ([1, np.nan, 1], [0, 1, 0], 2, "only 0/1"),
+        ([], [], 2, "empty"),
+    ],
+)
+def test_residue_accuracy_rejects_bad_input(correct, residues, modulus, match):
+    with pytest.raises(ValueError, match=match):
+        residue_accuracy(correct, residues, modulus)
+
+
+# ---------------------------------------------------------------- spread, period, fold
+
+
+def test_period_difference_and_fold_by_hand():
+    acc = np.array([1.0, 0.5, 0.5, 0.0, 0.9, 0.5, 0.6, 0.0])
+    # pairs (0,4), (1,5), (2,6), (3,7): |0.1|, 0, |0.1|, 0 -> mean 0.05 = 5 points
+    assert period_difference(acc, 4) == pytest.approx(5.0)
+    counts = np.full(8, 10)
+    fold = fold_by_stride(acc * counts, counts, 4)
+    np.testing.assert_array_equal(fold.n_residues, [2, 2, 2, 2])
+    np.testing.assert_array_equal(fold.counts, [20, 20, 20, 20])
+    np.testing.assert_array_equal(fold.successes, [19, 10, 11, 0])
+    np.testing.assert_allclose(fold.accuracy, [0.95, 0.5, 0.55, 0.0])
+
+
+def test_period_and_fold_when_stride_does_not_divide_modulus():
+    acc = np.array([0.2, 0.4, 0.6, 0.8, 0.3, 0.1])
+    # only r = 0, 1 have r + 4 < 6: (|0.2 - 0.3| + |0.4 - 0.1|) / 2 = 0.2
+    assert period_difference(acc, 4) == pytest.approx(20.0)
+    fold = fold_by_stride([2, 4, 6, 8, 3, 1], [10, 10, 10, 10, 10, 10], 4)
+    np.testing.assert_array_equal(fold.n_residues, [2, 2, 1, 1])
+    np.testing.assert_allclose(fold.accuracy, [0.25, 0.25, 0.6, 0.8])
+
+
+def test_period_difference_is_vectorised_and_checks_stride():
+    acc = np.random.default_rng(0).random((5, 8))
+    np.testing.assert_allclose(period_difference(acc, 2), [period_difference(row, 2) for row in acc])
+    for bad in (0, 8, 9, 2.5):
+        with pytest.raises(ValueError, match="stride"):
+            period_difference(acc, bad)
+
+
+def test_spread_stats():
+    out = spread_stats([0.25, 0.75, 0.5])
+    assert out["mean"] == pytest.approx(0.5)
+    assert out["worst"] == 0.25 and out["best"] == 0.75
+    assert out["gap_points"] == pytest.approx(50.0)
+
+
+# ---------------------------------------------------------------- bootstrap over mappings
+
+
+def test_resample_accuracy_has_the_binomial_spread():
+    rng = np.random.default_rng(3)
+    x = rng.random((400, 3)) < [0.1, 0.5, 0.9]
+    draws = resample_accuracy(x, 4000, np.random.default_rng(4))
+    phat = x.mean(axis=0)
+    np.testing.assert_allclose(draws.mean(axis=0), phat, atol=0.003)
+    np.testing.assert_allclose(draws.std(axis=0), np.sqrt(phat * (1 - phat) / 400), rtol=0.06)
+
+
+def test_bootstrap_intervals_cover_the_truth():
+    c = np.array([0.9, 0.5, 0.8, 0.3, 0.95, 0.6])
+    truth = 0.5 * c
+    rng = np.random.default_rng(2024)
+    covered, covered_mean = [], []
+    for seed in range(200):
+        x = mapping_matrix(rng, 100, c)
+        boot = bootstrap_mappings(x, n_resamples=1000, seed=seed)
+        covered.append((boot.accuracy_low <= truth) & (truth <= boot.accuracy_high))
+        low, high = boot.stats["mean"]
+        covered_mean.append(low <= truth.mean() <= high)
+    rate = np.mean(covered)
+    assert 0.90 <= rate <= 0.99, rate
+    assert 0.90 <= np.mean(covered_mean) <= 0.99, np.mean(covered_mean)
+
+
+def test_bootstrap_is_reproducible_with_a_seed():
+    x = mapping_matrix(np.random.default_rng(0), 50, [0.9, 0.4, 0.7, 0.2])
+    a = bootstrap_mappings(x, stride=2, n_resamples=300, seed=7)
+    b = bootstrap_mappings(x, stride=2, n_resamples=300, seed=7)
+    c = bootstrap_mappings(x, stride=2, n_resamples=300, seed=8)
+    np.testing.assert_array_equal(a.accuracy_low, b.accuracy_low)
+    assert a.stats == b.stats
+    assert a.stats != c.stats
+    assert set(a.stats) == {"mean", "worst", "best", "gap_points", "period_difference_points"}
+    first, again = (summarize_mappings(x, 2, 300, 300, seed=5).to_dict() for _ in range(2))
+    assert first == again
+
+
+def test_bootstrap_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least 2 mappings"):
+        bootstrap_mappings(np.ones((1, 4)))
+    with pytest.raises(ValueError, match="2-dimensional"):
+        bootstrap_mappings(np.ones(4))
+    with pytest.raises(ValueError, match="stride"):
+        bootstrap_mappings(np.ones((3, 4)), stride=4)
+    with pytest.raises(ValueError, match="n_resamples"):
+        bootstrap_mappings(np.ones((3, 4)), n_resamples=0)
+
+
+# ---------------------------------------------------------------- uniformity tests
+
+
+def prompts_with_gap(rng, acc, per_residue=100):
+    residues = np.repeat(np.arange(len(acc)), per_residue)
+    correct = rng.random(residues.size) < np.asarray(acc)[residues]
+    return correct, residues
+
+
+def test_chi_square_rejects_a_planted_gap():
+    acc = [0.8] * 8
+    acc[3] = 0.5
+    for seed in range(20):
+        correct, residues = prompts_with_gap(np.random.default_rng(seed), acc)
+        groups = residue_accuracy(correct, residues, 8)
+        assert chi_square_uniformity(groups.successes, groups.counts).p_value < 0.01
+
+
+def test_chi_square_level_on_uniform_data():
+    rejections = 0
+    for seed in range(400):
+        correct, residues = prompts_with_gap(np.random.default_rng(seed), [0.7] * 8)
+        groups = residue_accuracy(correct, residues, 8)
+        rejections += chi_square_uniformity(groups.successes, groups.counts).p_value < 0.05
+    assert 0.01 <= rejections / 400 <= 0.10, rejections
+
+
+def test_chi_square_statistic_matches_scipy():
+    succ, cnt = np.array([30, 45, 50, 20]), np.array([60, 70, 80, 50])
+    test = chi_square_uniformity(succ, cnt)
+    ref = chi2_contingency(np.stack([succ, cnt - succ], axis=1), correction=False)
+    assert test.statistic == pytest.approx(ref.statistic) and test.p_value == pytest.approx(ref.pvalue)
+    assert test.df == 3 and test.note == ""
+
+
+def test_permutation_rejects_a_planted_gap():
+    # mapping difficulty varies (q_i ~ Beta(2, 2), mean 0.5): accuracy 0.2 at residue 3, 0.5 elsewhere
+    c = np.where(np.arange(8) == 3, 0.4, 1.0)
+    for seed in range(10):
+        x = mapping_matrix(np.random.default_rng(seed), 100, c)
+        test = permutation_uniformity(x, n_permutations=500, seed=seed)
+        assert test.p_value < 0.01, (seed, test)
+
+
+def test_permutation_level_on_uniform_data():
+    rejections = 0
+    for seed in range(150):
+        x = mapping_matrix(np.random.default_rng(seed), 50, [0.8] * 8)
+        rejections += permutation_uniformity(x, n_permutations=200, seed=seed).p_value < 0.05
+    assert rejections / 150 <= 0.10, rejections
+
+
+def test_permutation_statistic_is_pearson_on_column_totals():
+    x = mapping_matrix(np.random.default_rng(1), 40, [0.9, 0.3, 0.6, 0.7, 0.5])
+    succ = x.sum(axis=0)
+    ref = chi2_contingency(np.stack([succ, 40 - succ], axis=1), correction=False)
+    test = permutation_uniformity(x, n_permutations=50, seed=0)
+    assert test.statistic == pytest.approx(ref.statistic)
+    assert test.df is None and test.n_permutations == 50 and test.seed == 0
+
+
+# ---------------------------------------------------------------- degenerate inputs
+
+
+@pytest.mark.parametrize("value, word", [(1, "correct"), (0, "wrong")])
+def test_all_correct_or_all_wrong(value, word):
+    x = np.full((20, 6), value)
+    for test in (chi_square_uniformity(x.sum(axis=0), np.full(6, 20)), permutation_uniformity(x)):
+        assert test.statistic == 0.0 and test.p_value == 1.0
+        assert f"every prompt {word}" in test.note
+    summary = summarize_mappings(x, stride=3, n_resamples=100, n_permutations=100)
+    assert summary.gap_points == 0.0 and summary.period_difference_points == 0.0
+    assert summary.ci_low == summary.ci_high == [float(value)] * 6
+    flat = summarize_prompts(x.ravel(), np.tile(np.arange(6), 20), 6, stride=3)
+    assert flat.uniformity.p_value == 1.0
+    assert "note: every prompt" in format_summary(flat)
+
+
+def test_mappings_without_internal_variation():
+    x = np.zeros((10, 4))
+    x[:4] = 1  # some mappings always right, the rest always wrong
+    test = permutation_uniformity(x, n_permutations=100)
+    assert test.p_value == 1.0 and "no variation within mappings" in test.note
+
+
+def test_single_residue_cannot_be_tested():
+    with pytest.raises(ValueError, match="at least 2 residues"):
+        chi_square_uniformity([3], [5])
+    with pytest.raises(ValueError, match="at least 2 residues"):
+        permutation_uniformity(np.ones((5, 1)))
+
+
+# ---------------------------------------------------------------- summary and table
+
+
+def test_summarize_prompts_record():
+    acc = [0.9, 0.9, 0.9, 0.4, 0.9, 0.9, 0.9, 0.4]
+    correct, residues = prompts_with_gap(np.random.default_rng(0), acc, per_residue=200)
+    summary = summarize_prompts(correct, residues, 8, stride=4)
+    d = summary.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    groups = residue_accuracy(correct, residues, 8)
+    assert d["accuracy"] == groups.accuracy.tolist()
+    assert d["ci_low"] == groups.ci_low.tolist() and d["ci_method"] == "wilson"
+    assert d["worst_residue"] in (3, 7) and d["best_residue"] not in (3, 7)
+    assert d["gap_points"] == pytest.approx(100 * (max(d["accuracy"]) - min(d["accuracy"])))
+    assert d["mean"] == pytest.approx(np.mean(d["accuracy"]))
+    assert d["period_difference_points"] == pytest.approx(period_difference(groups.accuracy, 4))
+    assert d["fold"]["counts"] == [400] * 4 and d["fold"]["phase"] == [0, 1, 2, 3]
+    assert d["uniformity"]["method"] == "chi-square homogeneity" and d["uniformity"]["p_value"] < 1e-6
+    assert d["bootstrap_resamples"] is None and d["stat_intervals"] is None
+
+
+def test_summarize_mappings_record_and_table():
+    x = mapping_matrix(np.random.default_rng(5), 64, [0.9, 0.9, 0.2, 0.9] * 2)
+    summary = summarize_mappings(x, stride=4, n_resamples=500, n_permutations=500, seed=3)
+    d = summary.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["n_mappings"] == 64 and d["counts"] == [64] * 8
+    assert d["bootstrap_resamples"] == 500 and d["bootstrap_seed"] == 3
+    assert d["uniformity"]["method"] == "permutation within mappings" and d["uniformity"]["seed"] == 3
+    assert all(lo <= a <= hi for lo, a, hi in zip(d["ci_low"], d["accuracy"], d["ci_high"], strict=True))
+    assert set(d["stat_intervals"]) == {"mean", "worst", "best", "gap_points", "period_difference_points"}
+    lo, hi = d["stat_intervals"]["mean"]
+    assert lo <= d["mean"] <= hi
+    text = format_summary(summary, title="lookup")
+    lines = text.splitlines()
+    assert lines[0] == "lookup" and "bootstrap percentile over mappings" in lines[1]
+    assert len(lines) == 2 + 8 + 5
+    assert lines[-1].startswith("uniformity: permutation within mappings") and "p = " in lines[-1]
+    assert any(line.startswith("gap ") and "CI" in line for line in lines)
+    assert len({len(line) for line in lines[1:10]}) <= 2  # fixed-width rows
+
+
+def test_summary_rejects_bad_stride():
+    with pytest.raises(ValueError, match="stride"):
+        summarize_prompts([1, 0], [0, 1], 2, stride=2)
+    with pytest.raises(ValueError, match="stride"):
+        summarize_mappings(np.ones((3, 4)), stride=0)
