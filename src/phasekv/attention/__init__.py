@@ -1,0 +1,18 @@
+"""Attention over compressed entries plus a local window of exact tokens; full attention baseline."""
+
+from .compressed import compressed_attention
+from .full import full_attention
+from .layer import Attention
+from .reference import reference_compressed_attention, reference_full_attention
+from .rope import Rotary
+from .state import LayerState
+
+__all__ = [
+    "Attention",
+    "LayerState",
+    "Rotary",
+    "compressed_attention",
+    "full_attention",
+    "reference_compressed_attention",
+    "reference_full_attention",
+]

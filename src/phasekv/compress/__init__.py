@@ -1,0 +1,20 @@
+"""Chunked KV compressors: windows of W tokens every S tokens, one entry per window."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..config import CompressionConfig
+from .base import Entries, cut_windows
+from .dsv4 import DSV4Compressor
+from .paper import PaperCompressor
+from .windows import WindowGeometry
+
+
+def build_compressor(hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6) -> nn.Module:
+    if cfg.kind == "dsv4":
+        return DSV4Compressor(hidden_size, kv_heads, head_dim, cfg, eps)
+    return PaperCompressor(hidden_size, kv_heads, head_dim, cfg)
+
+
+__all__ = ["DSV4Compressor", "Entries", "PaperCompressor", "WindowGeometry", "build_compressor", "cut_windows"]

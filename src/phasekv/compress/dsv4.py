@@ -1,0 +1,67 @@
+"""DeepSeek-V4's CSA compressor (the compressed part, before the lightning indexer).
+
+Window j (W = 2S) is built from two stride-blocks: its first S slots read the first half of the
+per-token projections ("a"), its last S slots the second half ("b"). Only the bias `position_bias`
+([S, 2*kv_heads*head_dim], per offset and per channel) depends on the offset; the matrices take one
+value per half. The gate is a per-channel softmax over the W slots; keys and values share one latent,
+which is RMS-normalised. Given the same weights, the entries equal transformers'
+`DeepseekV4CSACompressor` (with pad_first_window and entry_position="last_stride_start").
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..hooks import HookPoint
+from ..config import CompressionConfig
+from ..norm import RMSNorm
+from .base import Entries, cut_windows
+from .windows import WindowGeometry
+
+
+class DSV4Compressor(nn.Module):
+    """Hook points: hook_gate_key: alpha [B, n, W, kv_heads, head_dim]; hook_entry_key: the shared
+    entry [B, n, kv_heads, head_dim] (after its RMSNorm)."""
+
+    normalizes_entries = True
+
+    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6):
+        super().__init__()
+        self.cfg = cfg
+        self.geometry = WindowGeometry(cfg.window, cfg.stride, cfg.pad_first_window, cfg.entry_position)
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        width = kv_heads * head_dim
+        self.kv_proj = nn.Linear(hidden_size, 2 * width, bias=False)  # [a-half | b-half]
+        self.gate_proj = nn.Linear(hidden_size, 2 * width, bias=False)
+        self.position_bias = nn.Parameter(torch.empty(cfg.stride, 2 * width))  # DeepSeek's `ape`
+        self.kv_norm = RMSNorm(head_dim, eps)
+        self.hook_gate_key = HookPoint()
+        self.hook_entry_key = HookPoint()
+
+    def reset_parameters(self, std: float) -> None:
+        nn.init.normal_(self.kv_proj.weight, std=std)
+        nn.init.normal_(self.gate_proj.weight, std=std)
+        nn.init.zeros_(self.position_bias)
+        nn.init.ones_(self.kv_norm.weight)
+
+    def _slots(self, per_token: torch.Tensor) -> torch.Tensor:
+        """[B, n, W, 2*width] windows of per-token features -> [B, n, W, width]: a-half, then b-half."""
+        s, width = self.cfg.stride, self.kv_heads * self.head_dim
+        return torch.cat([per_token[:, :, :s, :width], per_token[:, :, s:, width:]], dim=2)
+
+    def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0) -> Entries:
+        """h: [B, T, d_model] hidden states of positions start..start+T-1 -> entries of the windows
+        ending in [emit_from, start+T)."""
+        kv = cut_windows(self.kv_proj(h), self.geometry, start, emit_from)
+        gate = cut_windows(self.gate_proj(h), self.geometry, start, emit_from)
+        batch, n = kv.x.shape[:2]
+        width = self.kv_heads * self.head_dim
+        bias = torch.cat([self.position_bias[:, :width], self.position_bias[:, width:]], dim=0)  # [W, width]
+        logits = self._slots(gate.x) + bias
+        logits = logits.masked_fill(~kv.valid[None, :, :, None], float("-inf"))
+        alpha = torch.softmax(logits.float(), dim=2).to(h.dtype)  # per channel, over the W slots
+        alpha = self.hook_gate_key(alpha.view(batch, n, self.cfg.window, self.kv_heads, self.head_dim))
+        latent = (alpha * self._slots(kv.x).view(batch, n, self.cfg.window, self.kv_heads, self.head_dim)).sum(2)
+        entry = self.hook_entry_key(self.kv_norm(latent))  # [B, n, kv, hd]
+        return Entries(entry, entry, kv.index)

@@ -1,0 +1,74 @@
+"""The paper's chunked compressor: per-offset gates (Z_i, b_i) and per-offset payload maps C_i.
+
+    s_{j,i} = Z_i h_{j,i} + b_i        alpha_{j,.} = softmax_i(s_{j,.})        K_j = sum_i alpha_{j,i} * C_i h_{j,i}
+
+per KV head, with separate key and value branches unless K=V is shared. A scalar gate gives one
+score per offset, a vector gate one per channel, a uniform gate alpha = 1/W with no parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..hooks import HookPoint
+from ..config import CompressionConfig
+from .base import Entries, cut_windows
+from .windows import WindowGeometry
+
+
+class PaperCompressor(nn.Module):
+    """Hook points: hook_gate_key / hook_gate_value: alpha [B, n, W, kv_heads, g] (g = 1 for scalar and
+    uniform gates, head_dim for vector gates; hook_gate_value does not fire when K=V is shared);
+    hook_entry_key / hook_entry_value: entries [B, n, kv_heads, head_dim]."""
+
+    normalizes_entries = False
+
+    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.geometry = WindowGeometry(cfg.window, cfg.stride, cfg.pad_first_window, cfg.entry_position)
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        self.branches = 1 if cfg.shared_kv else 2
+        self.gate_width = head_dim if cfg.gate == "vector" else 1
+        w = cfg.window
+        # C_i for every offset i, stacked: [W, d_model, branches * kv_heads * head_dim]
+        self.payload = nn.Parameter(torch.empty(w, hidden_size, self.branches * kv_heads * head_dim))
+        if cfg.gate != "uniform":
+            # Z_i and b_i for every offset i: [W, d_model, branches * kv_heads * g] and [W, ...]
+            self.gate_weight = nn.Parameter(torch.empty(w, hidden_size, self.branches * kv_heads * self.gate_width))
+            self.gate_bias = nn.Parameter(torch.empty(w, self.branches * kv_heads * self.gate_width))
+        self.hook_gate_key = HookPoint()
+        self.hook_gate_value = HookPoint()
+        self.hook_entry_key = HookPoint()
+        self.hook_entry_value = HookPoint()
+
+    def reset_parameters(self, std: float) -> None:
+        nn.init.normal_(self.payload, std=std)
+        if self.cfg.gate != "uniform":
+            nn.init.normal_(self.gate_weight, std=std)
+            nn.init.zeros_(self.gate_bias)
+
+    def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0) -> Entries:
+        """h: [B, T, d_model] hidden states of positions start..start+T-1 -> entries of the windows
+        ending in [emit_from, start+T)."""
+        win = cut_windows(h, self.geometry, start, emit_from)
+        batch, n, w, d = win.x.shape
+        shape = (w, batch, n, self.branches, self.kv_heads)
+        x = win.x.permute(2, 0, 1, 3).reshape(w, batch * n, d)  # offsets first: one matmul per C_i
+        payload = torch.bmm(x, self.payload).view(*shape, self.head_dim)  # [W, B, n, br, kv, hd]
+        if self.cfg.gate == "uniform":
+            logits = x.new_zeros(*shape, 1)
+        else:
+            logits = (torch.bmm(x, self.gate_weight) + self.gate_bias[:, None, :]).view(*shape, self.gate_width)
+        logits = logits.masked_fill(~win.valid.T[:, None, :, None, None, None], float("-inf"))
+        alpha = torch.softmax(logits.float(), dim=0).to(payload.dtype)  # over the W offsets
+        alpha = alpha.permute(1, 2, 0, 3, 4, 5)  # [B, n, W, br, kv, g]
+        key_alpha = self.hook_gate_key(alpha[:, :, :, 0])
+        value_alpha = key_alpha if self.branches == 1 else self.hook_gate_value(alpha[:, :, :, 1])
+        payload = payload.permute(1, 2, 0, 3, 4, 5)  # [B, n, W, br, kv, hd]
+        key = (key_alpha * payload[:, :, :, 0]).sum(2)  # [B, n, kv, hd]
+        value = key if self.branches == 1 else (value_alpha * payload[:, :, :, 1]).sum(2)
+        key = self.hook_entry_key(key)
+        value = key if self.branches == 1 else self.hook_entry_value(value)
+        return Entries(key, value, win.index)

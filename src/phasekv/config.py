@@ -1,0 +1,158 @@
+"""Model configuration: a Qwen3-style decoder whose attention is full or chunk-compressed.
+
+Configs are plain dataclasses that round-trip through JSON (`to_dict` / `from_dict`) and check
+themselves at construction, so a bad config fails before any tensor is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+GATE_KINDS = ("scalar", "vector", "uniform")
+COMPRESSOR_KINDS = ("paper", "dsv4")
+ENTRY_POSITIONS = ("window_start", "last_stride_start")
+ROPE_STYLES = ("half", "interleaved")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message says which and what to do."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """How a layer's KV history is compressed.
+
+    Window j covers positions j*stride .. j*stride+window-1 and writes one entry, visible to a query
+    at t iff t >= j*stride+window-1. Queries also attend to the last `local_window` exact tokens
+    (their own included), in one softmax with the visible entries.
+
+    kind:            "paper" (per-offset gate Z_i, b_i and payload map C_i) or "dsv4" (DeepSeek-V4
+                     CSA: window = 2*stride built from two halves, per-offset per-channel bias only,
+                     shared K=V, RMSNorm on the entry).
+    gate:            "scalar" (one score per offset), "vector" (one per channel) or "uniform"
+                     (alpha = 1/window, no parameters). dsv4 is always "vector".
+    shared_kv:       one latent read as both key and value (dsv4 always).
+    entry_position:  RoPE position of entry j: "window_start" (j*stride) or "last_stride_start"
+                     (j*stride + window - stride, DeepSeek-V4's choice).
+    pad_first_window: also write the windows that start before position 0, their missing slots
+                     given gate weight 0 (DeepSeek-V4 does this; off by default).
+    attention_sink:  a learned per-head logit in every softmax denominator (DeepSeek-V4).
+    """
+
+    window: int = 8
+    stride: int = 8
+    kind: str = "paper"
+    gate: str = "scalar"
+    shared_kv: bool = False
+    local_window: int = 16
+    entry_position: str = "window_start"
+    pad_first_window: bool = False
+    attention_sink: bool = False
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.window, int) and self.window >= 1, f"window must be an integer >= 1, got {self.window!r}")
+        _require(isinstance(self.stride, int) and self.stride >= 1, f"stride must be an integer >= 1, got {self.stride!r}")
+        _require(
+            self.stride <= self.window,
+            f"stride ({self.stride}) > window ({self.window}) would leave tokens that no entry covers; use stride <= window",
+        )
+        _require(
+            isinstance(self.local_window, int) and self.local_window >= 1,
+            f"local_window must be an integer >= 1 (it includes the query's own token), got {self.local_window!r}",
+        )
+        _require(self.kind in COMPRESSOR_KINDS, f"unknown compressor kind {self.kind!r}; choose one of {COMPRESSOR_KINDS}")
+        _require(self.gate in GATE_KINDS, f"unknown gate kind {self.gate!r}; choose one of {GATE_KINDS}")
+        _require(
+            self.entry_position in ENTRY_POSITIONS,
+            f"unknown entry_position {self.entry_position!r}; choose one of {ENTRY_POSITIONS}",
+        )
+        if self.kind == "dsv4":
+            _require(
+                self.window == 2 * self.stride,
+                f"dsv4 compression builds each window from two stride-blocks: window must be 2*stride, "
+                f"got window={self.window}, stride={self.stride}",
+            )
+            _require(self.gate == "vector", "dsv4 compression has a per-channel gate: set gate='vector'")
+            _require(self.shared_kv, "dsv4 compression reads one latent as key and value: set shared_kv=True")
+
+    @property
+    def overlap(self) -> bool:
+        return self.stride < self.window
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Qwen3-style decoder: RMSNorm, SwiGLU, GQA, per-head q/k RMSNorm, RoPE or none, tied embeddings.
+
+    `compression=None` means full causal attention in every layer.
+    RoPE rotates the trailing `rope_dim` channels of each head (all of them by default), pairing
+    channels as Qwen does ("half") or as DeepSeek-V4 does ("interleaved").
+    """
+
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 8
+    num_kv_heads: int = 1
+    head_dim: int = 32
+    intermediate_size: int = 512
+    rope: bool = True
+    rope_theta: float = 1_000_000.0
+    rope_dim: int | None = None
+    rope_style: str = "half"
+    rms_norm_eps: float = 1e-6
+    tie_embeddings: bool = True
+    attention_bias: bool = False
+    init_std: float = 0.02
+    compression: CompressionConfig | None = None
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
+            value = getattr(self, key)
+            _require(isinstance(value, int) and value >= 1, f"{key} must be an integer >= 1, got {value!r}")
+        _require(
+            self.num_heads % self.num_kv_heads == 0,
+            f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}): each KV head serves "
+            "an equal group of query heads",
+        )
+        _require(self.rope_style in ROPE_STYLES, f"unknown rope_style {self.rope_style!r}; choose one of {ROPE_STYLES}")
+        rope_dim = self.rotary_dim
+        _require(
+            0 < rope_dim <= self.head_dim and rope_dim % 2 == 0,
+            f"rope_dim must be even and in (0, head_dim={self.head_dim}], got {rope_dim}",
+        )
+        _require(self.rope_theta > 0, f"rope_theta must be positive, got {self.rope_theta}")
+        if isinstance(self.compression, dict):  # tolerate dicts from JSON
+            object.__setattr__(self, "compression", CompressionConfig(**self.compression))
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.head_dim if self.rope_dim is None else self.rope_dim
+
+    @property
+    def compressed(self) -> bool:
+        return self.compression is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        _require(not unknown, f"unknown config keys {unknown}; known keys are {sorted(known)}")
+        data = dict(data)
+        if data.get("compression") is not None:
+            comp = data["compression"]
+            comp_known = {f.name for f in fields(CompressionConfig)}
+            bad = sorted(set(comp) - comp_known)
+            _require(not bad, f"unknown compression keys {bad}; known keys are {sorted(comp_known)}")
+            data["compression"] = CompressionConfig(**comp)
+        return cls(**data)

@@ -1,0 +1,74 @@
+"""Presets named after the paper's runs, each at two sizes.
+
+`tiny` fits a laptop CPU (2 layers, width 128); `paper` is the Qwen3-0.6B backbone (28 layers,
+width 1024, 16 query heads of dim 128). Names read like the paper's: w8s8-1kv is W8/S8 with one KV
+head; suffixes say what else differs (-nope: no RoPE; -uniform/-vector: gate kind; -shared: K=V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..config import CompressionConfig, ConfigError, ModelConfig
+
+SIZES = {
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=8, head_dim=32, intermediate_size=512,
+                 vocab_size=1024, rope_theta=10_000.0),
+    "paper": dict(num_layers=28, hidden_size=1024, num_heads=16, head_dim=128, intermediate_size=3072,
+                  vocab_size=151_936, rope_theta=1_000_000.0),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    description: str
+    kv_heads: int
+    compression: CompressionConfig | None = None
+    rope: bool = True
+
+
+def _paper_style(window: int, stride: int, **kw) -> CompressionConfig:
+    return CompressionConfig(window=window, stride=stride, **kw)
+
+
+DSV4_STYLE = CompressionConfig(
+    window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, entry_position="last_stride_start",
+    pad_first_window=True, attention_sink=True,
+)
+
+PRESETS: dict[str, Preset] = {
+    "full-1kv": Preset("full attention, 1 KV head", 1),
+    "full-4kv": Preset("full attention, 4 KV heads", 4),
+    "full-8kv": Preset("full attention, 8 KV heads (the Qwen3-0.6B layout at paper size)", 8),
+    "w8s8-1kv": Preset("W8/S8, 1 KV head, scalar gates, separate K/V", 1, _paper_style(8, 8)),
+    "w8s8-8kv": Preset("W8/S8, 8 KV heads", 8, _paper_style(8, 8)),
+    "w8s4-1kv": Preset("W8/S4 (overlapping windows), 1 KV head", 1, _paper_style(8, 4)),
+    "w12s12-1kv": Preset("W12/S12, 1 KV head", 1, _paper_style(12, 12)),
+    "w12s12-4kv": Preset("W12/S12, 4 KV heads", 4, _paper_style(12, 12)),
+    "w8s8-1kv-nope": Preset("W8/S8, 1 KV head, no RoPE anywhere", 1, _paper_style(8, 8), rope=False),
+    "w8s8-1kv-uniform": Preset("W8/S8, 1 KV head, uniform averaging (no gate)", 1, _paper_style(8, 8, gate="uniform")),
+    "w8s8-1kv-vector": Preset("W8/S8, 1 KV head, vector (per-channel) gates", 1, _paper_style(8, 8, gate="vector")),
+    "w8s8-1kv-shared": Preset("W8/S8, 1 KV head, one latent read as key and value", 1, _paper_style(8, 8, shared_kv=True)),
+    "dsv4": Preset("DeepSeek-V4-style CSA kernel: W8/S4 from two halves, per-offset bias, K=V, sink", 1, DSV4_STYLE),
+}
+
+
+def preset_config(name: str, size: str = "tiny", vocab_size: int | None = None, **overrides) -> ModelConfig:
+    """The ModelConfig of preset `name` at `size` ("tiny" or "paper"); `overrides` replace fields."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; `phasekv models` lists them: {', '.join(PRESETS)}")
+    if size not in SIZES:
+        raise ConfigError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+    preset = PRESETS[name]
+    base = dict(SIZES[size])
+    if vocab_size is not None:
+        base["vocab_size"] = vocab_size
+    extra = {}
+    if preset.compression is not None and preset.compression.kind == "dsv4":
+        # DeepSeek-V4 rotates only a trailing slice of each head, pairing channels interleaved.
+        extra = dict(rope_dim=base["head_dim"] // 2, rope_style="interleaved")
+    cfg = ModelConfig(
+        name=f"{name}@{size}", num_kv_heads=preset.kv_heads, compression=preset.compression, rope=preset.rope,
+        **base, **extra,
+    )
+    return replace(cfg, **overrides) if overrides else cfg

@@ -1,0 +1,91 @@
+"""A Qwen3-style decoder with pluggable (full or chunk-compressed) attention.
+
+Module names follow transformers' Qwen3 (embed_tokens, layers.i.self_attn.q_proj, ...), so a Qwen3
+state dict maps onto this model by dropping its "model." prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import Attention, LayerState
+from ..config import ModelConfig
+from ..hooks import HookPoint
+from ..norm import RMSNorm
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm block. Hook points: hook_attn_out, hook_mlp_out ([B, T, d_model])."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+        self.hook_attn_out = HookPoint()
+        self.hook_mlp_out = HookPoint()
+
+    def forward(self, x: torch.Tensor, start: int = 0, state: LayerState | None = None) -> torch.Tensor:
+        x = x + self.hook_attn_out(self.self_attn(self.input_layernorm(x), start, state))
+        return x + self.hook_mlp_out(self.mlp(self.post_attention_layernorm(x)))
+
+
+class PhaseKVModel(nn.Module):
+    """Causal LM. forward(input_ids [B, T], cache=None) -> logits [B, T, vocab].
+
+    With a `KVCache` (phasekv.cache), the call continues the sequence the cache holds and updates it.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+            elif isinstance(module, Attention) and module.compressor is not None:
+                module.compressor.reset_parameters(std)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # tied weights are counted once
+
+    def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        start = 0 if cache is None else cache.position
+        x = self.embed_tokens(input_ids)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, start, None if cache is None else cache.layers[i])
+        if cache is not None:
+            cache.position += input_ids.shape[1]
+        return self.lm_head(self.norm(x))
