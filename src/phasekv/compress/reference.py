@@ -1,0 +1,56 @@
+"""Compressor entries computed by a direct loop over windows and offsets, from the formulas.
+
+    s_{j,i} = Z_i h_{j,i} + b_i,   alpha_{j,.} = softmax(s_{j,.}),   K_j = sum_i alpha_{j,i} * C_i h_{j,i}
+
+Slow and plain; tests check the batched compressors against it. Slots before position 0 (padded
+first windows) are left out of the softmax, i.e. they get weight 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .dsv4 import DSV4Compressor
+from .paper import PaperCompressor
+
+
+def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """h: [B, T, d] from position 0 -> (key, value), each [B, n, kv_heads, head_dim], for every written window."""
+    geometry = comp.geometry
+    window, stride = geometry.window, geometry.stride
+    branches = 1 if isinstance(comp, DSV4Compressor) else comp.branches
+    batch, length, _ = h.shape
+    out = torch.zeros(branches, batch, geometry.num_complete(length), comp.kv_heads, comp.head_dim, dtype=h.dtype)
+    for n, j in enumerate(range(geometry.first_index, geometry.last_complete(length) + 1)):
+        slots = [(i, j * stride + i) for i in range(window) if j * stride + i >= 0]
+        for branch in range(branches):
+            for head in range(comp.kv_heads):
+                logits, payloads = [], []
+                for i, t in slots:
+                    s, c = _offset_terms(comp, h[:, t], i, branch, head)
+                    logits.append(s)
+                    payloads.append(c)
+                alpha = torch.softmax(torch.stack(logits), dim=0)  # over offsets
+                entry = sum(a * c for a, c in zip(alpha, payloads, strict=True))
+                if isinstance(comp, DSV4Compressor):
+                    entry = comp.kv_norm(entry)
+                out[branch, :, n, head] = entry
+    return out[0], out[-1]
+
+
+def _offset_terms(comp, x: torch.Tensor, i: int, branch: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gate logit(s) s_i and payload C_i x of one token x [B, d] at offset i: ([B, g], [B, head_dim])."""
+    hd = comp.head_dim
+    if isinstance(comp, DSV4Compressor):
+        width = comp.kv_heads * hd
+        half = 0 if i < comp.cfg.stride else width  # first half of the window reads "a", second "b"
+        cols = slice(half + head * hd, half + (head + 1) * hd)
+        gate = x @ comp.gate_proj.weight[cols].T + comp.position_bias[i % comp.cfg.stride, cols]
+        return gate, x @ comp.kv_proj.weight[cols].T
+    col = branch * comp.kv_heads + head
+    payload = x @ comp.payload[i][:, col * hd : (col + 1) * hd]
+    if comp.cfg.gate == "uniform":
+        return x.new_zeros(x.shape[0], 1), payload
+    g = comp.gate_width
+    gate = x @ comp.gate_weight[i][:, col * g : (col + 1) * g] + comp.gate_bias[i, col * g : (col + 1) * g]
+    return gate, payload

@@ -1,0 +1,120 @@
+import pytest
+import torch
+from conftest import randomize
+
+from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor
+from phasekv.compress.reference import reference_entries
+from phasekv.config import CompressionConfig
+from phasekv.hooks import capture
+
+PAPER_CASES = [
+    dict(window=8, stride=8),
+    dict(window=8, stride=4),
+    dict(window=12, stride=12, gate="vector"),
+    dict(window=8, stride=8, gate="uniform"),
+    dict(window=6, stride=3, shared_kv=True),
+    dict(window=8, stride=4, pad_first_window=True),
+    dict(window=5, stride=2, gate="vector", pad_first_window=True),
+    dict(window=4, stride=1, gate="uniform", pad_first_window=True),
+]
+
+
+def test_window_geometry_follows_the_design_notes():
+    g = WindowGeometry(window=8, stride=4)
+    assert g.first_index == 0 and g.window_end(0) == 7 and g.window_end(2) == 15
+    assert [g.num_complete(t) for t in (7, 8, 11, 12, 16)] == [0, 1, 1, 2, 3]
+    padded = WindowGeometry(window=8, stride=4, pad_first=True)
+    assert padded.first_index == -1 and padded.window_end(-1) == 3 and padded.num_complete(4) == 1
+    assert list(g.windows_ending_in(8, 16)) == [1, 2]  # ends 11 and 15
+    assert WindowGeometry(8, 4, entry_position="last_stride_start").rope_position(torch.tensor(1)) == 8
+
+
+@pytest.mark.parametrize("kwargs", PAPER_CASES, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_paper_compressor_matches_the_formulas(kwargs, kv_heads):
+    comp = randomize(PaperCompressor(16, kv_heads, 8, CompressionConfig(**kwargs)), seed=kv_heads)
+    h = torch.randn(2, 29, 16, generator=torch.Generator().manual_seed(0))
+    entries = comp(h)
+    key, value = reference_entries(comp, h)
+    assert entries.key.shape == key.shape and len(entries) == comp.geometry.num_complete(29)
+    torch.testing.assert_close(entries.key, key, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entries.value, value, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_dsv4_compressor_matches_the_formulas(pad):
+    cfg = CompressionConfig(window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=pad)
+    comp = randomize(DSV4Compressor(16, 2, 8, cfg), seed=3)
+    h = torch.randn(1, 23, 16, generator=torch.Generator().manual_seed(1))
+    key, _ = reference_entries(comp, h)
+    torch.testing.assert_close(comp(h).key, key, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [CompressionConfig(8, 4), CompressionConfig(8, 8, gate="vector"),
+                                 CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True)])
+def test_entries_computed_piecewise_equal_entries_computed_at_once(cfg):
+    """The decode cache calls the compressor on [last W-1 hidden states || new tokens]."""
+    comp = randomize(build_compressor(16, 1, 8, cfg), seed=5)
+    h = torch.randn(1, 40, 16, generator=torch.Generator().manual_seed(2))
+    whole = comp(h)
+    keys, start = [], 0
+    for stop in (3, 4, 9, 10, 27, 40):
+        lo = max(0, start - (cfg.window - 1))
+        keys.append(comp(h[:, lo:stop], start=lo, emit_from=start).key)
+        start = stop
+    torch.testing.assert_close(torch.cat(keys, dim=1), whole.key)
+
+
+def test_gate_scores_are_observable_and_sum_to_one():
+    comp = randomize(PaperCompressor(16, 2, 8, CompressionConfig(8, 8, gate="vector")), seed=7)
+    with capture(comp, ["hook_gate_key", "hook_gate_value"]) as seen:
+        comp(torch.randn(3, 32, 16))
+    for name in ("hook_gate_key", "hook_gate_value"):
+        alpha = seen[name][0]
+        assert alpha.shape == (3, 4, 8, 2, 8)  # [B, windows, W, kv_heads, channels]
+        torch.testing.assert_close(alpha.sum(2), torch.ones(3, 4, 2, 8))
+
+
+def test_uniform_gate_weights_every_offset_equally():
+    comp = PaperCompressor(16, 1, 8, CompressionConfig(8, 8, gate="uniform"))
+    with capture(comp, ["hook_gate_key"]) as seen:
+        comp(torch.randn(1, 16, 16))
+    assert torch.allclose(seen["hook_gate_key"][0], torch.full((1, 2, 8, 1, 1), 1 / 8))
+
+
+def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
+    """Same weights in, same entries out: transformers' DeepseekV4CSACompressor (before the indexer)."""
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4CSACompressor
+
+    from phasekv.attention import Rotary
+
+    hf_cfg = DeepseekV4Config(
+        hidden_size=64, head_dim=32, num_attention_heads=4, q_lora_rank=16, num_hidden_layers=2,
+        index_n_heads=2, index_head_dim=16, index_topk=64, partial_rotary_factor=0.5, compress_rope_theta=160000.0,
+        o_groups=2, o_lora_rank=16, n_routed_experts=4, num_experts_per_tok=2, vocab_size=64,
+    )
+    torch.manual_seed(0)
+    hf = DeepseekV4CSACompressor(hf_cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.3)
+    cfg = CompressionConfig(
+        window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True,
+        entry_position="last_stride_start",
+    )
+    ours = DSV4Compressor(64, 1, 32, cfg, eps=hf_cfg.rms_norm_eps)
+    ours.load_state_dict({k: v for k, v in hf.state_dict().items() if not k.startswith(("indexer", "rotary"))})
+    rotary = Rotary(16, hf_cfg.rope_parameters["compress"]["rope_theta"], "interleaved")
+    worst = 0.0
+    for length in (4, 7, 8, 13, 32):
+        h = torch.randn(2, length, 64)
+        with torch.no_grad():
+            expected, _ = hf(h, torch.randn(2, length, 16), torch.arange(length)[None].expand(2, -1), None, 0)
+            entries = ours(h)
+            got = rotary(entries.key, ours.geometry.rope_position(entries.index))
+        expected = expected[:, 0]  # [B, n, hd] (one KV head)
+        assert got[:, :, 0].shape == expected.shape and expected.shape[1] == length // 4 and expected.abs().max() > 0.1
+        worst = max(worst, (got[:, :, 0] - expected).abs().max().item())
+    print(f"dsv4 vs transformers DeepseekV4CSACompressor: max abs diff {worst:.2e}")
+    assert worst < 1e-5

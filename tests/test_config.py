@@ -1,0 +1,58 @@
+import pytest
+
+from phasekv.config import CompressionConfig, ConfigError, ModelConfig
+from phasekv.model import PRESETS, PhaseKVModel, preset_config
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(window=4, stride=8), "stride (8) > window (4)"),
+        (dict(window=0, stride=1), "window must be an integer >= 1"),
+        (dict(window=8, stride=0), "stride must be an integer >= 1"),
+        (dict(local_window=0), "local_window must be an integer >= 1"),
+        (dict(gate="softmax"), "unknown gate kind 'softmax'"),
+        (dict(kind="nsa"), "unknown compressor kind 'nsa'"),
+        (dict(entry_position="middle"), "unknown entry_position"),
+        (dict(kind="dsv4", window=8, stride=8, gate="vector", shared_kv=True), "window must be 2*stride"),
+        (dict(kind="dsv4", window=8, stride=4, gate="scalar", shared_kv=True), "gate='vector'"),
+        (dict(kind="dsv4", window=8, stride=4, gate="vector"), "shared_kv=True"),
+    ],
+)
+def test_bad_compression_configs_fail_with_a_clear_message(kwargs, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        CompressionConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_heads=8, num_kv_heads=3), r"num_kv_heads \(3\) must divide num_heads \(8\)"),
+        (dict(head_dim=32, rope_dim=33), "rope_dim must be even"),
+        (dict(rope_style="yarn"), "unknown rope_style"),
+        (dict(hidden_size=0), "hidden_size must be an integer >= 1"),
+    ],
+)
+def test_bad_model_configs_fail_with_a_clear_message(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**kwargs)
+
+
+def test_config_round_trips_through_dict():
+    for name in PRESETS:
+        cfg = preset_config(name)
+        assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_unknown_keys_and_presets_are_named():
+    with pytest.raises(ConfigError, match="unknown config keys"):
+        ModelConfig.from_dict({"hidden": 3})
+    with pytest.raises(ConfigError, match="unknown preset 'w9s9'"):
+        preset_config("w9s9")
+    with pytest.raises(ConfigError, match="unknown size 'huge'"):
+        preset_config("full-1kv", "huge")
+
+
+def test_every_tiny_preset_builds():
+    for name in PRESETS:
+        assert PhaseKVModel(preset_config(name)).num_parameters() > 0
