@@ -1,0 +1,92 @@
+"""The flipping-completion probe (paper, "A flipping completion").
+
+A fixed context (token ids, e.g. code ending in `T.Cast(FP`) is preceded by filler whose length
+grows one token at a time; the scorer then compares candidate continuations at every length.
+Filler comes from a family (`words.filler_families()`: equals signs, lorem words, digits, a prose
+sentence, full stops), encoded once into a token stream so that the prompt of length L+1 holds
+the filler of length L plus one more token: only the context's offset changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from phasekv.tasks import words
+
+
+@dataclass(frozen=True)
+class FlipPrompt:
+    """prefix + filler[:filler_length] + context; the next token is predicted at query_position."""
+
+    input_ids: list[int]
+    filler_length: int
+    family: str
+    query_position: int
+
+
+@dataclass(frozen=True)
+class FlipSet:
+    """Flip prompts of one family, with the settings that made them."""
+
+    options: dict
+    prompts: list[FlipPrompt]
+
+
+def filler_stream(tokenizer, family: str, n_tokens: int) -> list[int]:
+    """The first `n_tokens` token ids of the family's text (no special tokens added).
+
+    The text is repeated until its encoding is long enough, then cut. Draw one stream for the
+    longest length of a sweep and slice it (as `make_flip_families` does), so that every
+    prompt's filler is a prefix of the next one's.
+    """
+    if n_tokens < 0:
+        raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    units = 1
+    while True:
+        ids = tokenizer(words.filler_text(family, units), add_special_tokens=False)["input_ids"]
+        if len(ids) > n_tokens:  # one token of margin: the last token may merge with a next unit
+            return list(ids[:n_tokens])
+        units *= 2
+
+
+def make_flip(
+    context_ids: Sequence[int],
+    filler_ids: Sequence[int],
+    lengths: Sequence[int],
+    prefix_ids: Sequence[int] = (),
+    family: str = "",
+) -> FlipSet:
+    """One prompt per filler length L in `lengths`: prefix + filler_ids[:L] + context."""
+    if not context_ids:
+        raise ValueError("the context is empty")
+    longest = max(lengths, default=0)
+    if min(lengths, default=0) < 0 or longest > len(filler_ids):
+        raise ValueError(f"filler lengths must lie in 0..{len(filler_ids)} (the filler stream's length)")
+    prompts = []
+    for length in lengths:
+        ids = [*prefix_ids, *filler_ids[:length], *context_ids]
+        prompts.append(FlipPrompt(ids, int(length), family, len(ids) - 1))
+    options = {
+        "family": family,
+        "lengths": [int(x) for x in lengths],
+        "prefix_length": len(prefix_ids),
+        "context_length": len(context_ids),
+    }
+    return FlipSet(options=options, prompts=prompts)
+
+
+def make_flip_families(
+    tokenizer,
+    context_ids: Sequence[int],
+    lengths: Sequence[int],
+    families: Sequence[str] | None = None,
+    prefix_ids: Sequence[int] = (),
+) -> dict[str, FlipSet]:
+    """`make_flip` for each family (default: all of `words.filler_families()`)."""
+    chosen = words.filler_families() if families is None else tuple(families)
+    longest = max(lengths, default=0)
+    return {
+        family: make_flip(context_ids, filler_stream(tokenizer, family, longest), lengths, prefix_ids, family)
+        for family in chosen
+    }

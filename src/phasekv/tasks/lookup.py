@@ -1,0 +1,171 @@
+"""The animal-to-name lookup probe (paper, "Controlled pretraining").
+
+Token layout (ids; P = len(prefix_ids), L = record length, A = padding):
+
+    prefix | slot_0 pads | a_0 n_0 , | slot_1 pads | a_1 n_1 , | ... | a_{R-1} n_{R-1} , | slot_R pads
+           | ; a n ; a n ... (D demonstrations) | ; a_k
+
+Each record is an animal key followed directly by its name (then the record separator, unless
+`record_separator=False`). The prompt ends with the target animal a_k; the answer is n_k, the
+token right after the target key in the records. The padding slots hold A pad tokens in all, so
+the query position P + A + R L + 3 D + 1 is the same for every prompt of a run.
+
+Placement: target-key positions come from `placement.moment_matched_design` (exact equal mean
+and variance of t_K across the M residue groups); a mapping (records, their order, the target
+record k and the demonstrations) is fixed, and for every residue it is placed at
+`placements_per_mapping` design positions by choosing how much padding precedes record k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from phasekv.tasks import layout, placement
+from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
+from phasekv.tasks.vocab import TaskVocab
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    """Options of a lookup run (JSON-serialisable through `dataclasses.asdict`).
+
+    `padding` is the total number of pad tokens per prompt (None: the design span plus a quarter
+    of the records, so the target record varies over the middle half of the list);
+    `placements_per_mapping` None picks the fewest that make the groups exact.
+    """
+
+    n_records: int = 64
+    n_demos: int = 8
+    modulus: int = 24
+    n_mappings: int = 64
+    placements_per_mapping: int | None = None
+    protocol: str = "prefix"
+    padding: int | None = None
+    spread_blocks: int = 1
+    record_separator: bool = True
+    seed: int = 0
+    split: str = "eval"
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """The content of one lookup unit: record keys and names in order, target record, demos."""
+
+    animal_ids: np.ndarray
+    name_ids: np.ndarray
+    target: int
+    demos: np.ndarray
+
+
+def draw_mapping(vocab: TaskVocab, options: LookupOptions, index: int, k_min: int, k_max: int) -> Mapping:
+    """Mapping `index` of `options.split`, reproducible from (seed, split, index) alone."""
+    rng = content_rng(options.seed, options.split, index)
+    r = options.n_records
+    animals = rng.choice(np.asarray(vocab.animal_ids), size=r, replace=False)
+    names = rng.choice(np.asarray(vocab.name_ids), size=r, replace=False)
+    target = int(rng.integers(k_min, k_max + 1))
+    others = np.delete(np.arange(r), target)
+    demos = rng.choice(others, size=options.n_demos, replace=False)
+    return Mapping(animals, names, target, demos)
+
+
+def _check(vocab: TaskVocab, o: LookupOptions) -> None:
+    layout.check_protocol(o.protocol)
+    if o.n_records < 1 or o.n_mappings < 1 or o.modulus < 1:
+        raise ValueError("n_records, n_mappings and modulus must be >= 1")
+    if not 0 <= o.n_demos <= o.n_records - 1:
+        raise ValueError(f"n_demos must be in 0..n_records-1 = {o.n_records - 1}, got {o.n_demos}")
+    vocab.require(o.n_records, o.n_records)
+
+
+def make_lookup(
+    vocab: TaskVocab, options: LookupOptions = LookupOptions(), prefix_ids: Sequence[int] = ()
+) -> PromptSet:
+    """All lookup prompts of a run: n_mappings x modulus residues x placements_per_mapping.
+
+    `prefix_ids` (BOS, chat-template opening) start every prompt; positions count them.
+    """
+    o = options
+    _check(vocab, o)
+    design = placement.moment_matched_design(o.modulus, o.spread_blocks)
+    per_mapping = o.placements_per_mapping or placement.placements_needed(o.n_mappings, design.size)
+    rec_len = 3 if o.record_separator else 2
+    padding = design.span + rec_len * (o.n_records // 4) if o.padding is None else o.padding
+    start = len(prefix_ids)
+    origin, k_min, k_max = layout.target_window(
+        design.low, design.low + design.span, padding, rec_len, o.n_records, start
+    )
+    positions = design.by_residue(origin)
+    dealing = placement_rng(o.seed, o.split, 0)
+    dealt = {r: placement.assign(positions[r], o.n_mappings, per_mapping, dealing) for r in sorted(positions)}
+    gaps = placement_rng(o.seed, o.split, 1)
+    length = start + padding + o.n_records * rec_len + 3 * o.n_demos + 2
+    prompts = []
+    for i in range(o.n_mappings):
+        mapping = draw_mapping(vocab, o, i, k_min, k_max)
+        records = _records(vocab, mapping, rec_len)
+        tail = _tail(vocab, mapping)
+        for r in sorted(dealt):
+            for p, t in enumerate(dealt[r][i]):
+                before = int(t) - start - mapping.target * rec_len
+                slots = layout.padding_slots(o.protocol, o.n_records, mapping.target, before, padding, gaps)
+                ids = _assemble(prefix_ids, records, slots, tail, vocab.pad_id, length)
+                prompts.append(
+                    Prompt(
+                        input_ids=ids,
+                        answer_ids=[int(mapping.name_ids[mapping.target])],
+                        target_position=int(t),
+                        query_position=length - 1,
+                        residue=r,
+                        unit=i,
+                        placement=p,
+                    )
+                )
+    record = {
+        **asdict(o),
+        "placements_per_mapping": per_mapping,
+        "padding": padding,
+        "record_length": rec_len,
+        "prefix_length": start,
+        "design_size": design.size,
+        "design_mean_offset": str(design.mean),
+        "design_variance": str(design.variance),
+        "target_record_range": [k_min, k_max],
+        "query_position": length - 1,
+    }
+    stats = placement.position_stats({r: dealt[r].ravel() for r in dealt}, length - 1)
+    return PromptSet(task="lookup", options=record, prompts=prompts, position_stats=stats)
+
+
+def _records(vocab: TaskVocab, mapping: Mapping, rec_len: int) -> np.ndarray:
+    columns = [mapping.animal_ids, mapping.name_ids]
+    if rec_len == 3:
+        columns.append(np.full(len(mapping.animal_ids), vocab.record_sep_id))
+    return np.stack(columns, axis=1)
+
+
+def _tail(vocab: TaskVocab, mapping: Mapping) -> np.ndarray:
+    sep = np.full(len(mapping.demos), vocab.query_sep_id)
+    demos = np.stack([sep, mapping.animal_ids[mapping.demos], mapping.name_ids[mapping.demos]], axis=1)
+    return np.concatenate([demos.ravel(), [vocab.query_sep_id, mapping.animal_ids[mapping.target]]])
+
+
+def _assemble(
+    prefix_ids: Sequence[int],
+    records: np.ndarray,
+    slots: np.ndarray,
+    tail: np.ndarray,
+    pad_id: int,
+    length: int,
+) -> list[int]:
+    n, rec_len = records.shape
+    ids = np.full(length, pad_id, dtype=np.int64)
+    start = len(prefix_ids)
+    ids[:start] = prefix_ids
+    record_starts = start + np.cumsum(slots[:n]) + rec_len * np.arange(n)
+    ids[record_starts[:, None] + np.arange(rec_len)] = records
+    ids[length - len(tail) :] = tail
+    return ids.tolist()

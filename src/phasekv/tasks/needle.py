@@ -1,0 +1,188 @@
+"""The position-matched needle test (paper, "A position-matched needle test").
+
+Token layout (ids; P = len(prefix_ids)):
+
+    prefix | filler | ; k_1 k_2 v_1 v_2 | filler | ; k_1 k_2 v_1 v_2 | ... | filler | ; q_1 q_2
+
+Each record is the record separator, a key of `key_tokens` animal tokens and a value of
+`value_tokens` name tokens (defaults 2 + 2: the paper's four-token key–value records; the
+separator is extra and can be dropped with `record_separator=False`). Keys are distinct within
+a haystack. The haystack's remaining tokens are filler words, split into the gaps around the
+records by the padding protocol (`in-sequence`: random gaps; `prefix`: all filler before and
+after the records). The query repeats the target key after the query separator; the answer is
+the whole value. t_K is the position of the target key's first token; the query position is
+`context_length - 1` for every prompt.
+
+The target is the middle record; target positions follow `placement.moment_matched_design`
+(exact equal mean and variance of t_K across residue groups), centred in the context. A
+haystack's content is fixed by (seed, split, haystack) and placed at every residue. Prompts are
+built on access (a 128K-token prompt takes milliseconds), so a run at the paper's scale never
+holds all prompts in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from phasekv.tasks import layout, placement
+from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
+from phasekv.tasks.vocab import TaskVocab
+
+
+@dataclass(frozen=True)
+class NeedleOptions:
+    """Options of a needle run (JSON-serialisable through `dataclasses.asdict`).
+
+    `context_length` counts every token of a prompt, prefix and query included;
+    `placements_per_haystack` None picks the fewest that make the residue groups exact.
+    """
+
+    context_length: int = 4096
+    n_records: int = 512
+    key_tokens: int = 2
+    value_tokens: int = 2
+    modulus: int = 8
+    n_haystacks: int = 64
+    placements_per_haystack: int | None = None
+    protocol: str = "in-sequence"
+    spread_blocks: int = 1
+    record_separator: bool = True
+    seed: int = 0
+    split: str = "eval"
+
+
+@dataclass(frozen=True)
+class Haystack:
+    """The content of one needle unit: keys and values (one row per record) and filler ids."""
+
+    keys: np.ndarray
+    values: np.ndarray
+    filler: np.ndarray
+
+
+class NeedlePrompts(Sequence):
+    """The prompts of a needle run, built on access; index order is (haystack, residue, placement)."""
+
+    def __init__(self, vocab: TaskVocab, options: NeedleOptions, prefix_ids: Sequence[int] = ()):
+        o = options
+        layout.check_protocol(o.protocol)
+        if min(o.n_records, o.key_tokens, o.value_tokens, o.n_haystacks, o.modulus) < 1:
+            raise ValueError("n_records, key_tokens, value_tokens, n_haystacks and modulus must be >= 1")
+        if len(vocab.animal_ids) ** o.key_tokens < o.n_records:
+            raise ValueError(
+                f"{len(vocab.animal_ids)} animals give only {len(vocab.animal_ids) ** o.key_tokens} distinct "
+                f"{o.key_tokens}-token keys, fewer than the {o.n_records} records"
+            )
+        if not vocab.filler_ids:
+            raise ValueError("the vocabulary has no single-token filler words")
+        self.vocab, self.options, self.prefix_ids = vocab, o, list(prefix_ids)
+        self.key_offset = 1 if o.record_separator else 0
+        self.record_length = self.key_offset + o.key_tokens + o.value_tokens
+        self.query_length = 1 + o.key_tokens
+        start = len(self.prefix_ids)
+        self.filler_length = o.context_length - start - o.n_records * self.record_length - self.query_length
+        self.design = placement.moment_matched_design(o.modulus, o.spread_blocks)
+        if self.filler_length < self.design.span:
+            raise ValueError(
+                f"context_length {o.context_length} leaves {self.filler_length} filler tokens, fewer than "
+                f"the {self.design.span} the position design spans; raise context_length or lower n_records"
+            )
+        self.target = o.n_records // 2
+        centre = (self.filler_length - self.design.span) // 2 - self.design.low
+        self.origin = start + self.target * self.record_length + self.key_offset + centre
+        self.per_haystack = o.placements_per_haystack or placement.placements_needed(
+            o.n_haystacks, self.design.size
+        )
+        dealing = placement_rng(o.seed, o.split, 0)
+        positions = self.design.by_residue(self.origin)
+        self.residues = sorted(positions)
+        self.dealt = {
+            r: placement.assign(positions[r], o.n_haystacks, self.per_haystack, dealing)
+            for r in self.residues
+        }
+
+    def __len__(self) -> int:
+        return self.options.n_haystacks * len(self.residues) * self.per_haystack
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        unit, rest = divmod(index, len(self.residues) * self.per_haystack)
+        r_index, p = divmod(rest, self.per_haystack)
+        return self.build(unit, self.residues[r_index], p)
+
+    def haystack(self, unit: int) -> Haystack:
+        """Content of haystack `unit`, reproducible from (seed, split, unit) alone."""
+        o, v = self.options, self.vocab
+        rng = content_rng(o.seed, o.split, unit)
+        animals = np.asarray(v.animal_ids)
+        codes = rng.choice(len(animals) ** o.key_tokens, size=o.n_records, replace=False)
+        digits = (codes[:, None] // len(animals) ** np.arange(o.key_tokens)[::-1]) % len(animals)
+        values = rng.choice(np.asarray(v.name_ids), size=(o.n_records, o.value_tokens))
+        filler = rng.choice(np.asarray(v.filler_ids), size=self.filler_length)
+        return Haystack(keys=animals[digits], values=values, filler=filler)
+
+    def build(self, unit: int, residue: int, placement_index: int) -> Prompt:
+        """The prompt of haystack `unit` placed at its `placement_index`-th position of `residue`."""
+        o, v = self.options, self.vocab
+        t = int(self.dealt[residue][unit, placement_index])
+        hay = self.haystack(unit)
+        start = len(self.prefix_ids)
+        before = t - start - self.target * self.record_length - self.key_offset
+        gaps = placement_rng(o.seed, o.split, 1, unit, residue, placement_index)
+        slots = layout.padding_slots(o.protocol, o.n_records, self.target, before, self.filler_length, gaps)
+        columns = [hay.keys, hay.values]
+        if self.key_offset:
+            columns.insert(0, np.full((o.n_records, 1), v.record_sep_id))
+        records = np.concatenate(columns, axis=1)
+        ids = np.empty(o.context_length, dtype=np.int64)
+        ids[:start] = self.prefix_ids
+        record_starts = start + np.cumsum(slots[: o.n_records]) + self.record_length * np.arange(o.n_records)
+        is_filler = np.ones(o.context_length, dtype=bool)
+        is_filler[:start] = False
+        is_filler[-self.query_length :] = False
+        record_positions = record_starts[:, None] + np.arange(self.record_length)
+        is_filler[record_positions] = False
+        ids[record_positions] = records
+        ids[is_filler] = hay.filler
+        ids[-self.query_length :] = [v.query_sep_id, *hay.keys[self.target]]
+        return Prompt(
+            input_ids=ids.tolist(),
+            answer_ids=hay.values[self.target].tolist(),
+            target_position=t,
+            query_position=o.context_length - 1,
+            residue=residue,
+            unit=unit,
+            placement=placement_index,
+        )
+
+    def record(self) -> dict:
+        """The options with every derived setting, for a results file."""
+        return {
+            **asdict(self.options),
+            "placements_per_haystack": self.per_haystack,
+            "record_length": self.record_length,
+            "filler_length": self.filler_length,
+            "prefix_length": len(self.prefix_ids),
+            "target_record": self.target,
+            "design_size": self.design.size,
+            "design_variance": str(self.design.variance),
+            "query_position": self.options.context_length - 1,
+        }
+
+
+def make_needle(
+    vocab: TaskVocab, options: NeedleOptions = NeedleOptions(), prefix_ids: Sequence[int] = ()
+) -> PromptSet:
+    """All needle prompts of a run (built lazily): n_haystacks x modulus x placements_per_haystack."""
+    prompts = NeedlePrompts(vocab, options, prefix_ids)
+    stats = placement.position_stats(
+        {r: prompts.dealt[r].ravel() for r in prompts.residues}, options.context_length - 1
+    )
+    return PromptSet(task="needle", options=prompts.record(), prompts=prompts, position_stats=stats)
