@@ -34,8 +34,9 @@ def _inputs(length, q_start, exact_start, window, stride, heads, kv_heads, pad_f
         (25, 0, 0, 8, 4, 3, 2, 1, True, 6),
     ],
 )
-def test_chunked_compressed_attention_matches_reference(length, q_start, exact_start, window, stride, local,
-                                                          heads, kv_heads, sink, chunk):
+def test_chunked_compressed_attention_matches_reference(
+    length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk
+):
     q, ek, ev, end, xk, xv = _inputs(length, q_start, exact_start, window, stride, heads, kv_heads)
     sink_logits = torch.randn(heads) if sink else None
     fast = compressed_attention(q, q_start, ek, ev, end, xk, xv, exact_start, local, sink_logits, chunk=chunk)

@@ -1,9 +1,9 @@
 import pytest
 import torch
-from conftest import randomize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import randomize
 from phasekv.cache import KVCache, generate
 from phasekv.cache.generate import prefill
 from phasekv.model import PRESETS, PhaseKVModel, preset_config

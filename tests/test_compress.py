@@ -1,7 +1,7 @@
 import pytest
 import torch
-from conftest import randomize
 
+from conftest import randomize
 from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor
 from phasekv.compress.reference import reference_entries
 from phasekv.config import CompressionConfig
@@ -50,8 +50,14 @@ def test_dsv4_compressor_matches_the_formulas(pad):
     torch.testing.assert_close(comp(h).key, key, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cfg", [CompressionConfig(8, 4), CompressionConfig(8, 8, gate="vector"),
-                                 CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CompressionConfig(8, 4),
+        CompressionConfig(8, 8, gate="vector"),
+        CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True),
+    ],
+)
 def test_entries_computed_piecewise_equal_entries_computed_at_once(cfg):
     """The decode cache calls the compressor on [last W-1 hidden states || new tokens]."""
     comp = randomize(build_compressor(16, 1, 8, cfg), seed=5)
@@ -90,9 +96,21 @@ def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
     from phasekv.attention import Rotary
 
     hf_cfg = DeepseekV4Config(
-        hidden_size=64, head_dim=32, num_attention_heads=4, q_lora_rank=16, num_hidden_layers=2,
-        index_n_heads=2, index_head_dim=16, index_topk=64, partial_rotary_factor=0.5, compress_rope_theta=160000.0,
-        o_groups=2, o_lora_rank=16, n_routed_experts=4, num_experts_per_tok=2, vocab_size=64,
+        hidden_size=64,
+        head_dim=32,
+        num_attention_heads=4,
+        q_lora_rank=16,
+        num_hidden_layers=2,
+        index_n_heads=2,
+        index_head_dim=16,
+        index_topk=64,
+        partial_rotary_factor=0.5,
+        compress_rope_theta=160000.0,
+        o_groups=2,
+        o_lora_rank=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=64,
     )
     torch.manual_seed(0)
     hf = DeepseekV4CSACompressor(hf_cfg).eval()
@@ -100,7 +118,12 @@ def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
         for p in hf.parameters():
             p.normal_(0, 0.3)
     cfg = CompressionConfig(
-        window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True,
+        window=8,
+        stride=4,
+        kind="dsv4",
+        gate="vector",
+        shared_kv=True,
+        pad_first_window=True,
         entry_position="last_stride_start",
     )
     ours = DSV4Compressor(64, 1, 32, cfg, eps=hf_cfg.rms_norm_eps)

@@ -2,8 +2,8 @@ import json
 
 import pytest
 import torch
-from conftest import randomize
 
+from conftest import randomize
 from phasekv.config import ModelConfig
 from phasekv.hooks import hook_names, hooks
 from phasekv.model import PRESETS, CheckpointError, PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
@@ -12,17 +12,35 @@ from phasekv.model import PRESETS, CheckpointError, PhaseKVModel, load_checkpoin
 def _qwen3_pair(**overrides):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    kw = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              head_dim=16, intermediate_size=96, rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+    kw = dict(
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
     kw.update(overrides)
     hf = Qwen3ForCausalLM(Qwen3Config(**kw, attn_implementation="eager")).eval()
     randomize(hf, seed=0, std=0.2)
-    ours = PhaseKVModel(ModelConfig(
-        vocab_size=kw["vocab_size"], hidden_size=kw["hidden_size"], num_layers=kw["num_hidden_layers"],
-        num_heads=kw["num_attention_heads"], num_kv_heads=kw["num_key_value_heads"], head_dim=kw["head_dim"],
-        intermediate_size=kw["intermediate_size"], rope_theta=kw["rope_theta"], rms_norm_eps=kw["rms_norm_eps"],
-        tie_embeddings=kw["tie_word_embeddings"],
-    )).eval()
+    ours = PhaseKVModel(
+        ModelConfig(
+            vocab_size=kw["vocab_size"],
+            hidden_size=kw["hidden_size"],
+            num_layers=kw["num_hidden_layers"],
+            num_heads=kw["num_attention_heads"],
+            num_kv_heads=kw["num_key_value_heads"],
+            head_dim=kw["head_dim"],
+            intermediate_size=kw["intermediate_size"],
+            rope_theta=kw["rope_theta"],
+            rms_norm_eps=kw["rms_norm_eps"],
+            tie_embeddings=kw["tie_word_embeddings"],
+        )
+    ).eval()
     state = {k.removeprefix("model."): v for k, v in hf.state_dict().items()}
     ours.load_state_dict(state)
     return hf, ours
@@ -43,11 +61,18 @@ def test_paper_size_full_8kv_has_qwen3_0_6b_parameter_count():
     cfg = preset_config("full-8kv", "paper")
     with torch.device("meta"):
         ours = PhaseKVModel(cfg)
-        hf = Qwen3ForCausalLM(Qwen3Config(
-            vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-            intermediate_size=cfg.intermediate_size, tie_word_embeddings=True,
-        ))
+        hf = Qwen3ForCausalLM(
+            Qwen3Config(
+                vocab_size=cfg.vocab_size,
+                hidden_size=cfg.hidden_size,
+                num_hidden_layers=cfg.num_layers,
+                num_attention_heads=cfg.num_heads,
+                num_key_value_heads=cfg.num_kv_heads,
+                head_dim=cfg.head_dim,
+                intermediate_size=cfg.intermediate_size,
+                tie_word_embeddings=True,
+            )
+        )
     hf_count = sum(p.numel() for p in hf.parameters())
     print(f"paper full-8kv: phasekv {ours.num_parameters():,} vs Qwen3ForCausalLM {hf_count:,}")
     assert ours.num_parameters() == hf_count == 596_049_920

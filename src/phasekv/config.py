@@ -56,17 +56,24 @@ class CompressionConfig:
     attention_sink: bool = False
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.window, int) and self.window >= 1, f"window must be an integer >= 1, got {self.window!r}")
-        _require(isinstance(self.stride, int) and self.stride >= 1, f"stride must be an integer >= 1, got {self.stride!r}")
+        _require(
+            isinstance(self.window, int) and self.window >= 1, f"window must be an integer >= 1, got {self.window!r}"
+        )
+        _require(
+            isinstance(self.stride, int) and self.stride >= 1, f"stride must be an integer >= 1, got {self.stride!r}"
+        )
         _require(
             self.stride <= self.window,
-            f"stride ({self.stride}) > window ({self.window}) would leave tokens that no entry covers; use stride <= window",
+            f"stride ({self.stride}) > window ({self.window}) would leave tokens that no entry covers; "
+            "use stride <= window",
         )
         _require(
             isinstance(self.local_window, int) and self.local_window >= 1,
             f"local_window must be an integer >= 1 (it includes the query's own token), got {self.local_window!r}",
         )
-        _require(self.kind in COMPRESSOR_KINDS, f"unknown compressor kind {self.kind!r}; choose one of {COMPRESSOR_KINDS}")
+        _require(
+            self.kind in COMPRESSOR_KINDS, f"unknown compressor kind {self.kind!r}; choose one of {COMPRESSOR_KINDS}"
+        )
         _require(self.gate in GATE_KINDS, f"unknown gate kind {self.gate!r}; choose one of {GATE_KINDS}")
         _require(
             self.entry_position in ENTRY_POSITIONS,
@@ -114,7 +121,15 @@ class ModelConfig:
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+        ):
             value = getattr(self, key)
             _require(isinstance(value, int) and value >= 1, f"{key} must be an integer >= 1, got {value!r}")
         _require(

@@ -11,7 +11,9 @@ from .paper import PaperCompressor
 from .windows import WindowGeometry
 
 
-def build_compressor(hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6) -> nn.Module:
+def build_compressor(
+    hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6
+) -> nn.Module:
     if cfg.kind == "dsv4":
         return DSV4Compressor(hidden_size, kv_heads, head_dim, cfg, eps)
     return PaperCompressor(hidden_size, kv_heads, head_dim, cfg)

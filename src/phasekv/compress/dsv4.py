@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..hooks import HookPoint
 from ..config import CompressionConfig
+from ..hooks import HookPoint
 from ..norm import RMSNorm
 from .base import Entries, cut_windows
 from .windows import WindowGeometry

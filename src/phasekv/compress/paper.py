@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..hooks import HookPoint
 from ..config import CompressionConfig
+from ..hooks import HookPoint
 from .base import Entries, cut_windows
 from .windows import WindowGeometry
 

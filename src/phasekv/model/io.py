@@ -65,8 +65,12 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{path} is not valid JSON ({err}); the file may be truncated") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        hint = " It looks like a Hugging Face config: use an HF model path with the HF scorer." if "model_type" in meta else ""
-        raise CheckpointError(f"{path} is not a phasekv config (no \"format\": \"{FORMAT}\").{hint}")
+        hint = (
+            " It looks like a Hugging Face config: use an HF model path with the HF scorer."
+            if "model_type" in meta
+            else ""
+        )
+        raise CheckpointError(f'{path} is not a phasekv config (no "format": "{FORMAT}").{hint}')
     try:
         return ModelConfig.from_dict(meta["config"]), meta.get("extra", {})
     except (ConfigError, TypeError, KeyError) as err:
@@ -92,7 +96,11 @@ def load_checkpoint(directory: str | Path, map_location: str | torch.device = "c
         expected.pop("lm_head.weight")
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
-    wrong = [f"{k}: file {tuple(state[k].shape)} vs config {tuple(s)}" for k, s in expected.items() if k in state and state[k].shape != s]
+    wrong = [
+        f"{k}: file {tuple(state[k].shape)} vs config {tuple(s)}"
+        for k, s in expected.items()
+        if k in state and state[k].shape != s
+    ]
     if missing or unexpected or wrong:
         problems = []
         if missing:

@@ -12,10 +12,24 @@ from dataclasses import dataclass, replace
 from ..config import CompressionConfig, ConfigError, ModelConfig
 
 SIZES = {
-    "tiny": dict(num_layers=2, hidden_size=128, num_heads=8, head_dim=32, intermediate_size=512,
-                 vocab_size=1024, rope_theta=10_000.0),
-    "paper": dict(num_layers=28, hidden_size=1024, num_heads=16, head_dim=128, intermediate_size=3072,
-                  vocab_size=151_936, rope_theta=1_000_000.0),
+    "tiny": dict(
+        num_layers=2,
+        hidden_size=128,
+        num_heads=8,
+        head_dim=32,
+        intermediate_size=512,
+        vocab_size=1024,
+        rope_theta=10_000.0,
+    ),
+    "paper": dict(
+        num_layers=28,
+        hidden_size=1024,
+        num_heads=16,
+        head_dim=128,
+        intermediate_size=3072,
+        vocab_size=151_936,
+        rope_theta=1_000_000.0,
+    ),
 }
 
 
@@ -32,8 +46,14 @@ def _paper_style(window: int, stride: int, **kw) -> CompressionConfig:
 
 
 DSV4_STYLE = CompressionConfig(
-    window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, entry_position="last_stride_start",
-    pad_first_window=True, attention_sink=True,
+    window=8,
+    stride=4,
+    kind="dsv4",
+    gate="vector",
+    shared_kv=True,
+    entry_position="last_stride_start",
+    pad_first_window=True,
+    attention_sink=True,
 )
 
 PRESETS: dict[str, Preset] = {
@@ -48,7 +68,9 @@ PRESETS: dict[str, Preset] = {
     "w8s8-1kv-nope": Preset("W8/S8, 1 KV head, no RoPE anywhere", 1, _paper_style(8, 8), rope=False),
     "w8s8-1kv-uniform": Preset("W8/S8, 1 KV head, uniform averaging (no gate)", 1, _paper_style(8, 8, gate="uniform")),
     "w8s8-1kv-vector": Preset("W8/S8, 1 KV head, vector (per-channel) gates", 1, _paper_style(8, 8, gate="vector")),
-    "w8s8-1kv-shared": Preset("W8/S8, 1 KV head, one latent read as key and value", 1, _paper_style(8, 8, shared_kv=True)),
+    "w8s8-1kv-shared": Preset(
+        "W8/S8, 1 KV head, one latent read as key and value", 1, _paper_style(8, 8, shared_kv=True)
+    ),
     "dsv4": Preset("DeepSeek-V4-style CSA kernel: W8/S4 from two halves, per-offset bias, K=V, sink", 1, DSV4_STYLE),
 }
 
@@ -68,7 +90,11 @@ def preset_config(name: str, size: str = "tiny", vocab_size: int | None = None, 
         # DeepSeek-V4 rotates only a trailing slice of each head, pairing channels interleaved.
         extra = dict(rope_dim=base["head_dim"] // 2, rope_style="interleaved")
     cfg = ModelConfig(
-        name=f"{name}@{size}", num_kv_heads=preset.kv_heads, compression=preset.compression, rope=preset.rope,
-        **base, **extra,
+        name=f"{name}@{size}",
+        num_kv_heads=preset.kv_heads,
+        compression=preset.compression,
+        rope=preset.rope,
+        **base,
+        **extra,
     )
     return replace(cfg, **overrides) if overrides else cfg

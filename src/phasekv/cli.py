@@ -1,0 +1,64 @@
+"""The `phasekv` command: a thin layer over the library."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    help="Build, measure and explain phase sensitivity from chunked KV-cache compression.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command()
+def models(size: str = typer.Option("both", help="tiny, paper, or both")) -> None:
+    """List the model presets with their parameter counts."""
+    import torch
+
+    from .model import PRESETS, SIZES, PhaseKVModel, preset_config
+
+    sizes = list(SIZES) if size == "both" else [size]
+    for s in sizes:
+        if s not in SIZES:
+            raise typer.BadParameter(f"unknown size {s!r}; choose tiny, paper or both")
+    header = f"{'preset':<18} {'W/S':<6} {'KV':>3} " + " ".join(f"{s + ' params':>14}" for s in sizes) + "  description"
+    typer.echo(header)
+    typer.echo("-" * len(header))
+    for name, preset in PRESETS.items():
+        counts = []
+        for s in sizes:
+            with torch.device("meta"):  # counts without allocating weights
+                counts.append(PhaseKVModel(preset_config(name, s)).num_parameters())
+        comp = preset.compression
+        ws = f"{comp.window}/{comp.stride}" if comp else "full"
+        typer.echo(
+            f"{name:<18} {ws:<6} {preset.kv_heads:>3} "
+            + " ".join(f"{c:>14,}" for c in counts)
+            + f"  {preset.description}"
+        )
+
+
+@app.command()
+def demo(
+    preset: str = typer.Option("w8s8-1kv", help="model preset (see `phasekv models`)"),
+    length: int = typer.Option(37, min=1, help="prompt length in tokens"),
+    new_tokens: int = typer.Option(8, min=0, help="tokens to generate with the compressed cache"),
+    seed: int = typer.Option(0, help="seed for the weights and the prompt"),
+) -> None:
+    """Build a tiny (untrained) model, run a prompt, and show where the compressed entries sit."""
+    from .demo import run_demo
+
+    typer.echo(run_demo(preset, length, new_tokens, seed))
+
+
+def main() -> None:
+    """Console entry point: bad input ends with one clear line, not a traceback."""
+    from .config import ConfigError
+    from .model import CheckpointError
+
+    try:
+        app()
+    except (ConfigError, CheckpointError, FileNotFoundError) as err:
+        typer.echo(f"phasekv: error: {err}", err=True)
+        raise SystemExit(2) from None
