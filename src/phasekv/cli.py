@@ -11,6 +11,15 @@ app = typer.Typer(
 )
 
 
+def _mount_subcommands() -> None:
+    from .theory.cli import app as theory_app
+
+    app.add_typer(theory_app, name="theory", help="The idealized theory: Theorems 1 and 2 and a sweep.")
+
+
+_mount_subcommands()
+
+
 @app.command()
 def models(size: str = typer.Option("both", help="tiny, paper, or both")) -> None:
     """List the model presets with their parameter counts."""

@@ -1,0 +1,1 @@
+"""Mechanistic analyses: gate concentration, gate cycling, KV-head knockouts."""

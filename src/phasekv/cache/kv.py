@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from ..attention import LayerState
 
 
@@ -16,6 +18,14 @@ class KVCache:
     @classmethod
     def for_model(cls, model) -> KVCache:
         return cls(len(model.layers))
+
+    def fork(self) -> KVCache:
+        """An independent continuation point: later calls on the fork leave this cache as it is
+        (layers only ever replace their tensors, never write into them)."""
+        forked = KVCache(0)
+        forked.layers = [copy.copy(state) for state in self.layers]
+        forked.position = self.position
+        return forked
 
     def num_entries(self) -> list[int]:
         return [layer.num_entries for layer in self.layers]

@@ -1,0 +1,106 @@
+import pytest
+import torch
+
+from conftest import randomize
+from phasekv.analysis.cycling import cycle_gates
+from phasekv.analysis.gates import gate_metrics, head_metrics
+from phasekv.analysis.knockout import (
+    final_position_means,
+    knockout_logits,
+    knockout_logits_reference,
+)
+from phasekv.model import PhaseKVModel, preset_config
+
+
+def _model(name, seed=0):
+    return randomize(PhaseKVModel(preset_config(name, vocab_size=50)), seed=seed, std=0.1).eval()
+
+
+def test_knockout_from_a_cache_fork_equals_a_full_forward_with_the_hook():
+    model = _model("w8s8-8kv")
+    gen = torch.Generator().manual_seed(0)
+    calib, ids = torch.randint(0, 50, (6, 27), generator=gen), torch.randint(0, 50, (3, 27), generator=gen)
+    means = final_position_means(model, [calib[:3], calib[3:]])
+    assert means.shape == (2, 8, 32)
+    clean, knocked = knockout_logits(model, ids, means)
+    torch.testing.assert_close(clean, model(ids)[:, -1], rtol=1e-5, atol=1e-5)
+    assert len(knocked) == 2 * 8
+    for (layer, head), logits in knocked.items():
+        expected = knockout_logits_reference(model, ids, means, layer, head)
+        torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(logits, clean)
+
+
+def test_knocking_out_a_head_the_model_does_not_use_changes_nothing():
+    model = _model("w8s8-8kv", seed=1)
+    with torch.no_grad():
+        model.layers[1].self_attn.o_proj.weight[:, 3 * 32 : 4 * 32] = 0  # query head 3 (KV head 3) is unread
+    ids = torch.randint(0, 50, (4, 20))
+    means = final_position_means(model, [torch.randint(0, 50, (4, 20))])
+    clean, knocked = knockout_logits(model, ids, means, targets=[(1, 3), (1, 2)])
+    torch.testing.assert_close(knocked[(1, 3)], clean, rtol=0, atol=1e-6)
+    assert (knocked[(1, 2)] - clean).abs().max() > 1e-4
+
+
+def test_cycling_by_delta_then_minus_delta_restores_the_parameters():
+    model = _model("w8s8-1kv")
+    there_and_back = cycle_gates(cycle_gates(model, 3), -3)
+    for a, b in zip(model.state_dict().values(), there_and_back.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    shifted = cycle_gates(model, 2)
+    comp, new = model.layers[0].self_attn.compressor, shifted.layers[0].self_attn.compressor
+    assert torch.equal(new.gate_bias[5], comp.gate_bias[3]) and torch.equal(new.payload, comp.payload)
+
+
+def test_cycling_moves_a_planted_gate_preference():
+    model = _model("w8s8-1kv")
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.self_attn.compressor.gate_bias[2] += 8.0  # every window prefers offset 2
+    ids = torch.randint(0, 50, (4, 64))
+
+    def peaks(m, branch):
+        rows = [row for row in gate_metrics(m, [ids]) if row["branch"] == branch]
+        return {max(range(8), key=lambda r: row["phase_share"][r]) for row in rows}
+
+    assert peaks(model, "key") == {2} and peaks(model, "value") == {1}  # values are shown shifted back by one
+    assert peaks(cycle_gates(model, 3), "key") == {5}
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("w8s4-1kv", "W = S"),
+        ("w8s8-1kv-uniform", "learned gates"),
+        ("full-1kv", "full attention"),
+        ("dsv4", "paper-style"),
+    ],
+)
+def test_cycling_refuses_models_where_it_is_undefined(name, message):
+    with pytest.raises(ValueError, match=message):
+        cycle_gates(_model(name), 1)
+
+
+def test_effective_numbers_and_phase_shares_of_planted_gates():
+    windows, w = 16, 8
+    one_hot = torch.zeros(windows, w, 1, 1)
+    one_hot[:, 3] = 1
+    row = head_metrics(one_hot, 8, "key")[0]
+    assert row["static_offsets"] == pytest.approx(1) and row["per_window_offsets"] == pytest.approx(1)
+    assert row["phase_share"][3] == pytest.approx(8)
+    value = head_metrics(one_hot, 8, "value")[0]
+    assert value["phase_share"][2] == pytest.approx(8)  # shifted back by one offset
+    moving = torch.zeros(windows, w, 1, 1)
+    moving[torch.arange(windows), torch.arange(windows) % w] = 1
+    row = head_metrics(moving, 8, "key")[0]
+    assert row["static_offsets"] == pytest.approx(8) and row["per_window_offsets"] == pytest.approx(1)
+    overlap = head_metrics(torch.full((windows, 8, 1, 1), 1 / 8), 4, "key")[0]
+    assert overlap["static_phases"] == pytest.approx(4) and overlap["phase_share"] == pytest.approx([1] * 4)
+
+
+def test_gate_metrics_cover_every_layer_head_and_branch():
+    rows = gate_metrics(_model("w12s12-4kv"), [torch.randint(0, 50, (2, 48))])
+    assert {(r["layer"], r["kv_head"], r["branch"]) for r in rows} == {
+        (layer, head, branch) for layer in range(2) for head in range(4) for branch in ("key", "value")
+    }
+    assert all(1 <= r["per_window_offsets"] <= r["static_offsets"] + 1e-6 <= 12 + 1e-6 for r in rows)
