@@ -1,0 +1,85 @@
+"""Training checkpoints: `run_dir/checkpoints/step_XXXXXX/` written atomically.
+
+A checkpoint directory holds the model (`config.json` + `model.safetensors`, via
+`phasekv.model.save_checkpoint`, so `load_checkpoint` reads it directly) and `trainer.pt` (optimiser
+state, schedule step, RNG states, data position, metrics). Everything is written into a hidden
+temporary directory beside it and renamed into place in one `os.rename`, so a kill at any moment
+leaves either the complete checkpoint or none; `latest_checkpoint` ignores hidden and incomplete
+directories, and `remove_partial` deletes the leftovers of a killed save.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from phasekv.model.io import CONFIG_FILE, WEIGHTS_FILE, save_checkpoint
+
+CHECKPOINT_DIR = "checkpoints"
+TRAINER_FILE = "trainer.pt"
+REQUIRED = (CONFIG_FILE, WEIGHTS_FILE, TRAINER_FILE)
+_NAME = re.compile(r"^step_(\d{6,})$")
+_TMP_PREFIX = ".tmp-"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run as (step, path), by step."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _NAME.match(path.name)
+        if match and path.is_dir() and all((path / f).is_file() for f in REQUIRED):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def remove_partial(run_dir: str | Path) -> None:
+    """Delete temporary directories left by saves that were killed."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if root.is_dir():
+        for path in root.glob(f"{_TMP_PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def save_training_checkpoint(run_dir: str | Path, step: int, model, trainer_state: dict, keep: int = 0) -> Path:
+    """Write checkpoint `step` of `model` (a PhaseKVModel) with `trainer_state`; keep the newest
+    `keep` checkpoints (0: all). Raises FileExistsError if that step was already saved."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(step)
+    if final.exists():
+        raise FileExistsError(f"checkpoint {final} already exists")
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{final.name}-", dir=root))
+    try:
+        save_checkpoint(model, tmp, extra={"step": step})
+        torch.save(trainer_state, tmp / TRAINER_FILE)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep:
+        for _, old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+    return final
+
+
+def load_trainer_state(checkpoint: str | Path) -> dict:
+    """The trainer state of a checkpoint directory (tensors on the CPU)."""
+    return torch.load(Path(checkpoint) / TRAINER_FILE, map_location="cpu", weights_only=True)

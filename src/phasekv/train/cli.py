@@ -1,0 +1,159 @@
+"""Command-line entry points: `train_command` (mounted as `phasekv train`) and `data_app`
+(`phasekv data tokenize`). `python -m phasekv.train ...` runs `train_command` alone, which is the
+form to launch with torchrun: `torchrun --nproc_per_node 8 -m phasekv.train --config run.json --out DIR`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+RUN_OPTIONS = (
+    "preset size data tokens_dir tokenizer steps batch_size seq_len accum_steps lr warmup_steps min_lr_fraction "
+    "weight_decay grad_clip seed data_seed records records_start curriculum_fraction max_queries precision parallel "
+    "threads checkpoint_every keep_checkpoints log_every val_every val_batches gate_every gate_steps"
+).split()
+
+
+def _explicit(ctx: typer.Context) -> list[str]:
+    """Run options the user typed (not left at their defaults)."""
+    return [n for n in RUN_OPTIONS if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
+
+
+def _fail(err: Exception) -> typer.Exit:
+    """Print one line for an expected error and return the exit to raise."""
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(2)
+
+
+def train_command(
+    ctx: typer.Context,
+    out: Path = typer.Option(..., "--out", help="run directory (checkpoints, logs, gate snapshots)"),
+    config: Path | None = typer.Option(None, "--config", help="a run.json; run options are then not allowed"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its latest checkpoint"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
+    preset: str = typer.Option("w8s8-1kv", help="model preset (see `phasekv models`)"),
+    size: str = typer.Option("tiny", help="model size: tiny or paper"),
+    data: str = typer.Option("mixture", help="mixture (synthetic retrieval) or tokens (--tokens-dir)"),
+    tokens_dir: Path | None = typer.Option(None, help="token directory from `phasekv data tokenize`"),
+    tokenizer: Path | None = typer.Option(None, help="HF tokenizer dir for the mixture (default: word-level)"),
+    steps: int = typer.Option(1000, min=1, help="optimiser steps"),
+    batch_size: int = typer.Option(16, min=1, help="global batch (sequences per step)"),
+    seq_len: int = typer.Option(256, min=1, help="tokens per sequence (model input length)"),
+    accum_steps: int = typer.Option(1, min=1, help="micro-batches per step and process"),
+    lr: float = typer.Option(3e-3, help="peak learning rate"),
+    warmup_steps: int = typer.Option(100, min=0),
+    min_lr_fraction: float = typer.Option(0.1, help="cosine floor as a fraction of lr"),
+    weight_decay: float = typer.Option(0.1, help="AdamW decay on weight matrices"),
+    grad_clip: float = typer.Option(1.0, help="max global gradient norm"),
+    seed: int = typer.Option(0, help="model initialisation seed"),
+    data_seed: int = typer.Option(0, help="data seed (same data for every model of a run)"),
+    records: int = typer.Option(16, min=1, help="mixture: records per sequence (final)"),
+    records_start: int = typer.Option(4, min=1, help="mixture: records at the start of the curriculum"),
+    curriculum_fraction: float = typer.Option(0.4, help="mixture: fraction of training the curriculum takes"),
+    max_queries: int = typer.Option(24, min=1, help="mixture: queries per sequence (each record once, then extras)"),
+    precision: str = typer.Option("auto", help="auto (bf16 on capable CUDA), fp32 or bf16"),
+    parallel: str = typer.Option("ddp", help="ddp or fsdp under torchrun"),
+    threads: int = typer.Option(1, min=0, help="torch threads per process (0: torch default)"),
+    checkpoint_every: int = typer.Option(500, min=0),
+    keep_checkpoints: int = typer.Option(0, min=0, help="keep the newest N checkpoints (0: all)"),
+    log_every: int = typer.Option(10, min=0),
+    val_every: int = typer.Option(100, min=0, help="validation interval (0: only at the end)"),
+    val_batches: int = typer.Option(4, min=1),
+    gate_every: int = typer.Option(0, min=0, help="gate snapshot interval (0: only --gate-steps)"),
+    gate_steps: str = typer.Option("", help="comma-separated steps for gate snapshots, e.g. 0,100,500"),
+) -> None:
+    """Pretrain a model on the synthetic retrieval mixture or on token files (torchrun-ready)."""
+    from phasekv.config import ConfigError
+    from phasekv.model import CheckpointError
+    from phasekv.train.config import RUN_FILE, load_run_config
+    from phasekv.train.loop import train
+
+    typed = _explicit(ctx)
+    if config is not None and typed:
+        raise typer.BadParameter(f"--config was given, so run options are not allowed (got {typed})")
+    options = {name: ctx.params[name] for name in RUN_OPTIONS}
+    try:
+        if config is not None:
+            run = load_run_config(config)
+        elif resume and not typed and (out / RUN_FILE).is_file():
+            run = load_run_config(out)  # `--out DIR --resume` alone continues the saved run
+        else:
+            run = run_config_from_options(options)
+        result = train(run, out, resume=resume, progress=progress)
+    except (ConfigError, CheckpointError, FileNotFoundError) as err:
+        raise _fail(err) from err
+    typer.echo(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step, **result.metrics}))
+
+
+def run_config_from_options(o: dict):
+    """The RunConfig that command-line options `o` describe (keys: RUN_OPTIONS, as in `train_command`)."""
+    from phasekv.corpus.mixture import MixtureConfig
+    from phasekv.train.config import DataConfig, ModelSpec, OptimConfig, RunConfig
+
+    mixture = MixtureConfig(
+        records=o["records"],
+        records_start=o["records_start"],
+        curriculum_fraction=o["curriculum_fraction"],
+        max_queries=o["max_queries"],
+        tokenizer=str(o["tokenizer"]) if o["tokenizer"] else None,
+    )
+    return RunConfig(
+        model=ModelSpec(o["preset"], o["size"]),
+        data=DataConfig(o["data"], o["data_seed"], mixture, str(o["tokens_dir"]) if o["tokens_dir"] else None),
+        optim=OptimConfig(
+            lr=o["lr"],
+            weight_decay=o["weight_decay"],
+            warmup_steps=o["warmup_steps"],
+            min_lr_fraction=o["min_lr_fraction"],
+            grad_clip=o["grad_clip"],
+        ),
+        steps=o["steps"],
+        batch_size=o["batch_size"],
+        seq_len=o["seq_len"],
+        accum_steps=o["accum_steps"],
+        seed=o["seed"],
+        precision=o["precision"],
+        parallel=o["parallel"],
+        threads=o["threads"],
+        checkpoint_every=o["checkpoint_every"],
+        keep_checkpoints=o["keep_checkpoints"],
+        log_every=o["log_every"],
+        val_every=o["val_every"],
+        val_batches=o["val_batches"],
+        gate_every=o["gate_every"],
+        gate_steps=tuple(int(s) for s in o["gate_steps"].split(",") if s.strip()),
+    )
+
+
+train_app = typer.Typer(add_completion=False)
+train_app.command()(train_command)
+
+data_app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+
+@data_app.callback()
+def data() -> None:  # a callback keeps `tokenize` a subcommand although it is the only one
+    """Prepare training data."""
+
+
+@data_app.command()
+def tokenize(
+    files: list[Path] = typer.Argument(..., help="UTF-8 text files (one document each)"),
+    tokenizer: Path = typer.Option(..., "--tokenizer", help="a local Hugging Face tokenizer directory"),
+    out: Path = typer.Option(..., "--out", help="output token directory"),
+    val_fraction: float = typer.Option(0.05, help="tail fraction of each file kept for validation"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Tokenize text files into train.bin / val.bin (uint16 or uint32) and tokens.json."""
+    from phasekv.corpus.tokenize import tokenize_files
+    from phasekv.corpus.tokens import read_header
+
+    try:
+        header = read_header(tokenize_files(files, tokenizer, out, val_fraction, progress=progress).parent)
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise _fail(err) from err
+    counts = ", ".join(f"{s}: {v['count']:,}" for s, v in header["splits"].items())
+    typer.echo(f"wrote {out} ({header['dtype']}, vocab {header['vocab_size']:,}; tokens {counts})")

@@ -1,0 +1,267 @@
+"""The training loop: `train(config, run_dir)` runs (or resumes) one run and returns its final checkpoint.
+
+Run directory:
+
+    run.json                     the RunConfig (a resume with a different config is refused)
+    log.jsonl                    training and validation records (`log`)
+    checkpoints/step_XXXXXX/     model + trainer state, written atomically (`checkpoint`)
+    gates/step_XXXXXX.json       gate snapshots (`gates`), compressed models only
+    tokenizer/                   the mixture's tokenizer (mixture data only)
+    result.json                  {"checkpoint", "step", "metrics"} once the run has finished
+
+The loss is the mean cross-entropy over scored tokens of the *global* batch: each process sums its
+scored tokens' losses and divides by the all-reduced count, so any number of processes (and
+accumulation micro-batches) computes the same loss and gradient as one process.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from phasekv.corpus.batch import Batch, DataSource
+from phasekv.corpus.mixture import MixtureSource
+from phasekv.corpus.tokens import TokenWindowSource
+from phasekv.model import PhaseKVModel, load_checkpoint
+from phasekv.model.io import write_atomic
+from phasekv.train.checkpoint import (
+    CHECKPOINT_DIR,
+    checkpoint_name,
+    latest_checkpoint,
+    load_trainer_state,
+    remove_partial,
+    save_training_checkpoint,
+)
+from phasekv.train.config import RUN_FILE, RunConfig, RunConfigError, check_same_run, save_run_config
+from phasekv.train.gates import gate_snapshot, write_snapshot
+from phasekv.train.log import RunLog
+from phasekv.train.optim import make_optimizer
+from phasekv.train.rng import capture_rng, restore_rng, seed_everything
+from phasekv.train.runtime import Runtime, setup_runtime
+from phasekv.train.schedule import learning_rate
+
+RESULT_FILE = "result.json"
+GATE_PROBE_SEQUENCES = 16
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """The final checkpoint of a run, its step and metrics (loss, val_loss, tokens, train_s, tokens_per_s)."""
+
+    run_dir: Path
+    checkpoint: Path
+    step: int
+    metrics: dict
+
+
+def build_source(config: RunConfig) -> DataSource:
+    """The data source a run config describes."""
+    if config.data.kind == "mixture":
+        return MixtureSource(config.data.mixture, config.seq_len, config.steps, seed=config.data.seed)
+    return TokenWindowSource(config.data.tokens_dir, config.seq_len, seed=config.data.seed)
+
+
+def masked_loss_sum(model: nn.Module, batch: Batch, runtime: Runtime) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of cross-entropies over scored targets, number of scored targets) of one batch."""
+    with runtime.autocast():
+        logits = model(batch.inputs)
+    losses = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
+    mask = batch.target_mask.flatten()
+    return (losses * mask).sum(), mask.sum()
+
+
+def _rank_slices(config: RunConfig, runtime: Runtime) -> list[range]:
+    """This rank's micro-batches: sequence indices within the global batch."""
+    parts = runtime.world * config.accum_steps
+    if config.batch_size % parts:
+        raise RunConfigError(
+            f"batch_size {config.batch_size} must be divisible by processes x accum_steps = "
+            f"{runtime.world} x {config.accum_steps}"
+        )
+    micro = config.batch_size // parts
+    first = runtime.rank * config.accum_steps
+    return [range((first + i) * micro, (first + i + 1) * micro) for i in range(config.accum_steps)]
+
+
+def _prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool, runtime: Runtime, source: DataSource) -> None:
+    exists = (run_dir / RUN_FILE).is_file()
+    if exists and not resume:
+        raise RunConfigError(f"{run_dir} already holds a run: resume it (--resume) or choose a new output directory")
+    if exists:
+        check_same_run(run_dir, config)
+    runtime.barrier()  # every rank has checked before rank 0 writes
+    if runtime.is_main:
+        if not exists:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_run_config(config, run_dir)
+        remove_partial(run_dir)
+        if isinstance(source, MixtureSource) and not (run_dir / "tokenizer").is_dir():
+            source.tokenizer.save_pretrained(run_dir / "tokenizer")
+    runtime.barrier()
+
+
+class _Trainer:
+    """One process's part of a run (state shared by the loop's steps)."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, runtime: Runtime, source: DataSource):
+        self.config, self.run_dir, self.runtime, self.source = config, run_dir, runtime, source
+        self.slices = _rank_slices(config, runtime)
+        self.model_config = config.model_config(source.vocab_size)
+
+    def start(self, checkpoint: Path | None) -> tuple[nn.Module, torch.optim.Optimizer, dict]:
+        """Model, optimizer and trainer state, fresh (seeded) or from `checkpoint`."""
+        seed_everything(self.config.seed)
+        state = load_trainer_state(checkpoint) if checkpoint else {"step": 0, "metrics": {}}
+        model = self.runtime.wrap(load_checkpoint(checkpoint) if checkpoint else PhaseKVModel(self.model_config))
+        optimizer = make_optimizer(model, self.config.optim)
+        if checkpoint:
+            self.runtime.load_optimizer(model, optimizer, state["optimizer"])
+            restore_rng(state["rng"])
+        return model, optimizer, state
+
+    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> tuple[float, float, float]:
+        """One optimiser step on global batch `step`; returns (loss, grad norm, lr)."""
+        rt, cfg = self.runtime, self.config
+        lr = learning_rate(step, cfg.steps, cfg.optim)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batches = [self.source.batch("train", step, s).to(rt.device) for s in self.slices]
+        count = rt.all_reduce_sum(sum(b.target_mask.sum() for b in batches)).clamp(min=1).item()
+        total = torch.zeros((), dtype=torch.float64)
+        for i, batch in enumerate(batches):
+            with rt.no_sync(model, sync=i == len(batches) - 1):
+                loss_sum, _ = masked_loss_sum(model, batch, rt)
+                (loss_sum * (rt.world / count)).backward()  # DDP/FSDP average gradients over ranks
+            total += loss_sum.detach().double().cpu()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP returns a DTensor
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return rt.all_reduce_sum(total).item() / count, float(norm), lr
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module) -> float:
+        """Mean loss over scored tokens of `val_batches` global validation batches."""
+        module, rt = self.runtime.plain(model), self.runtime
+        sums = torch.zeros(2, dtype=torch.float64)
+        for position in range(self.config.val_batches):
+            for s in self.slices:
+                loss_sum, count = masked_loss_sum(module, self.source.batch("val", position, s).to(rt.device), rt)
+                sums += torch.stack([loss_sum.double().cpu(), count.double().cpu()])
+        total, count = rt.all_reduce_sum(sums).tolist()
+        return total / max(count, 1.0)
+
+    @torch.no_grad()
+    def snapshot_gates(self, model: nn.Module, step: int) -> None:
+        if self.model_config.compression is None:
+            return
+        probe = self.source.batch("val", 0, range(min(self.config.batch_size, GATE_PROBE_SEQUENCES)))
+        with self.runtime.autocast():
+            snap = gate_snapshot(
+                self.runtime.plain(model), self.model_config.compression, probe.inputs.to(self.runtime.device), step
+            )
+        if snap is not None and self.runtime.is_main:
+            write_snapshot(self.run_dir, snap)
+
+    def gates_due(self, step: int) -> bool:
+        every = self.config.gate_every
+        return step in self.config.gate_steps or bool(every and step % every == 0)
+
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, metrics: dict) -> Path:
+        """Write checkpoint `step` (collective: every rank calls; rank 0 writes)."""
+        full, optim_state = self.runtime.full_states(model, optimizer)
+        if self.runtime.is_main:
+            state = {
+                "step": step,
+                "optimizer": optim_state,
+                "schedule": {"step": step, "total_steps": self.config.steps},
+                "rng": capture_rng(),
+                "data": {"position": step},
+                "metrics": metrics,
+            }
+            save_training_checkpoint(self.run_dir, step, full, state, keep=self.config.keep_checkpoints)
+        self.runtime.barrier()
+        return self.run_dir / CHECKPOINT_DIR / checkpoint_name(step)
+
+
+def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progress: bool = True) -> TrainResult:
+    """Train (or, with `resume`, continue) the run `config` in `run_dir`; returns the final checkpoint.
+
+    Works in one process or under torchrun (every process calls it with the same arguments). A run
+    whose final checkpoint exists returns at once. `progress` shows a tqdm bar on rank 0.
+    """
+    run_dir = Path(run_dir)
+    runtime = setup_runtime(config)
+    try:
+        source = build_source(config)
+        _prepare_run_dir(run_dir, config, resume, runtime, source)
+        return _run(_Trainer(config, run_dir, runtime, source), resume, progress)
+    finally:
+        runtime.close()
+
+
+def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:
+    cfg, rt, run_dir = trainer.config, trainer.runtime, trainer.run_dir
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        state = load_trainer_state(checkpoint)
+        if state["step"] >= cfg.steps:
+            return TrainResult(run_dir, checkpoint, state["step"], state["metrics"])
+    model, optimizer, state = trainer.start(checkpoint)
+    start, metrics = state["step"], dict(state["metrics"])
+    log = RunLog(run_dir, start, enabled=rt.is_main)
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    metrics.setdefault("tokens", 0)
+    metrics.setdefault("train_s", 0.0)
+    if start == 0 and trainer.gates_due(0):
+        trainer.snapshot_gates(model, 0)
+    window = {"loss": 0.0, "grad_norm": 0.0, "steps": 0, "seconds": 0.0}
+    begun = time.perf_counter()
+    with tqdm(total=cfg.steps, initial=start, unit="step", disable=not (progress and rt.is_main)) as bar:
+        for step in range(start, cfg.steps):
+            tick = time.perf_counter()
+            loss, grad_norm, lr = trainer.step(model, optimizer, step)
+            seconds = time.perf_counter() - tick
+            done = step + 1
+            metrics["tokens"] += tokens_per_step
+            metrics["train_s"] += seconds
+            for key, value in (("loss", loss), ("grad_norm", grad_norm), ("steps", 1), ("seconds", seconds)):
+                window[key] += value
+            final = done == cfg.steps
+            if (cfg.log_every and done % cfg.log_every == 0) or final:
+                n = window["steps"]
+                metrics["loss"] = window["loss"] / n
+                log.write(
+                    {
+                        "step": done,
+                        "loss": metrics["loss"],
+                        "lr": lr,
+                        "grad_norm": window["grad_norm"] / n,
+                        "tokens_per_s": n * tokens_per_step / window["seconds"],
+                        "tokens": metrics["tokens"],
+                        "elapsed_s": time.perf_counter() - begun,
+                    }
+                )
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
+                window = dict.fromkeys(window, 0.0)
+            if (cfg.val_every and done % cfg.val_every == 0) or final:
+                metrics["val_loss"] = trainer.validate(model)
+                log.write({"step": done, "val_loss": metrics["val_loss"]})
+            if trainer.gates_due(done):
+                trainer.snapshot_gates(model, done)
+            metrics["tokens_per_s"] = metrics["tokens"] / metrics["train_s"]
+            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or final:
+                checkpoint = trainer.save(model, optimizer, done, metrics)
+            bar.update(1)
+    result = TrainResult(run_dir, checkpoint, cfg.steps, metrics)
+    if rt.is_main:
+        record = {"checkpoint": str(checkpoint), "step": cfg.steps, "metrics": metrics}
+        write_atomic(run_dir / RESULT_FILE, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=2) + "\n"))
+    return result

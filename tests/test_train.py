@@ -1,0 +1,225 @@
+"""The trainer: schedule, optimizer groups, atomic checkpoints, exact resume after SIGKILL, refusing a
+different config, DDP (2 gloo processes) against one process, gate snapshots, and learning."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from phasekv.model import PhaseKVModel, load_checkpoint
+from phasekv.train import DataConfig, MixtureConfig, ModelSpec, OptimConfig, RunConfig, RunConfigError, read_log, train
+from phasekv.train import checkpoint as ckpt
+from phasekv.train.optim import decays, make_optimizer
+from phasekv.train.schedule import learning_rate
+
+SMALL = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "head_dim": 16, "intermediate_size": 64}
+
+
+def small_config(preset: str = "w8s8-1kv", **changes) -> RunConfig:
+    """A model and data small enough for many steps per second on one thread."""
+    base = RunConfig(
+        model=ModelSpec(preset, "tiny", SMALL),
+        data=DataConfig(mixture=MixtureConfig(records=4, records_start=2, max_queries=6)),
+        optim=OptimConfig(warmup_steps=2),
+        steps=8,
+        batch_size=4,
+        seq_len=64,
+        threads=1,
+        checkpoint_every=0,
+        log_every=1,
+        val_every=0,
+        val_batches=1,
+    )
+    return replace(base, **changes)
+
+
+def env_one_thread() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def write_config(config: RunConfig, path) -> str:
+    path.write_text(json.dumps(config.to_dict()))
+    return str(path)
+
+
+def losses(run_dir) -> list[tuple]:
+    return [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in read_log(run_dir) if "loss" in r]
+
+
+def weights(checkpoint) -> dict[str, torch.Tensor]:
+    return load_file(str(checkpoint / "model.safetensors"))
+
+
+def test_schedule():
+    o = OptimConfig(lr=1.0, warmup_steps=4, min_lr_fraction=0.1)
+    assert [learning_rate(s, 14, o) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert learning_rate(4, 14, o) == 1.0
+    assert learning_rate(13, 14, o) == pytest.approx(0.1)
+    assert learning_rate(4 + 9 / 2, 14, o) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert learning_rate(8, 14, o) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 4 / 9)))
+    assert learning_rate(0, 1, OptimConfig(lr=2.0, warmup_steps=0)) == 2.0
+
+
+def test_weight_decay_on_matrices_only():
+    model = PhaseKVModel(small_config().model_config(841))
+    names = {n: decays(n, p) for n, p in model.named_parameters()}
+    assert names["embed_tokens.weight"] and names["layers.0.mlp.up_proj.weight"]
+    assert names["layers.0.self_attn.compressor.payload"] and names["layers.0.self_attn.compressor.gate_weight"]
+    assert not names["layers.0.self_attn.compressor.gate_bias"] and not names["norm.weight"]
+    groups = make_optimizer(model, OptimConfig(weight_decay=0.1)).param_groups
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_partial_checkpoints_are_ignored(tmp_path, monkeypatch):
+    model = PhaseKVModel(small_config().model_config(841))
+    ckpt.save_training_checkpoint(tmp_path, 5, model, {"step": 5})
+    root = tmp_path / ckpt.CHECKPOINT_DIR
+    killed = root / ".tmp-step_000010-abc"  # what a kill during a save leaves
+    killed.mkdir()
+    (killed / "config.json").write_text("{")
+    no_state = root / "step_000009"  # a final name without trainer.pt (e.g. copied by hand)
+    no_state.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (no_state / name).write_bytes((root / "step_000005" / name).read_bytes())
+    assert ckpt.latest_checkpoint(tmp_path) == root / "step_000005"
+    ckpt.remove_partial(tmp_path)
+    assert not killed.exists()
+
+    def crash(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_training_checkpoint(tmp_path, 6, model, {"step": 6})
+    assert sorted(p.name for p in root.iterdir()) == ["step_000005", "step_000009"]
+    monkeypatch.undo()
+    for step in (6, 7):
+        ckpt.save_training_checkpoint(tmp_path, step, model, {"step": step}, keep=2)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [6, 7]
+    assert torch.equal(load_checkpoint(root / "step_000007").embed_tokens.weight, model.embed_tokens.weight)
+
+
+def test_resume_after_sigkill_is_bitwise_exact(tmp_path):
+    config = small_config(steps=120, checkpoint_every=10)
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
+    errors = (tmp_path / "stderr.txt").open("w")
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(killed), "--no-progress"], env=env_one_thread(), stdout=subprocess.DEVNULL, stderr=errors
+    )
+    deadline = time.monotonic() + 60
+    while not ckpt.list_checkpoints(killed):
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    saved = ckpt.list_checkpoints(killed)[-1][0]
+    assert saved < config.steps and not (killed / "result.json").exists()
+
+    resumed = train(config, killed, resume=True, progress=False)
+    reference = train(config, tmp_path / "reference", progress=False)
+    a, b = weights(resumed.checkpoint), weights(reference.checkpoint)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    state_a, state_b = (ckpt.load_trainer_state(r.checkpoint)["optimizer"]["state"] for r in (resumed, reference))
+    assert all(torch.equal(state_a[i][k], state_b[i][k]) for i in state_a for k in ("exp_avg", "exp_avg_sq"))
+    assert losses(killed) == losses(tmp_path / "reference")  # the log reads as if never stopped
+
+
+def test_run_dir_belongs_to_one_config(tmp_path):
+    config = small_config("full-1kv", steps=2, gate_steps=(0, 2))
+    first = train(config, tmp_path, progress=False)
+    assert not (tmp_path / "gates").exists()  # full attention has no gates
+    with pytest.raises(RunConfigError, match="already holds a run"):
+        train(config, tmp_path, progress=False)
+    with pytest.raises(RunConfigError, match=r"optim\.lr: run dir has 0\.003, requested 0\.01"):
+        train(replace(config, optim=OptimConfig(lr=0.01, warmup_steps=2)), tmp_path, resume=True, progress=False)
+    again = train(config, tmp_path, resume=True, progress=False)  # finished: nothing to do
+    assert again.checkpoint == first.checkpoint and again.metrics == first.metrics
+
+
+def test_ddp_two_processes_match_one(tmp_path):
+    config = small_config(steps=4, val_every=2)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
+    cmd += ["--out", str(tmp_path / "ddp"), "--no-progress"]
+    done = subprocess.run(cmd, env=env_one_thread(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    single = train(config, tmp_path / "one", progress=False)
+    two, one = np.array(losses(tmp_path / "ddp")), np.array(losses(tmp_path / "one"))
+    assert two.shape == one.shape == (4, 4)
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    vals = [[r["val_loss"] for r in read_log(tmp_path / d) if "val_loss" in r] for d in ("ddp", "one")]
+    np.testing.assert_allclose(vals[0], vals[1], rtol=1e-6)
+    a, b = weights(tmp_path / "ddp" / "checkpoints" / "step_000004"), weights(single.checkpoint)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_fsdp_matches_one_process_and_resumes(tmp_path):
+    config = small_config(steps=4, checkpoint_every=2, parallel="fsdp")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
+    cmd += ["--out", str(tmp_path / "fsdp"), "--no-progress"]
+    first = subprocess.run(cmd, env=env_one_thread(), capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stderr[-3000:]
+    final = tmp_path / "fsdp" / "checkpoints" / "step_000004"
+    before = weights(final)
+    shutil.rmtree(final)  # resume from step 2 (optimizer state gathered and re-sharded)
+    again = subprocess.run([*cmd, "--resume"], env=env_one_thread(), capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = weights(final)
+    assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
+    single = train(replace(config, parallel="ddp"), tmp_path / "one", progress=False)
+    np.testing.assert_allclose(np.array(losses(tmp_path / "fsdp")), np.array(losses(tmp_path / "one")), rtol=1e-5)
+    assert all(torch.allclose(after[k], v, atol=1e-6) for k, v in weights(single.checkpoint).items())
+
+
+def test_accumulation_matches_one_batch(tmp_path):
+    one = train(small_config(steps=3), tmp_path / "one", progress=False)
+    two = train(small_config(steps=3, accum_steps=2), tmp_path / "two", progress=False)
+    np.testing.assert_allclose(np.array(losses(tmp_path / "two")), np.array(losses(tmp_path / "one")), rtol=1e-5)
+    assert one.step == two.step == 3
+
+
+def test_short_run_learns_and_snapshots_gates(tmp_path):
+    config = RunConfig(
+        model=ModelSpec("w8s8-1kv", "tiny"),
+        optim=OptimConfig(lr=3e-3, warmup_steps=10),
+        steps=60,
+        batch_size=8,
+        seq_len=128,
+        log_every=10,
+        val_every=30,
+        val_batches=2,
+        checkpoint_every=0,
+        gate_steps=(0, 60),
+    )
+    result = train(config, tmp_path, progress=False)
+    log = read_log(tmp_path)
+    train_losses = [r["loss"] for r in log if "loss" in r]
+    assert train_losses[0] - train_losses[-1] > 0.8, train_losses
+    assert result.metrics["val_loss"] < train_losses[0] - 0.8
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(log[0])
+    for step in (0, 60):
+        snap = json.loads((tmp_path / "gates" / f"step_{step:06d}.json").read_text())
+        assert [layer["layer"] for layer in snap["layers"]] == [0, 1]
+        for layer in snap["layers"]:
+            for branch in ("key", "value"):
+                means = np.array(layer[branch]["mean_by_offset"])
+                assert means.shape == (1, 8) and np.allclose(means.sum(axis=1), 1, atol=1e-5)
+                assert 1 <= layer[branch]["static_effective"][0] <= 8
+    assert json.loads((tmp_path / "result.json").read_text())["step"] == 60
