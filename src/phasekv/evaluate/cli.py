@@ -1,0 +1,212 @@
+"""`phasekv eval lookup|needle|flip MODEL`: run a probe on a phasekv checkpoint or any HF causal LM
+directory, print a short table, and optionally write the JSON results (`--out`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+eval_app = typer.Typer(
+    help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
+SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
+BATCH = typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")
+THREADS = typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)")
+DEVICE = typer.Option("cpu", help="torch device, e.g. cpu or cuda")
+DTYPE = typer.Option("float32", help="model dtype: float32, bfloat16 or float16")
+OUT = typer.Option(None, "--out", help="write the results JSON here")
+QUIET = typer.Option(False, "--quiet", help="no progress bar")
+STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
+PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Bad input (ValueError and its subclasses, missing files) ends with one line and exit code 2."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"phasekv eval: error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _scorer(model: Path, batch_size: int, threads: int | None, device: str, dtype: str):
+    from ..scoring import load_scorer
+
+    return load_scorer(model, batch_size=batch_size, threads=threads, device=device, dtype=dtype)
+
+
+def _finish(result: dict, table: str, out: Path | None) -> None:
+    typer.echo(table)
+    if out is not None:
+        from .record import write_results
+
+        typer.echo(f"wrote {write_results(result, out)}")
+
+
+def _controls_line(result: dict) -> str:
+    c = result["controls"]
+    held = all(v for k, v in c.items() if k != "query_positions")
+    state = "held" if held else "FAILED: " + ", ".join(k for k, v in c.items() if v is False)
+    return f"position controls {state} (query position {c['query_positions']}, equal mean and variance of t_K)"
+
+
+def _summary_table(result: dict, heading: str) -> str:
+    from ..stats import ResidueSummary, UniformityTest, format_summary
+
+    fields = dict(result["summary"])
+    fields["uniformity"] = UniformityTest(**fields["uniformity"])
+    stride = result["stride"]
+    lines = [
+        heading,
+        f"stride for the period check: {stride['value']} ({stride['source']}); wall time {result['wall_time_s']:.1f} s",
+        format_summary(ResidueSummary(**fields)),
+        _controls_line(result),
+    ]
+    return "\n".join(lines)
+
+
+@eval_app.command()
+def lookup(
+    model: Path = MODEL,
+    records: int = typer.Option(64, min=1, help="key-name records per prompt"),
+    demos: int = typer.Option(8, min=0, help="demonstrations before the target"),
+    mappings: int = typer.Option(64, min=2, help="key-name mappings (the bootstrap unit)"),
+    placements: int = typer.Option(None, min=1, help="placements per mapping and residue (default: fewest exact)"),
+    modulus: int = typer.Option(24, min=2, help="group targets by position mod this"),
+    protocol: str = typer.Option("prefix", help=PROTOCOLS_HELP),
+    padding: int = typer.Option(None, min=0, help="pad tokens per prompt (default: design span + records/4)"),
+    seed: int = SEED,
+    stride: int = STRIDE,
+    resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
+    batch_size: int = BATCH,
+    threads: int = THREADS,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    out: Path = OUT,
+    quiet: bool = QUIET,
+) -> None:
+    """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
+    from ..tasks.lookup import LookupOptions
+    from .lookup import run_lookup
+
+    with _one_line_errors():
+        options = LookupOptions(
+            n_records=records,
+            n_demos=demos,
+            modulus=modulus,
+            n_mappings=mappings,
+            placements_per_mapping=placements,
+            protocol=protocol,
+            padding=padding,
+            seed=seed,
+        )
+        scorer = _scorer(model, batch_size, threads, device, dtype)
+        result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
+        agg = result["aggregation"]
+        heading = (
+            f"lookup on {model}: {protocol} padding, {result['n_prompts']} prompts = {agg['n_mappings']} mappings x "
+            f"{modulus} residues x {agg['placements_per_mapping']} placements (bootstrap rows: mapping x placement)"
+        )
+        _finish(result, _summary_table(result, heading), out)
+
+
+@eval_app.command()
+def needle(
+    model: Path = MODEL,
+    context_length: int = typer.Option(4096, min=8, help="tokens per prompt, query included"),
+    records: int = typer.Option(512, min=1, help="key-value records per prompt"),
+    key_tokens: int = typer.Option(2, min=1, help="tokens per key"),
+    value_tokens: int = typer.Option(2, min=1, help="tokens per value (all must be produced)"),
+    haystacks: int = typer.Option(64, min=1, help="haystacks, each placed at every residue"),
+    placements: int = typer.Option(None, min=1, help="placements per haystack and residue (default: fewest exact)"),
+    modulus: int = typer.Option(8, min=2, help="group targets by position mod this"),
+    protocol: str = typer.Option("in-sequence", help=PROTOCOLS_HELP),
+    seed: int = SEED,
+    stride: int = STRIDE,
+    batch_size: int = BATCH,
+    threads: int = THREADS,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    out: Path = OUT,
+    quiet: bool = QUIET,
+) -> None:
+    """Position-matched needle test, accuracy by target-key position mod M, Wilson intervals."""
+    from ..tasks.needle import NeedleOptions
+    from .needle import run_needle
+
+    with _one_line_errors():
+        options = NeedleOptions(
+            context_length=context_length,
+            n_records=records,
+            key_tokens=key_tokens,
+            value_tokens=value_tokens,
+            modulus=modulus,
+            n_haystacks=haystacks,
+            placements_per_haystack=placements,
+            protocol=protocol,
+            seed=seed,
+        )
+        scorer = _scorer(model, batch_size, threads, device, dtype)
+        result = run_needle(scorer, options, stride=stride, progress=not quiet)
+        heading = (
+            f"needle on {model}: {context_length} tokens, {records} records, {protocol} padding, "
+            f"{result['n_prompts']} prompts"
+        )
+        _finish(result, _summary_table(result, heading), out)
+
+
+def _read_context(value: str | None) -> str | None:
+    """A literal context, or the contents of a file given as @path."""
+    if value is None or not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    if not path.is_file():
+        raise FileNotFoundError(f"context file {path} does not exist")
+    return path.read_text()
+
+
+@eval_app.command()
+def flip(
+    model: Path = MODEL,
+    context: str = typer.Option(None, help="the fixed context (a string, or @file); default: an FP8-kernel line"),
+    candidates: str = typer.Option("8,32", help="comma-separated candidate continuations"),
+    min_length: int = typer.Option(16, min=0, help="shortest filler length in tokens"),
+    lengths: int = typer.Option(16, min=1, help="number of filler lengths (one token apart)"),
+    families: str = typer.Option(None, help="comma-separated filler families (default: all)"),
+    period: int = typer.Option(None, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
+    permutations: int = typer.Option(2000, min=1, help="shuffles for the pattern's chance level"),
+    seed: int = SEED,
+    batch_size: int = BATCH,
+    threads: int = THREADS,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    out: Path = OUT,
+    quiet: bool = QUIET,
+) -> None:
+    """Flipping completion: candidate probabilities as the filler grows one token at a time."""
+    from .flip import FlipOptions, format_flip, run_flip
+
+    with _one_line_errors():
+        fields = dict(
+            candidates=tuple(c for c in candidates.split(",") if c),
+            min_length=min_length,
+            n_lengths=lengths,
+            families=None if families is None else tuple(f.strip() for f in families.split(",") if f.strip()),
+            period=period,
+            n_permutations=permutations,
+            seed=seed,
+        )
+        text = _read_context(context)
+        options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
+        scorer = _scorer(model, batch_size, threads, device, dtype)
+        result = run_flip(scorer, options, progress=not quiet)
+        heading = f"flip on {model}: candidates {list(options.candidates)}, wall time {result['wall_time_s']:.1f} s"
+        _finish(result, heading + "\n" + format_flip(result), out)

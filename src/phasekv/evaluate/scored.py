@@ -1,0 +1,95 @@
+"""Score the prompts of a lookup or needle run, keeping per-prompt positions and labels, and
+check the position controls on exactly the prompts that were scored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..scoring import Scorer, score_answers
+from ..tasks import placement
+from ..tasks.prompts import Prompt
+
+CHUNK_BATCHES = 16  # prompts built and scored at once = CHUNK_BATCHES x scorer.batch_size
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """Per-prompt arrays, each [N] in prompt order: `correct`, `logprob` (answer, summed),
+    `residue`, `unit`, `placement`, `target_position` (t_K), `query_position`, and the layout
+    checks `answer_follows_key` (the answer tokens sit right after the target key) and
+    `query_repeats_key` (the prompt ends with the target key)."""
+
+    correct: np.ndarray
+    logprob: np.ndarray
+    residue: np.ndarray
+    unit: np.ndarray
+    placement: np.ndarray
+    target_position: np.ndarray
+    query_position: np.ndarray
+    answer_follows_key: np.ndarray
+    query_repeats_key: np.ndarray
+
+
+def score_prompt_set(
+    scorer: Scorer, prompts: Sequence[Prompt], key_length: int, desc: str, progress: bool = True
+) -> PromptScores:
+    """Score every prompt (built chunk by chunk, so lazy prompt sequences stay lazy).
+
+    `key_length` is the number of key tokens starting at t_K (1 for lookup).
+    """
+    n = len(prompts)
+    fields = {name: np.zeros(n, dtype=np.int64) for name in ("residue", "unit", "placement")}
+    fields |= {name: np.zeros(n, dtype=np.int64) for name in ("target_position", "query_position")}
+    checks = {name: np.zeros(n, dtype=bool) for name in ("answer_follows_key", "query_repeats_key")}
+    correct, logprob = np.zeros(n, dtype=bool), np.zeros(n)
+    chunk = CHUNK_BATCHES * scorer.batch_size
+    with tqdm(total=n, desc=desc, unit="prompt", disable=not progress) as bar:
+        for start in range(0, n, chunk):
+            batch = [prompts[i] for i in range(start, min(n, start + chunk))]
+            scores = score_answers(scorer, [p.input_ids for p in batch], [p.answer_ids for p in batch])
+            rows = slice(start, start + len(batch))
+            correct[rows], logprob[rows] = scores.correct, scores.logprob
+            for name in fields:
+                fields[name][rows] = [getattr(p, name) for p in batch]
+            checks["answer_follows_key"][rows] = [_answer_follows_key(p, key_length) for p in batch]
+            checks["query_repeats_key"][rows] = [_query_repeats_key(p, key_length) for p in batch]
+            bar.update(len(batch))
+    return PromptScores(correct=correct, logprob=logprob, **fields, **checks)
+
+
+def _answer_follows_key(p: Prompt, key_length: int) -> bool:
+    start = p.target_position + key_length
+    return p.input_ids[start : start + len(p.answer_ids)] == list(p.answer_ids)
+
+
+def _query_repeats_key(p: Prompt, key_length: int) -> bool:
+    key = p.input_ids[p.target_position : p.target_position + key_length]
+    return p.query_position == len(p.input_ids) - 1 and p.input_ids[-key_length:] == key
+
+
+def position_controls(scores: PromptScores, modulus: int) -> tuple[list[dict], dict]:
+    """(per-residue position statistics, checks) computed from the scored prompts.
+
+    Rows: residue, count, mean and variance of t_K, query position. Checks (exact integer
+    arithmetic): one query position for all prompts, equal mean and equal variance of t_K in
+    every residue group, t_K mod M equal to the group's residue, and the layout checks.
+    """
+    groups = {int(r): scores.target_position[scores.residue == r] for r in np.unique(scores.residue)}
+    queries = sorted({int(q) for q in scores.query_position})
+    moments = {r: placement.exact_moments(t) for r, t in groups.items()}
+    rows = placement.position_stats(groups, queries[0])
+    checks = {
+        "query_position_fixed": len(queries) == 1,
+        "query_positions": queries,
+        "equal_mean_target_position": len({m for m, _ in moments.values()}) == 1,
+        "equal_var_target_position": len({v for _, v in moments.values()}) == 1,
+        "equal_group_sizes": len({len(t) for t in groups.values()}) == 1,
+        "target_at_residue": bool(np.all(scores.target_position % modulus == scores.residue)),
+        "answer_follows_key": bool(scores.answer_follows_key.all()),
+        "query_repeats_key": bool(scores.query_repeats_key.all()),
+    }
+    return rows, checks

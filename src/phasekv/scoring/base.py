@@ -1,0 +1,126 @@
+"""The scoring interface and the batching every model-backed scorer shares.
+
+Batching never shifts positions: prompts are sorted by length and cut into batches of
+`batch_size`, and shorter rows are padded on the right. A causal model's output at position t
+depends only on tokens 0..t, so padding after a row's last real token cannot change the
+log-probs read at that row's own positions, and every prompt starts at position 0. Equal-length
+prompts (lookup, needle) need no padding at all.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ScorerError(ValueError):
+    """A model directory or a scoring request is unusable; the message says why."""
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Next-token log-probabilities over the full vocabulary for batches of token-id prompts.
+
+    `tokenizer` is a fast Hugging Face tokenizer for the model; `compression_stride` is the
+    model's compression stride S when its config has one (None for full attention).
+    """
+
+    tokenizer: Any
+    batch_size: int
+    compression_stride: int | None
+
+    def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
+        """Log-probs [N, n_last, V] predicted at the last `n_last` positions of each sequence."""
+        ...
+
+    def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Log-probs [N, V] of the token after each sequence."""
+        ...
+
+    def describe(self) -> dict:
+        """JSON-ready record of the model: path, kind, config, parameter count, tokenizer."""
+        ...
+
+
+class BatchedScorer(ABC):
+    """Length-grouped, right-padded batching over a model; subclasses supply `_logits`.
+
+    The model is put in eval mode on `device` in `dtype` (a key of DTYPES); `threads` (if given)
+    sets torch's CPU threads. Log-probs are always computed in float32.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        batch_size: int = 16,
+        threads: int | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+        pad_id: int = 0,
+    ):
+        if batch_size < 1:
+            raise ScorerError(f"batch_size must be >= 1, got {batch_size}")
+        if threads is not None:
+            if threads < 1:
+                raise ScorerError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(threads)
+        if dtype not in DTYPES:
+            raise ScorerError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        self.model = model.eval().to(device=device, dtype=DTYPES[dtype])
+        self.dtype = dtype
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.pad_id = pad_id
+
+    @abstractmethod
+    def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits [B, K, V] at `positions` [B, K] (row-wise indices) of `input_ids` [B, T]."""
+
+    @torch.inference_mode()
+    def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
+        """Log-probs [N, n_last, V] (float32, CPU) at the last `n_last` positions of each sequence,
+        in input order."""
+        if n_last < 1:
+            raise ScorerError(f"n_last must be >= 1, got {n_last}")
+        lengths = [len(s) for s in sequences]
+        if any(n < n_last for n in lengths):
+            raise ScorerError(f"every sequence needs at least n_last = {n_last} tokens")
+        order = sorted(range(len(sequences)), key=lengths.__getitem__)
+        parts = []
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            width = max(lengths[i] for i in rows)
+            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+            for row, i in enumerate(rows):
+                ids[row, : lengths[i]] = torch.as_tensor(sequences[i], dtype=torch.long)
+            ends = torch.tensor([lengths[i] for i in rows])
+            positions = ends[:, None] - n_last + torch.arange(n_last)
+            logits = self._logits(ids.to(self.device), positions.to(self.device))
+            parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
+        if not parts:
+            raise ScorerError("no sequences to score")
+        out = torch.cat(parts)
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        return out[inverse]
+
+    def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Log-probs [N, V] of the token after each sequence."""
+        return self.logprobs(sequences, 1)[:, 0]
+
+    def num_parameters(self) -> int:
+        """Parameters of the model, shared (tied) tensors counted once."""
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def gather_positions(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """values [B, T, D], positions [B, K] -> values at each row's positions, [B, K, D]."""
+    return values.gather(1, positions[..., None].expand(-1, -1, values.shape[-1]))

@@ -1,0 +1,37 @@
+"""Pick the scorer for a model directory by reading its config.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..model.io import CONFIG_FILE, FORMAT
+from .base import BatchedScorer, ScorerError
+from .hf_scorer import HFScorer
+from .phasekv_scorer import PhaseKVScorer
+
+
+def load_scorer(path: str | Path, **options) -> BatchedScorer:
+    """A `PhaseKVScorer` for a phasekv checkpoint ("format": "phasekv" in config.json), an
+    `HFScorer` for a Hugging Face model directory (config.json with "model_type").
+
+    `options` go to the scorer (batch_size, threads, device, dtype). Raises ScorerError for a
+    missing directory, a missing or unreadable config.json, or a config of neither kind.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ScorerError(f"model directory {directory} does not exist")
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        raise ScorerError(f"{config_path} is missing: MODEL must be a phasekv checkpoint or an HF model directory")
+    try:
+        meta = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ScorerError(f"{config_path} is not valid JSON ({err})") from err
+    if isinstance(meta, dict) and meta.get("format") == FORMAT:
+        return PhaseKVScorer.from_checkpoint(directory, **options)
+    if isinstance(meta, dict) and "model_type" in meta:
+        return HFScorer.from_pretrained(directory, **options)
+    raise ScorerError(
+        f'{config_path} is neither a phasekv config ("format": "{FORMAT}") nor an HF config (no "model_type")'
+    )

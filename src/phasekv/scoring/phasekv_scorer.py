@@ -1,0 +1,77 @@
+"""Scorer over our own models (PhaseKVModel), in memory or from a checkpoint directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..model import PhaseKVModel, load_checkpoint
+from ..tasks.tokenizer import build_word_tokenizer, load_word_tokenizer
+from .base import BatchedScorer, ScorerError, gather_positions
+
+BUILT_IN_TOKENIZER = "built-in word tokenizer (phasekv.tasks.tokenizer)"
+
+
+class PhaseKVScorer(BatchedScorer):
+    """Scores with a PhaseKVModel and a word-level tokenizer (default: `build_word_tokenizer()`).
+
+    Only the requested positions go through the final norm's output into the LM head (a forward
+    hook on `model.norm` gathers them), so a batch never materialises [B, T, V] logits.
+    """
+
+    def __init__(
+        self,
+        model: PhaseKVModel,
+        tokenizer=None,
+        *,
+        path: str | Path | None = None,
+        tokenizer_source: str = BUILT_IN_TOKENIZER,
+        **options,
+    ):
+        tokenizer = build_word_tokenizer() if tokenizer is None else tokenizer
+        if len(tokenizer) > model.config.vocab_size:
+            raise ScorerError(
+                f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary has only "
+                f"{model.config.vocab_size}: save the matching tokenizer.json in the checkpoint directory"
+            )
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        super().__init__(model, tokenizer, pad_id=pad_id, **options)
+        self.path = None if path is None else str(path)
+        self.tokenizer_source = tokenizer_source
+
+    @classmethod
+    def from_checkpoint(cls, directory: str | Path, **options) -> PhaseKVScorer:
+        """Load `directory` (config.json + model.safetensors); its tokenizer.json if present,
+        else the built-in word tokenizer."""
+        directory = Path(directory)
+        model = load_checkpoint(directory)
+        if (directory / "tokenizer.json").is_file():
+            tokenizer, source = load_word_tokenizer(directory), str(directory / "tokenizer.json")
+        else:
+            tokenizer, source = None, BUILT_IN_TOKENIZER
+        return cls(model, tokenizer, path=directory, tokenizer_source=source, **options)
+
+    @property
+    def compression_stride(self) -> int | None:
+        comp = self.model.config.compression
+        return None if comp is None else comp.stride
+
+    def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        handle = self.model.norm.register_forward_hook(lambda _m, _inp, out: gather_positions(out, positions))
+        try:
+            return self.model(input_ids)
+        finally:
+            handle.remove()
+
+    def describe(self) -> dict:
+        return {
+            "path": self.path,
+            "kind": "phasekv",
+            "config": self.model.config.to_dict(),
+            "parameters": self.num_parameters(),
+            "compression_stride": self.compression_stride,
+            "tokenizer": {"source": self.tokenizer_source, "size": len(self.tokenizer)},
+            "device": str(self.device),
+            "dtype": self.dtype,
+        }

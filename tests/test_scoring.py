@@ -1,0 +1,213 @@
+"""Scorers over phasekv checkpoints and HF causal LMs: dispatch, padding invariance, answer scoring."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import DeepseekV4Config, DeepseekV4ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
+from phasekv.scoring import (
+    HFScorer,
+    PhaseKVScorer,
+    Scorer,
+    ScorerError,
+    hf_compression_stride,
+    load_scorer,
+    score_answers,
+)
+from phasekv.tasks.tokenizer import build_word_tokenizer, save_word_tokenizer
+
+TOKENIZER = build_word_tokenizer()
+V = len(TOKENIZER)
+
+
+def save_qwen3(directory, seed=0):
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
+    Qwen3ForCausalLM(cfg).save_pretrained(directory)
+    TOKENIZER.save_pretrained(directory)
+    return directory
+
+
+def save_dsv4(directory, seed=0):
+    torch.manual_seed(seed)
+    cfg = DeepseekV4Config(
+        vocab_size=V,
+        hidden_size=64,
+        head_dim=32,
+        num_attention_heads=4,
+        q_lora_rank=16,
+        num_hidden_layers=2,
+        index_n_heads=2,
+        index_head_dim=16,
+        index_topk=8,
+        partial_rotary_factor=0.5,
+        o_groups=2,
+        o_lora_rank=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        sliding_window=16,
+        hc_mult=2,
+        layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
+        mlp_layer_types=["hash_moe", "moe"],
+    )
+    DeepseekV4ForCausalLM(cfg).save_pretrained(directory)
+    TOKENIZER.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    return save_qwen3(tmp_path_factory.mktemp("qwen3"))
+
+
+@pytest.fixture(scope="module")
+def phasekv_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("phasekv")
+    save_checkpoint(PhaseKVModel(preset_config("w8s4-1kv", "tiny", vocab_size=V)), directory)
+    save_word_tokenizer(directory)
+    return directory
+
+
+def random_sequences(n, seed=0, low=5, high=40):
+    gen = np.random.default_rng(seed)
+    return [gen.integers(0, V, size=int(gen.integers(low, high))).tolist() for _ in range(n)]
+
+
+def test_load_scorer_picks_the_scorer_from_config_json(qwen_dir, phasekv_dir):
+    hf, ours = load_scorer(qwen_dir), load_scorer(phasekv_dir)
+    assert isinstance(hf, HFScorer) and isinstance(ours, PhaseKVScorer)
+    assert isinstance(hf, Scorer) and isinstance(ours, Scorer)
+    assert hf.describe()["model_type"] == "qwen3" and hf.compression_stride is None
+    assert ours.compression_stride == 4 and ours.describe()["tokenizer"]["source"].endswith("tokenizer.json")
+    assert not hf.model.training and not ours.model.training
+    json.dumps(hf.describe()), json.dumps(ours.describe())
+
+
+def test_load_scorer_errors_are_clear(tmp_path):
+    with pytest.raises(ScorerError, match="does not exist"):
+        load_scorer(tmp_path / "nowhere")
+    with pytest.raises(ScorerError, match="config.json is missing"):
+        load_scorer(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ScorerError, match="not valid JSON"):
+        load_scorer(tmp_path)
+    (tmp_path / "config.json").write_text('{"hidden_size": 3}')
+    with pytest.raises(ScorerError, match="neither a phasekv config"):
+        load_scorer(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-model"}')
+    with pytest.raises(ScorerError, match="cannot load"):
+        load_scorer(tmp_path)
+
+
+def test_phasekv_scorer_needs_a_vocabulary_that_fits_the_tokenizer(tmp_path):
+    small = PhaseKVModel(preset_config("full-1kv", "tiny", vocab_size=100))
+    with pytest.raises(ScorerError, match="only 100"):
+        PhaseKVScorer(small)
+    save_checkpoint(small, tmp_path)  # no tokenizer.json: the built-in word tokenizer is used
+    with pytest.raises(ScorerError, match="tokenizer has 841 tokens"):
+        load_scorer(tmp_path)
+
+
+def _batched_vs_alone(scorer):
+    sequences = random_sequences(7)
+    scorer.batch_size = 4
+    batched = scorer.logprobs(sequences, n_last=3)
+    scorer.batch_size = 1
+    alone = scorer.logprobs(sequences, n_last=3)
+    return sequences, batched, alone
+
+
+@pytest.mark.parametrize("kind", ["hf", "phasekv"])
+def test_padding_does_not_change_log_probs(kind, qwen_dir, phasekv_dir):
+    scorer = load_scorer(qwen_dir if kind == "hf" else phasekv_dir)
+    sequences, batched, alone = _batched_vs_alone(scorer)
+    assert batched.shape == (7, 3, V)
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+    with torch.no_grad():  # and both equal a plain forward pass over the unpadded sequence
+        logits = scorer.model(torch.tensor([sequences[2]]))
+        logits = getattr(logits, "logits", logits)
+    torch.testing.assert_close(batched[2], torch.log_softmax(logits[0, -3:], -1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(scorer.next_token_logprobs(sequences[:2]), alone[:2, -1])
+
+
+def test_multi_token_answers_match_a_manual_loop(qwen_dir):
+    scorer = load_scorer(qwen_dir, batch_size=3)
+    contexts = random_sequences(5, seed=1)
+    answers = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16]]
+    with torch.no_grad():  # the greedy continuation of context 0 must count as correct
+        greedy = list(contexts[0])
+        for _ in range(3):
+            greedy.append(int(scorer.model(torch.tensor([greedy])).logits[0, -1].argmax()))
+    answers[0] = greedy[len(contexts[0]) :]
+    scores = score_answers(scorer, contexts, answers)
+    for i, (ctx, ans) in enumerate(zip(contexts, answers, strict=True)):
+        total, all_top = 0.0, True
+        for j, token in enumerate(ans):
+            with torch.no_grad():
+                lp = torch.log_softmax(scorer.model(torch.tensor([ctx + ans[:j]])).logits[0, -1], -1)
+            total += lp[token].item()
+            all_top &= int(lp.argmax()) == token
+            if j == 0:
+                assert scores.first_argmax[i] == int(lp.argmax())
+        assert scores.logprob[i] == pytest.approx(total, abs=1e-4)
+        assert scores.correct[i] == all_top
+    assert scores.correct[0]
+
+
+class CountingScorer:
+    """Wraps a scorer and records how many sequences it was asked to score."""
+
+    def __init__(self, inner):
+        self.inner, self.seen = inner, 0
+        self.tokenizer, self.batch_size, self.compression_stride = inner.tokenizer, inner.batch_size, None
+
+    def logprobs(self, sequences, n_last=1):
+        self.seen += len(sequences)
+        return self.inner.logprobs(sequences, n_last)
+
+
+def test_identical_prompts_are_scored_once(phasekv_dir):
+    scorer = CountingScorer(load_scorer(phasekv_dir))
+    contexts = random_sequences(3, seed=2)
+    answers = [[5], [6, 7], [8]]
+    once = score_answers(scorer, contexts, answers)
+    scorer.seen = 0
+    twice = score_answers(scorer, contexts * 2, answers * 2)
+    assert scorer.seen == 3
+    np.testing.assert_allclose(twice.logprob, np.tile(once.logprob, 2), atol=1e-6)
+    np.testing.assert_array_equal(twice.correct, np.tile(once.correct, 2))
+    with pytest.raises(ScorerError, match="empty"):
+        score_answers(scorer, contexts[:1], [[]])
+
+
+def test_deepseek_v4_scores_through_the_hf_scorer(tmp_path):
+    scorer = load_scorer(save_dsv4(tmp_path), batch_size=4)
+    assert isinstance(scorer, HFScorer) and scorer.describe()["model_type"] == "deepseek_v4"
+    assert scorer.compression_stride == 4 == hf_compression_stride(scorer.model.config)
+    sequences, batched, alone = _batched_vs_alone(scorer)
+    assert torch.isfinite(batched).all()
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+    scores = score_answers(scorer, sequences[:3], [[1, 2], [3], [4, 5]])
+    assert np.isfinite(scores.logprob).all()
+
+
+def test_bad_scorer_settings_are_rejected(qwen_dir):
+    with pytest.raises(ScorerError, match="batch_size"):
+        load_scorer(qwen_dir, batch_size=0)
+    with pytest.raises(ScorerError, match="unknown dtype"):
+        load_scorer(qwen_dir, dtype="float8")
+    with pytest.raises(ScorerError, match="at least n_last"):
+        load_scorer(qwen_dir).logprobs([[1, 2]], n_last=3)
