@@ -18,7 +18,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from phasekv.corpus.tokens import write_header
 from phasekv.model import PhaseKVModel, load_checkpoint
+from phasekv.model.io import read_config
 from phasekv.train import DataConfig, MixtureConfig, ModelSpec, OptimConfig, RunConfig, RunConfigError, read_log, train
 from phasekv.train import checkpoint as ckpt
 from phasekv.train.optim import decays, make_optimizer
@@ -85,7 +87,8 @@ def test_weight_decay_on_matrices_only():
 
 def test_partial_checkpoints_are_ignored(tmp_path, monkeypatch):
     model = PhaseKVModel(small_config().model_config(841))
-    ckpt.save_training_checkpoint(tmp_path, 5, model, {"step": 5})
+    ckpt.save_training_checkpoint(tmp_path, 5, model, {"step": 5}, {"step": 5, "note": "x"})
+    assert read_config(tmp_path / ckpt.CHECKPOINT_DIR / "step_000005")[1] == {"step": 5, "note": "x"}
     root = tmp_path / ckpt.CHECKPOINT_DIR
     killed = root / ".tmp-step_000010-abc"  # what a kill during a save leaves
     killed.mkdir()
@@ -112,6 +115,7 @@ def test_partial_checkpoints_are_ignored(tmp_path, monkeypatch):
     assert torch.equal(load_checkpoint(root / "step_000007").embed_tokens.weight, model.embed_tokens.weight)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_bitwise_exact(tmp_path):
     config = small_config(steps=120, checkpoint_every=10)
     killed = tmp_path / "killed"
@@ -152,6 +156,7 @@ def test_run_dir_belongs_to_one_config(tmp_path):
     assert again.checkpoint == first.checkpoint and again.metrics == first.metrics
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one(tmp_path):
     config = small_config(steps=4, val_every=2)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -169,8 +174,9 @@ def test_ddp_two_processes_match_one(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+@pytest.mark.slow
 def test_fsdp_matches_one_process_and_resumes(tmp_path):
-    config = small_config(steps=4, checkpoint_every=2, parallel="fsdp")
+    config = small_config(steps=4, checkpoint_every=2, parallel="fsdp", gate_steps=(4,))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += ["-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
     cmd += ["--out", str(tmp_path / "fsdp"), "--no-progress"]
@@ -182,10 +188,22 @@ def test_fsdp_matches_one_process_and_resumes(tmp_path):
     again = subprocess.run([*cmd, "--resume"], env=env_one_thread(), capture_output=True, text=True, timeout=180)
     assert again.returncode == 0, again.stderr[-3000:]
     after = weights(final)
+    assert (tmp_path / "fsdp" / "gates" / "step_000004.json").is_file()
     assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
     single = train(replace(config, parallel="ddp"), tmp_path / "one", progress=False)
     np.testing.assert_allclose(np.array(losses(tmp_path / "fsdp")), np.array(losses(tmp_path / "one")), rtol=1e-5)
     assert all(torch.allclose(after[k], v, atol=1e-6) for k, v in weights(single.checkpoint).items())
+
+
+def test_trains_on_token_files(tmp_path):
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4000), ("val", 500)):
+        rng.integers(0, 300, n).astype(np.uint16).tofile(tmp_path / f"{split}.bin")
+    write_header(tmp_path, 300, {"train": 4000, "val": 500}, {})
+    config = small_config("full-1kv", steps=3, data=DataConfig(kind="tokens", tokens_dir=str(tmp_path)))
+    result = train(config, tmp_path / "run", progress=False)
+    assert load_checkpoint(result.checkpoint).config.vocab_size == 300
+    assert np.isfinite(result.metrics["val_loss"]) and not (tmp_path / "run" / "tokenizer").exists()
 
 
 def test_accumulation_matches_one_batch(tmp_path):
@@ -195,6 +213,7 @@ def test_accumulation_matches_one_batch(tmp_path):
     assert one.step == two.step == 3
 
 
+@pytest.mark.slow
 def test_short_run_learns_and_snapshots_gates(tmp_path):
     config = RunConfig(
         model=ModelSpec("w8s8-1kv", "tiny"),
@@ -223,3 +242,23 @@ def test_short_run_learns_and_snapshots_gates(tmp_path):
                 assert means.shape == (1, 8) and np.allclose(means.sum(axis=1), 1, atol=1e-5)
                 assert 1 <= layer[branch]["static_effective"][0] <= 8
     assert json.loads((tmp_path / "result.json").read_text())["step"] == 60
+    extra = read_config(result.checkpoint)[1]
+    assert extra["step"] == 60 and extra["run"] == config.to_dict() and extra["data"]["kind"] == "mixture"
+
+
+def test_train_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from phasekv.train.cli import train_app
+
+    out = str(tmp_path / "run")
+    common = ["--out", out, "--no-progress"]
+    options = ["--preset", "full-1kv", "--steps", "1", "--batch-size", "2", "--seq-len", "64", "--val-batches", "1"]
+    first = CliRunner().invoke(train_app, [*common, *options])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output.strip().splitlines()[-1])["step"] == 1
+    assert CliRunner().invoke(train_app, [*common, "--resume"]).exit_code == 0  # the saved config
+    other = CliRunner().invoke(train_app, [*common, *options, "--lr", "0.01", "--resume"])
+    assert other.exit_code == 2 and "optim.lr" in other.output
+    both = CliRunner().invoke(train_app, [*common, "--config", str(tmp_path / "run" / "run.json"), "--steps", "3"])
+    assert both.exit_code == 2 and "not allowed" in both.output

@@ -119,6 +119,22 @@ def _render(pattern: tuple[str, ...], key: np.ndarray, value: np.ndarray, vocab:
     return np.concatenate(parts), np.concatenate(masks), key_offset
 
 
+def _fit(records: list, queries: list, queue: list[tuple[int, bool]], budget: int) -> tuple[int, list]:
+    """Drop extra queries (last first), then whole records with their queries, until the rendered
+    records and queries fit `budget` tokens; returns (records kept, queries kept), 0 if none fits."""
+    n = len(records)
+
+    def size() -> int:
+        return sum(len(records[r][0]) for r in range(n)) + sum(len(queries[q][0]) for q, _ in queue)
+
+    while size() > budget and any(extra for _, extra in queue):
+        queue.pop(max(i for i, (_, extra) in enumerate(queue) if extra))
+    while size() > budget and n > 0:
+        n -= 1
+        queue = [(q, extra) for q, extra in queue if q < n]
+    return n, queue
+
+
 def make_sequence(
     rng: np.random.Generator,
     vocab: MixtureVocab,
@@ -136,23 +152,13 @@ def make_sequence(
     queries = [_render(t.query, k, v, vocab, score=True) for k, v in zip(keys, values, strict=True)]
     extra = rng.integers(n_records, size=max(0, max_queries - n_records))
     planned = [(r, False) for r in range(n_records)] + [(int(r), True) for r in extra]
-    order_extra = [planned[i] for i in rng.permutation(len(planned))]  # (record, is an extra query)
-
-    budget = length - (phase_modulus - 1)
-
-    def content() -> int:
-        return sum(len(records[r][0]) for r in range(n_records)) + sum(len(queries[q][0]) for q, _ in order_extra)
-
-    while content() > budget and any(e for _, e in order_extra):
-        drop = max(i for i, (_, e) in enumerate(order_extra) if e)
-        order_extra.pop(drop)
-    while content() > budget and n_records > 1:
-        n_records -= 1
-        order_extra = [(q, e) for q, e in order_extra if q < n_records]
-    if content() > budget:
+    queue = [planned[i] for i in rng.permutation(len(planned))]  # (record, is an extra query)
+    budget = length - (phase_modulus - 1)  # room for the largest shift
+    n_records, queue = _fit(records, queries, queue, budget)
+    if n_records == 0:
         raise ValueError(f"a sequence of {length} tokens cannot hold one {template_name!r} record and its query")
-
-    slack = budget - content()
+    content = sum(len(records[r][0]) for r in range(n_records)) + sum(len(queries[q][0]) for q, _ in queue)
+    slack = budget - content
     shift = int(rng.integers(phase_modulus))
     gaps = rng.multinomial(int(rng.integers(slack + 1)), np.full(n_records + 1, 1.0 / (n_records + 1)))
     if pad_gaps:
@@ -171,7 +177,7 @@ def make_sequence(
         pos += len(ids)
     pos += int(gaps[n_records])
     targets = []
-    for q, _ in order_extra:
+    for q, _ in queue:
         ids, answer, _ = queries[q]
         tokens[pos : pos + len(ids)] = ids
         mask[pos : pos + len(ids)] = answer

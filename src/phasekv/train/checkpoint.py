@@ -58,9 +58,12 @@ def remove_partial(run_dir: str | Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def save_training_checkpoint(run_dir: str | Path, step: int, model, trainer_state: dict, keep: int = 0) -> Path:
-    """Write checkpoint `step` of `model` (a PhaseKVModel) with `trainer_state`; keep the newest
-    `keep` checkpoints (0: all). Raises FileExistsError if that step was already saved."""
+def save_training_checkpoint(
+    run_dir: str | Path, step: int, model, trainer_state: dict, extra: dict | None = None, keep: int = 0
+) -> Path:
+    """Write checkpoint `step` of `model` (a PhaseKVModel) with `trainer_state`; `extra` goes into
+    config.json's "extra" (the trainer stores the step, the run config and the data description).
+    Keep the newest `keep` checkpoints (0: all). Raises FileExistsError if that step was already saved."""
     root = Path(run_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
@@ -68,7 +71,7 @@ def save_training_checkpoint(run_dir: str | Path, step: int, model, trainer_stat
         raise FileExistsError(f"checkpoint {final} already exists")
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{final.name}-", dir=root))
     try:
-        save_checkpoint(model, tmp, extra={"step": step})
+        save_checkpoint(model, tmp, extra=extra or {"step": step})
         torch.save(trainer_state, tmp / TRAINER_FILE)
         os.rename(tmp, final)
     except BaseException:

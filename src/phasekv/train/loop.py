@@ -53,7 +53,8 @@ GATE_PROBE_SEQUENCES = 16
 
 @dataclass(frozen=True)
 class TrainResult:
-    """The final checkpoint of a run, its step and metrics (loss, val_loss, tokens, train_s, tokens_per_s)."""
+    """The final checkpoint of a run, its step and metrics (loss, val_loss, val_accuracy, tokens, train_s,
+    tokens_per_s)."""
 
     run_dir: Path
     checkpoint: Path
@@ -68,13 +69,15 @@ def build_source(config: RunConfig) -> DataSource:
     return TokenWindowSource(config.data.tokens_dir, config.seq_len, seed=config.data.seed)
 
 
-def masked_loss_sum(model: nn.Module, batch: Batch, runtime: Runtime) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of cross-entropies over scored targets, number of scored targets) of one batch."""
+def masked_sums(model: nn.Module, batch: Batch, runtime: Runtime) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Over the scored targets of one batch: (sum of cross-entropies, count, top-1 correct count)."""
     with runtime.autocast():
         logits = model(batch.inputs)
-    losses = F.cross_entropy(logits.float().flatten(0, 1), batch.targets.flatten(), reduction="none")
-    mask = batch.target_mask.flatten()
-    return (losses * mask).sum(), mask.sum()
+    flat = logits.float().flatten(0, 1)
+    targets, mask = batch.targets.flatten(), batch.target_mask.flatten()
+    losses = F.cross_entropy(flat, targets, reduction="none")
+    correct = (flat.argmax(-1) == targets) & mask
+    return (losses * mask).sum(), mask.sum(), correct.sum()
 
 
 def _rank_slices(config: RunConfig, runtime: Runtime) -> list[range]:
@@ -115,16 +118,15 @@ class _Trainer:
         self.slices = _rank_slices(config, runtime)
         self.model_config = config.model_config(source.vocab_size)
 
-    def start(self, checkpoint: Path | None) -> tuple[nn.Module, torch.optim.Optimizer, dict]:
-        """Model, optimizer and trainer state, fresh (seeded) or from `checkpoint`."""
+    def start(self, checkpoint: Path | None, state: dict | None) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Model and optimizer, fresh (seeded) or from `checkpoint` and its trainer `state`."""
         seed_everything(self.config.seed)
-        state = load_trainer_state(checkpoint) if checkpoint else {"step": 0, "metrics": {}}
         model = self.runtime.wrap(load_checkpoint(checkpoint) if checkpoint else PhaseKVModel(self.model_config))
         optimizer = make_optimizer(model, self.config.optim)
         if checkpoint:
             self.runtime.load_optimizer(model, optimizer, state["optimizer"])
             restore_rng(state["rng"])
-        return model, optimizer, state
+        return model, optimizer
 
     def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> tuple[float, float, float]:
         """One optimiser step on global batch `step`; returns (loss, grad norm, lr)."""
@@ -137,7 +139,7 @@ class _Trainer:
         total = torch.zeros((), dtype=torch.float64)
         for i, batch in enumerate(batches):
             with rt.no_sync(model, sync=i == len(batches) - 1):
-                loss_sum, _ = masked_loss_sum(model, batch, rt)
+                loss_sum, _, _ = masked_sums(model, batch, rt)
                 (loss_sum * (rt.world / count)).backward()  # DDP/FSDP average gradients over ranks
             total += loss_sum.detach().double().cpu()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
@@ -147,16 +149,16 @@ class _Trainer:
         return rt.all_reduce_sum(total).item() / count, float(norm), lr
 
     @torch.no_grad()
-    def validate(self, model: nn.Module) -> float:
-        """Mean loss over scored tokens of `val_batches` global validation batches."""
+    def validate(self, model: nn.Module) -> tuple[float, float]:
+        """(mean loss, top-1 accuracy) over scored tokens of `val_batches` global validation batches."""
         module, rt = self.runtime.plain(model), self.runtime
-        sums = torch.zeros(2, dtype=torch.float64)
+        sums = torch.zeros(3, dtype=torch.float64)
         for position in range(self.config.val_batches):
             for s in self.slices:
-                loss_sum, count = masked_loss_sum(module, self.source.batch("val", position, s).to(rt.device), rt)
-                sums += torch.stack([loss_sum.double().cpu(), count.double().cpu()])
-        total, count = rt.all_reduce_sum(sums).tolist()
-        return total / max(count, 1.0)
+                parts = masked_sums(module, self.source.batch("val", position, s).to(rt.device), rt)
+                sums += torch.stack([p.double().cpu() for p in parts])
+        total, count, correct = rt.all_reduce_sum(sums).tolist()
+        return total / max(count, 1.0), correct / max(count, 1.0)
 
     @torch.no_grad()
     def snapshot_gates(self, model: nn.Module, step: int) -> None:
@@ -186,7 +188,8 @@ class _Trainer:
                 "data": {"position": step},
                 "metrics": metrics,
             }
-            save_training_checkpoint(self.run_dir, step, full, state, keep=self.config.keep_checkpoints)
+            extra = {"step": step, "run": self.config.to_dict(), "data": self.source.describe()}
+            save_training_checkpoint(self.run_dir, step, full, state, extra, keep=self.config.keep_checkpoints)
         self.runtime.barrier()
         return self.run_dir / CHECKPOINT_DIR / checkpoint_name(step)
 
@@ -210,12 +213,11 @@ def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progr
 def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:
     cfg, rt, run_dir = trainer.config, trainer.runtime, trainer.run_dir
     checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
-        state = load_trainer_state(checkpoint)
-        if state["step"] >= cfg.steps:
-            return TrainResult(run_dir, checkpoint, state["step"], state["metrics"])
-    model, optimizer, state = trainer.start(checkpoint)
-    start, metrics = state["step"], dict(state["metrics"])
+    state = load_trainer_state(checkpoint) if checkpoint else None
+    if state and state["step"] >= cfg.steps:
+        return TrainResult(run_dir, checkpoint, state["step"], state["metrics"])
+    model, optimizer = trainer.start(checkpoint, state)
+    start, metrics = (state["step"], dict(state["metrics"])) if state else (0, {})
     log = RunLog(run_dir, start, enabled=rt.is_main)
     tokens_per_step = cfg.batch_size * cfg.seq_len
     metrics.setdefault("tokens", 0)
@@ -252,8 +254,8 @@ def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
                 window = dict.fromkeys(window, 0.0)
             if (cfg.val_every and done % cfg.val_every == 0) or final:
-                metrics["val_loss"] = trainer.validate(model)
-                log.write({"step": done, "val_loss": metrics["val_loss"]})
+                metrics["val_loss"], metrics["val_accuracy"] = trainer.validate(model)
+                log.write({"step": done, "val_loss": metrics["val_loss"], "val_accuracy": metrics["val_accuracy"]})
             if trainer.gates_due(done):
                 trainer.snapshot_gates(model, done)
             metrics["tokens_per_s"] = metrics["tokens"] / metrics["train_s"]
