@@ -12,8 +12,16 @@ app = typer.Typer(
 
 
 def _mount_subcommands() -> None:
+    from .evaluate.cli import eval_app
     from .theory.cli import app as theory_app
+    from .train.cli import data_app, train_command
 
+    app.command(
+        "train",
+        help="Pretrain a model (synthetic retrieval mixture or token files); resumable; runs under torchrun.",
+    )(train_command)
+    app.add_typer(data_app, name="data", help="Prepare training data: tokenize text files into token files.")
+    app.add_typer(eval_app, name="eval", help="Phase-controlled probes: lookup, needle, flip.")
     app.add_typer(theory_app, name="theory", help="The idealized theory: Theorems 1 and 2 and a sweep.")
 
 
