@@ -86,7 +86,11 @@ def test_lookup_end_to_end(kind, qwen_dir, phasekv_dir, tmp_path):
     scorer = load_scorer(qwen_dir if kind == "hf" else phasekv_dir, batch_size=32)
     result = run_lookup(scorer, LOOKUP, n_resamples=200, progress=False)
     check_controls(result, LOOKUP.modulus)
-    assert result["n_prompts"] == 4 * 6 * 9 and result["aggregation"]["n_rows"] == 4 * 9
+    assert result["n_prompts"] == 4 * 6 * 9 and result["aggregation"]["n_rows"] == 4
+    assert result["aggregation"]["bootstrap_unit"].startswith("mapping")
+    assert result["aggregation"]["intervals"]["gap_points"] == "basic"
+    assert result["summary"]["counts"] == [4 * 9] * 6 and result["summary"]["trials_per_cell"] == 9
+    assert result["summary"]["stat_interval_methods"]["worst"] == "basic"
     assert result["summary"]["bootstrap_resamples"] == 200 and result["options"]["n_records"] == 12
     cells = np.array(result["cell_accuracy"])
     assert cells.shape == (4, 6)

@@ -306,7 +306,8 @@ def test_summarize_mappings_record_and_table():
     text = format_summary(summary, title="lookup")
     lines = text.splitlines()
     assert lines[0] == "lookup" and "bootstrap percentile over mappings" in lines[1]
-    assert len(lines) == 2 + 8 + 5
+    assert len(lines) == 2 + 8 + 6
+    assert "(basic bootstrap)" in text and "mean [" in text
     assert lines[-1].startswith("uniformity: permutation within mappings") and "p = " in lines[-1]
     assert any(line.startswith("gap ") and "CI" in line for line in lines)
     assert len({len(line) for line in lines[1:10]}) <= 2  # fixed-width rows
@@ -317,3 +318,104 @@ def test_summary_rejects_bad_stride():
         summarize_prompts([1, 0], [0, 1], 2, stride=2)
     with pytest.raises(ValueError, match="stride"):
         summarize_mappings(np.ones((3, 4)), stride=0)
+
+
+# ---------------------------------------------------------------- fractional cells (placements)
+
+
+def placement_cube(rng, n_mappings, per_residue, placements):
+    """[n_mappings, M, P] 0/1: placements of one mapping share its difficulty q_i."""
+    q = rng.beta(2.0, 2.0, size=(n_mappings, 1, 1))
+    return rng.random((n_mappings, len(per_residue), placements)) < q * np.asarray(per_residue)[:, None]
+
+
+def test_fractional_cells_are_accepted_and_rejected_outside_unit_interval():
+    cells = np.array([[0.0, 1 / 3, 1.0], [2 / 3, 1.0, 0.5]])
+    draws = resample_accuracy(cells, 50, np.random.default_rng(0))
+    assert draws.shape == (50, 3) and np.all((draws >= 0) & (draws <= 1))
+    boot = bootstrap_mappings(cells, n_resamples=50)
+    assert boot.stat_methods["mean"] == "percentile" and boot.stat_methods["gap_points"] == "basic"
+    for bad in (np.array([[0.5, 1.2], [0.0, 1.0]]), np.array([[0.5, np.nan], [0.0, 1.0]]), -cells):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            bootstrap_mappings(bad, n_resamples=10)
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            permutation_uniformity(bad, n_permutations=10)
+    with pytest.raises(ValueError, match="whole numbers"):
+        wilson_interval(0.5, 1)  # Wilson stays on 0/1 counts
+
+
+def test_summarize_mappings_with_placement_means_counts_prompts():
+    cube = placement_cube(np.random.default_rng(11), 40, [0.9, 0.3, 0.9, 0.9], 3)
+    cells = cube.mean(axis=2)
+    summary = summarize_mappings(cells, stride=2, n_resamples=300, n_permutations=300, trials_per_cell=3)
+    d = summary.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["counts"] == [120] * 4 and d["successes"] == cube.sum(axis=(0, 2)).tolist()
+    np.testing.assert_allclose(d["accuracy"], cube.mean(axis=(0, 2)))
+    assert d["trials_per_cell"] == 3 and d["n_mappings"] == 40
+    assert d["stat_interval_methods"] == {
+        "mean": "percentile",
+        "worst": "basic",
+        "best": "basic",
+        "gap_points": "basic",
+        "period_difference_points": "basic",
+    }
+    assert all(isinstance(c, int) for c in d["fold"]["successes"])
+    assert d["uniformity"]["p_value"] < 0.01
+    assert "prompts" in format_summary(summary).splitlines()[0]
+    loose = summarize_mappings(cells, stride=2, n_resamples=300, n_permutations=300).to_dict()
+    assert loose["counts"] == [40] * 4 and loose["accuracy"] == d["accuracy"]
+    with pytest.raises(ValueError, match="multiples"):
+        summarize_mappings(cells, trials_per_cell=2)
+
+
+def test_permutation_on_fractional_cells_keeps_its_level():
+    rng = np.random.default_rng(12)
+    rejections = 0
+    for seed in range(100):
+        cells = placement_cube(rng, 30, [0.7] * 6, 4).mean(axis=2)
+        rejections += permutation_uniformity(cells, n_permutations=200, seed=seed).p_value < 0.05
+    assert rejections <= 12, rejections
+
+
+def test_mapping_bootstrap_of_cell_means_covers_with_correlated_placements():
+    """Placements of one mapping share its difficulty q_i; resampling whole mappings (their
+    per-residue cell means) keeps the nominal coverage."""
+    c = np.array([0.9, 0.6, 0.8, 0.4])
+    truth = 0.5 * c
+    rng = np.random.default_rng(13)
+    covered = []
+    for seed in range(150):
+        cells = placement_cube(rng, 60, c, 4).mean(axis=2)
+        boot = bootstrap_mappings(cells, n_resamples=500, seed=seed)
+        covered.append((boot.accuracy_low <= truth) & (truth <= boot.accuracy_high))
+    assert 0.90 <= np.mean(covered) <= 0.99, np.mean(covered)
+
+
+def test_basic_interval_covers_a_tied_gap_better_than_percentile():
+    """7 of 8 residues tied at 0.8, one at 0.3: true gap 50 points. The observed and resampled
+    gaps are biased upward; the basic interval subtracts the bias once and covers more often."""
+    p = np.array([0.8] * 7 + [0.3])
+    rng = np.random.default_rng(123)
+    hits = {"percentile": 0, "basic": 0}
+    reps = 300
+    for k in range(reps):
+        x = rng.random((60, 8)) < p
+        for method in hits:
+            low, high = bootstrap_mappings(x, n_resamples=400, seed=k, spread_method=method).stats["gap_points"]
+            hits[method] += low <= 50.0 <= high
+    rates = {m: h / reps for m, h in hits.items()}
+    assert abs(rates["basic"] - 0.95) < abs(rates["percentile"] - 0.95), rates
+    assert rates["basic"] >= rates["percentile"] + 0.05, rates
+    assert rates["basic"] >= 0.8, rates
+
+
+def test_basic_interval_is_clipped_to_the_valid_range():
+    x = np.ones((10, 4))
+    x[0, 1] = 0.0
+    boot = bootstrap_mappings(x, stride=2, n_resamples=200)
+    for name, (low, high) in boot.stats.items():
+        top = 1.0 if name in ("mean", "worst", "best") else 100.0
+        assert 0.0 <= low <= high <= top, (name, low, high)
+    with pytest.raises(ValueError, match="spread_method"):
+        bootstrap_mappings(x, spread_method="bca")

@@ -113,7 +113,8 @@ def lookup(
         agg = result["aggregation"]
         heading = (
             f"lookup on {model}: {protocol} padding, {result['n_prompts']} prompts = {agg['n_mappings']} mappings x "
-            f"{modulus} residues x {agg['placements_per_mapping']} placements (bootstrap rows: mapping x placement)"
+            f"{modulus} residues x {agg['placements_per_mapping']} placements (bootstrap unit: mapping, cells = "
+            "placement means; intervals: percentile per residue and mean, basic for worst/best/gap/period)"
         )
         _finish(result, _summary_table(result, heading), out)
 

@@ -3,13 +3,14 @@
 Aggregation. Each mapping i is placed `P` times in every residue group r (P =
 placements_per_mapping, chosen so that the groups' target-position moments are exact), giving a
 0/1 array correct[i, r, p]. The per-(mapping, residue) cell is the mean over its P placements,
-`cell_accuracy[i, r]`, recorded in the results, and per-residue accuracy is the mean of the cells
-over mappings. `stats.summarize_mappings` takes 0/1 rows evaluated at every residue, so the
-bootstrap and the within-row permutation test run on the n_mappings x P rows
-row(i, p) = correct[i, :, p] (placement p of mapping i at every residue): same point estimates
-as the cells; the resampled unit is a (mapping, placement) row, so with P > 1 the intervals
-ignore the correlation between placements of one mapping and can be somewhat narrow when
-mappings differ a lot in difficulty. The results say so under "aggregation".
+`cell_accuracy[i, r]` in [0, 1], recorded in the results; per-residue accuracy is the mean of the
+cells over mappings (= correct prompts / prompts). `stats.summarize_mappings` takes these
+fractional cells, so the bootstrap resamples whole mappings (all placements of a mapping at all
+residues together: placements of one mapping are correlated through its difficulty) and the
+permutation test shuffles residue labels of the cells within each mapping. Counts in the summary
+are prompts (n_mappings x P per residue). Intervals: percentile for per-residue accuracy and the
+mean, basic (reverse percentile) for worst, best, gap and period difference. The results say so
+under "aggregation".
 """
 
 from __future__ import annotations
@@ -57,9 +58,14 @@ def run_lookup(
     scores = score_prompt_set(scorer, prompt_set.prompts, key_length=1, desc="lookup", progress=progress)
     per_mapping = prompt_set.options["placements_per_mapping"]
     cube = correctness_cube(scores, options.n_mappings, options.modulus, per_mapping)
-    rows = cube.transpose(0, 2, 1).reshape(-1, options.modulus)
+    cells = cube.mean(axis=2)  # [n_mappings, M], fractions in [0, 1]
     summary = summarize_mappings(
-        rows, stride=stride, n_resamples=n_resamples, n_permutations=n_resamples, seed=options.seed
+        cells,
+        stride=stride,
+        n_resamples=n_resamples,
+        n_permutations=n_resamples,
+        seed=options.seed,
+        trials_per_cell=per_mapping,
     )
     position_stats, controls = position_controls(scores, options.modulus)
     return clock.envelope(
@@ -72,15 +78,21 @@ def run_lookup(
         n_prompts=len(scores.correct),
         stride={"value": stride, "source": stride_source},
         aggregation={
-            "cell": "mean over the placements of one mapping in one residue group",
-            "bootstrap_rows": "mapping x placement (row = one placement of one mapping at every residue)",
+            "cell": "mean over the placements of one mapping in one residue group (cell_accuracy)",
+            "bootstrap_unit": "mapping (resampled rows = one mapping's cells at every residue)",
+            "permutation": "residue labels of the cells shuffled within each mapping",
+            "counts": "prompts = mappings x placements per residue",
+            "intervals": {
+                "per_residue": "percentile bootstrap over mappings",
+                **summary.stat_interval_methods,
+            },
             "n_mappings": options.n_mappings,
             "placements_per_mapping": per_mapping,
-            "n_rows": int(rows.shape[0]),
+            "n_rows": int(cells.shape[0]),
         },
         summary=summary.to_dict(),
         position_stats=position_stats,
         controls=controls,
-        cell_accuracy=cube.mean(axis=2).round(6).tolist(),
+        cell_accuracy=cells.round(6).tolist(),
         mean_answer_logprob=float(scores.logprob.mean()),
     )

@@ -28,12 +28,42 @@ def as_correctness(correct, ndim: int, name: str = "correct") -> np.ndarray:
     return values
 
 
+def as_fractions(cells, ndim: int, name: str = "correct") -> np.ndarray:
+    """Return ``cells`` as a float array of values in [0, 1] with exactly ``ndim`` dimensions.
+
+    Accepts booleans, 0/1 or fractions (e.g. a cell's accuracy over several placements); raises
+    ``ValueError`` on values outside [0, 1], NaN, non-numbers, wrong dimensions or no entries.
+    """
+    arr = np.asarray(cells)
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty")
+    if arr.dtype == bool:
+        return arr.astype(float)
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must be booleans or numbers in [0, 1], got dtype {arr.dtype}")
+    values = arr.astype(float)
+    bad = ~((values >= 0.0) & (values <= 1.0))  # NaN fails both comparisons
+    if bad.any():
+        first = values[bad].flat[0]
+        raise ValueError(f"{name} must hold values in [0, 1] (0/1, booleans or fractions); found {first!r}")
+    return values
+
+
+def whole_or_float(values) -> list:
+    """Plain ints when every value is a whole number (within 1e-9), else floats (for JSON)."""
+    arr = np.asarray(values, dtype=float).ravel()
+    rounded = np.round(arr)
+    if np.all(np.abs(arr - rounded) <= 1e-9):
+        return [int(v) for v in rounded]
+    return [float(v) for v in arr]
+
+
 def check_stride(stride: int, modulus: int) -> int:
     """Return ``stride`` as an int after checking 1 <= stride < modulus."""
     if int(stride) != stride or not 1 <= stride < modulus:
-        raise ValueError(
-            f"stride must be an integer with 1 <= stride < modulus ({modulus}), got {stride!r}"
-        )
+        raise ValueError(f"stride must be an integer with 1 <= stride < modulus ({modulus}), got {stride!r}")
     return int(stride)
 
 

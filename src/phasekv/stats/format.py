@@ -13,20 +13,33 @@ def _interval(low: float, high: float) -> str:
     return f"[{low:5.1f}, {high:5.1f}]"
 
 
+def _count(value) -> str:
+    return f"{value}" if isinstance(value, int) else f"{value:.2f}"
+
+
+def _method(summary: ResidueSummary, name: str) -> str:
+    methods = getattr(summary, "stat_interval_methods", None) or {}
+    return f" ({methods[name]} bootstrap)" if name in methods else ""
+
+
 def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
     """Render per-residue accuracy with CI, then spread, gap, period and p-value lines.
 
-    Accuracies are shown in percent, gap and period difference in percentage points.
+    Accuracies are shown in percent, gap and period difference in percentage points. Interval
+    lines name their bootstrap method (percentile, or basic for worst/best/gap/period).
     Returns the text without a trailing newline.
     """
     level = round(100 * summary.confidence)
-    unit = "mappings" if summary.n_mappings is not None else "n"
+    if summary.n_mappings is None:
+        unit = "n"
+    else:
+        unit = "prompts" if (summary.trials_per_cell or 1) > 1 else "mappings"
     lines = [title] if title else []
     header = f"{'residue':>7}  {unit:>8}  {'correct':>7}  {'acc %':>6}"
     lines.append(f"{header}  {level}% CI ({summary.ci_method})")
     for r in range(summary.modulus):
         lines.append(
-            f"{r:>7}  {summary.counts[r]:>8}  {summary.successes[r]:>7}  "
+            f"{r:>7}  {_count(summary.counts[r]):>8}  {_count(summary.successes[r]):>7}  "
             f"{100 * summary.accuracy[r]:>6.1f}  "
             f"{_interval(100 * summary.ci_low[r], 100 * summary.ci_high[r])}"
         )
@@ -35,15 +48,22 @@ def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
         f"mean {100 * summary.mean:.1f}%   worst {100 * summary.worst:.1f}% (r={summary.worst_residue})"
         f"   best {100 * summary.best:.1f}% (r={summary.best_residue})"
     )
+    shown = [name for name in ("mean", "worst", "best") if name in intervals]
+    if shown:
+        parts = [f"{name} {_interval(*(100 * v for v in intervals[name]))}{_method(summary, name)}" for name in shown]
+        lines.append(f"{level}% CI: " + "   ".join(parts))
     gap = f"gap {summary.gap_points:.1f} points"
     if "gap_points" in intervals:
-        gap += f"   {level}% CI {_interval(*intervals['gap_points'])}"
+        gap += f"   {level}% CI {_interval(*intervals['gap_points'])}{_method(summary, 'gap_points')}"
     lines.append(gap)
     if summary.stride is not None:
         diff = summary.period_difference_points
         period = f"period difference mean|A(r)-A(r+{summary.stride})| {diff:.1f} points"
         if "period_difference_points" in intervals:
-            period += f"   {level}% CI {_interval(*intervals['period_difference_points'])}"
+            period += (
+                f"   {level}% CI {_interval(*intervals['period_difference_points'])}"
+                f"{_method(summary, 'period_difference_points')}"
+            )
         lines.append(period)
         fold = " ".join(f"{100 * a:.1f}" for a in summary.fold["accuracy"])
         lines.append(f"fold by S={summary.stride} (acc % per phase 0..{summary.stride - 1}): {fold}")

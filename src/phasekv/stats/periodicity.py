@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_stride
+from ._checks import check_stride, whole_or_float
 
 
 def period_difference(accuracy, stride: int) -> np.ndarray:
@@ -29,8 +29,9 @@ class Fold:
     """Accuracy per phase p = r mod S, pooling the residues that share a phase.
 
     Arrays have shape [S]: ``n_residues`` (how many residues fold onto each phase; unequal when
-    S does not divide M), pooled ``successes`` and ``counts``, and ``accuracy`` = successes /
-    counts as a proportion.
+    S does not divide M), pooled ``successes`` and ``counts`` (integers when the inputs are
+    whole numbers, floats otherwise, e.g. sums of fractional cells), and ``accuracy`` =
+    successes / counts as a proportion.
     """
 
     stride: int
@@ -58,7 +59,7 @@ def fold_by_stride(successes, counts, stride: int) -> Fold:
     return Fold(
         stride=s,
         n_residues=np.bincount(phase, minlength=s),
-        successes=pooled_successes.round().astype(np.int64),
-        counts=pooled_counts.round().astype(np.int64),
+        successes=np.asarray(whole_or_float(pooled_successes)),
+        counts=np.asarray(whole_or_float(pooled_counts)),
         accuracy=pooled_successes / pooled_counts,
     )

@@ -3,8 +3,8 @@
 Two designs:
 - independent prompts (``summarize_prompts``): Wilson intervals and a chi-square test;
 - mappings x residues (``summarize_mappings``): each key-name mapping evaluated at every
-  residue, so mappings are resampled (bootstrap) and residue labels are permuted within
-  mappings (permutation test).
+  residue (a cell is 0/1, or the mapping's accuracy over several placements), so mappings are
+  resampled (bootstrap) and residue labels are permuted within mappings (permutation test).
 Accuracies (``accuracy``, ``ci_low``, ``ci_high``, ``mean``, ``worst``, ``best``) are
 proportions in [0, 1]; fields ending in ``_points`` are percentage points.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_correctness, check_confidence, check_stride
-from .bootstrap import bootstrap_mappings
+from ._checks import as_fractions, check_confidence, check_stride, whole_or_float
+from .bootstrap import BASIC, bootstrap_mappings
 from .periodicity import fold_by_stride, period_difference
 from .residues import residue_accuracy
 from .spread import spread_stats
@@ -36,14 +36,18 @@ class ResidueSummary:
     Per-residue lists have length M. ``fold`` (when a stride is given) holds lists of length S
     under ``phase``, ``n_residues``, ``counts``, ``successes``, ``accuracy``.
     ``stat_intervals`` (bootstrap design only) maps ``mean``, ``worst``, ``best``,
-    ``gap_points`` and ``period_difference_points`` to [low, high].
+    ``gap_points`` and ``period_difference_points`` to [low, high], and
+    ``stat_interval_methods`` names each one's bootstrap method (``percentile`` or ``basic``).
+    ``counts`` and ``successes`` are integers, except for fractional mapping cells without
+    ``trials_per_cell`` (then they are sums of cells, possibly fractional).
+    ``trials_per_cell`` (mappings design): prompts behind each (mapping, residue) cell.
     """
 
     design: str
     modulus: int
     stride: int | None
-    counts: list[int]
-    successes: list[int]
+    counts: list[int] | list[float]
+    successes: list[int] | list[float]
     accuracy: list[float]
     ci_low: list[float]
     ci_high: list[float]
@@ -62,6 +66,8 @@ class ResidueSummary:
     bootstrap_resamples: int | None = None
     bootstrap_seed: int | None = None
     stat_intervals: dict[str, list[float]] | None = None
+    stat_interval_methods: dict[str, str] | None = None
+    trials_per_cell: int | None = None
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict (plain ints, floats, strings, lists, dicts and None)."""
@@ -82,8 +88,8 @@ def _common(successes, counts, accuracy, stride):
     fields = {
         "modulus": int(len(accuracy)),
         "stride": stride,
-        "counts": _ints(counts),
-        "successes": _ints(successes),
+        "counts": whole_or_float(counts),
+        "successes": whole_or_float(successes),
         "accuracy": _floats(accuracy),
         "mean": float(spread["mean"]),
         "worst": float(spread["worst"]),
@@ -100,8 +106,8 @@ def _common(successes, counts, accuracy, stride):
         fields["fold"] = {
             "phase": list(range(fold.stride)),
             "n_residues": _ints(fold.n_residues),
-            "counts": _ints(fold.counts),
-            "successes": _ints(fold.successes),
+            "counts": whole_or_float(fold.counts),
+            "successes": whole_or_float(fold.successes),
             "accuracy": _floats(fold.accuracy),
         }
     return fields
@@ -137,23 +143,42 @@ def summarize_mappings(
     n_permutations: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
+    trials_per_cell: int | None = None,
 ) -> ResidueSummary:
     """Summary for ``correct`` of shape [n_mappings, M]: mapping i evaluated at every residue.
 
-    Intervals (per residue and for mean/worst/best/gap/period difference) are percentile
-    bootstrap over mappings; uniformity is the within-mapping permutation test. ``seed`` seeds
-    both, through two independent streams spawned from it.
+    Cells are 0/1, or fractions in [0, 1] when a cell is the mean over several placements of one
+    mapping in one residue group; per-residue accuracy is the mean of the cells over mappings.
+    With ``trials_per_cell`` = P (every cell the mean of P prompts), ``counts`` are prompts
+    (n_mappings x P) and ``successes`` correct prompts (cell x P must then be whole numbers);
+    without it, counts are mappings and successes are sums of cells.
+
+    Intervals: per residue and for the mean, percentile bootstrap over whole mappings (rows);
+    for worst/best/gap/period difference, the basic bootstrap interval (see
+    :func:`bootstrap_mappings`). Uniformity is the within-mapping permutation test. ``seed``
+    seeds both, through two independent streams spawned from it.
     """
     check_confidence(confidence)
-    values = as_correctness(correct, ndim=2)
+    values = as_fractions(correct, ndim=2)
     n, modulus = values.shape
     if stride is not None:
         stride = check_stride(stride, modulus)
+    column_sums = values.sum(axis=0)
+    if trials_per_cell is None:
+        successes, counts = column_sums, np.full(modulus, n)
+    else:
+        if int(trials_per_cell) != trials_per_cell or trials_per_cell < 1:
+            raise ValueError(f"trials_per_cell must be a positive integer, got {trials_per_cell!r}")
+        trials_per_cell = int(trials_per_cell)
+        scaled = values * trials_per_cell
+        if np.any(np.abs(scaled - np.round(scaled)) > 1e-6):
+            raise ValueError(f"cells must be multiples of 1/trials_per_cell = 1/{trials_per_cell}")
+        successes, counts = np.round(scaled).sum(axis=0), np.full(modulus, n * trials_per_cell)
     boot_seq, perm_seq = np.random.SeedSequence(seed).spawn(2)
-    boot = bootstrap_mappings(values, stride, n_resamples, np.random.default_rng(boot_seq), confidence)
+    boot = bootstrap_mappings(
+        values, stride, n_resamples, np.random.default_rng(boot_seq), confidence, spread_method=BASIC
+    )
     test = permutation_uniformity(values, n_permutations, np.random.default_rng(perm_seq))
-    successes = values.sum(axis=0)
-    counts = np.full(modulus, n)
     return ResidueSummary(
         design=MAPPINGS,
         ci_low=_floats(boot.accuracy_low),
@@ -165,5 +190,7 @@ def summarize_mappings(
         bootstrap_resamples=boot.n_resamples,
         bootstrap_seed=int(seed),
         stat_intervals={name: [low, high] for name, (low, high) in boot.stats.items()},
-        **_common(successes, counts, successes / n, stride),
+        stat_interval_methods=dict(boot.stat_methods),
+        trials_per_cell=trials_per_cell,
+        **_common(successes, counts, column_sums / n, stride),
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import chi2_contingency
 
-from ._checks import as_correctness, make_rng
+from ._checks import as_fractions, make_rng
 
 CHI_SQUARE = "chi-square homogeneity"
 PERMUTATION = "permutation within mappings"
@@ -87,18 +87,18 @@ def chi_square_uniformity(successes, counts) -> UniformityTest:
     return UniformityTest(CHI_SQUARE, float(result.statistic), float(result.pvalue), df=df, note=note)
 
 
-def permutation_uniformity(
-    correct, n_permutations: int = 2000, seed: int | np.random.Generator = 0
-) -> UniformityTest:
+def permutation_uniformity(correct, n_permutations: int = 2000, seed: int | np.random.Generator = 0) -> UniformityTest:
     """Permutation test of uniformity that respects the mapping structure.
 
-    ``correct``: shape [n_mappings, M], M >= 2 (each mapping evaluated at every residue).
-    Under the null, each mapping's outcomes are exchangeable across residues, so residue labels
-    are shuffled independently within every mapping (rows that are all correct or all wrong
-    are unchanged by this and are skipped). Statistic: Pearson chi-square of the column totals;
+    ``correct``: shape [n_mappings, M], M >= 2 (each mapping evaluated at every residue); cells
+    are 0/1 or fractions in [0, 1] (a cell's accuracy over several placements). Under the null,
+    each mapping's outcomes are exchangeable across residues, so residue labels are shuffled
+    independently within every mapping (rows whose cells are all equal are unchanged by this and
+    are skipped). Statistic: Pearson chi-square of the column totals (with fractional cells it is
+    the same formula on fractional totals, used only through the permutation distribution);
     p = (1 + #{permuted >= observed}) / (1 + n_permutations).
     """
-    values = as_correctness(correct, ndim=2)
+    values = as_fractions(correct, ndim=2)
     n, modulus = values.shape
     if modulus < 2:
         raise ValueError("a uniformity test needs at least 2 residues")
@@ -108,13 +108,11 @@ def permutation_uniformity(
     recorded_seed = None if isinstance(seed, np.random.Generator) else int(seed)
     observed = float(_pearson_columns(values.sum(axis=0), n))
     note = _degenerate_note(values.sum(), values.size)
-    row_sums = values.sum(axis=1)
-    varying = values[(row_sums > 0) & (row_sums < modulus)]
+    varying = values[values.max(axis=1) > values.min(axis=1)]
     if not note and varying.shape[0] == 0:
-        note = "every mapping is all correct or all wrong: no variation within mappings, p = 1"
+        note = "every mapping has the same accuracy at every residue: no variation within mappings, p = 1"
     if note:
-        return UniformityTest(PERMUTATION, observed, 1.0, n_permutations=n_permutations,
-                              seed=recorded_seed, note=note)
+        return UniformityTest(PERMUTATION, observed, 1.0, n_permutations=n_permutations, seed=recorded_seed, note=note)
     fixed = values.sum(axis=0) - varying.sum(axis=0)
     rng = make_rng(seed)
     chunk = max(1, _CHUNK_ELEMENTS // varying.size)
@@ -127,5 +125,4 @@ def permutation_uniformity(
         stats = _pearson_columns(shuffled.sum(axis=1) + fixed, n)
         exceed += int(np.count_nonzero(stats >= observed - tolerance))
     p_value = (1 + exceed) / (1 + n_permutations)
-    return UniformityTest(PERMUTATION, observed, p_value, n_permutations=n_permutations,
-                          seed=recorded_seed)
+    return UniformityTest(PERMUTATION, observed, p_value, n_permutations=n_permutations, seed=recorded_seed)
