@@ -83,3 +83,18 @@ def test_long_sequence_never_builds_a_square_score_tensor():
         torch.Tensor.masked_fill = original
     assert max(largest) <= chunk * (length // 8 + chunk + 16)
     assert max(largest) < length * length / 20
+
+
+def test_gradients_of_chunked_attention_match_the_reference():
+    """Training backpropagates through the fast path: its gradients must equal the reference's."""
+    q, ek, ev, end, xk, xv = _inputs(21, 0, 0, 8, 4, 4, 2)
+    sink = torch.randn(4)
+    leaves = [t.double().requires_grad_() for t in (q, ek, ev, xk, xv, sink)]
+    grads = []
+    for fn, extra in ((compressed_attention, {"chunk": 6}), (reference_compressed_attention, {})):
+        a, b, c, d, e, s = leaves
+        out = fn(a, 0, b, c, end, d, e, 0, 5, s, **extra)
+        weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
+        grads.append(torch.autograd.grad((out * weights).sum(), leaves))
+    for fast, ref in zip(*grads, strict=True):
+        torch.testing.assert_close(fast, ref)

@@ -55,19 +55,20 @@ def compressed_attention(
     kv_heads = exact_k.shape[2]
     group = heads // kv_heads
     qg = q.view(batch, length, kv_heads, group, dim).transpose(1, 2) * dim**-0.5  # [B, Hkv, T, G, hd]
+    acc = torch.promote_types(q.dtype, torch.float32)  # softmax precision: at least float32
 
     # Local band: exactly L keys per query.
     first_row = q_start - exact_start
     band_k = _band(exact_k, first_row, length, local_window)  # [B, Hkv, T, L, hd]
     band_v = _band(exact_v, first_row, length, local_window)
-    s_band = (qg @ band_k.transpose(-1, -2)).float()  # [B, Hkv, T, G, L]
+    s_band = (qg @ band_k.transpose(-1, -2)).to(acc)  # [B, Hkv, T, G, L]
     key_pos = torch.arange(q_start, q_start + length, device=q.device)[:, None] + torch.arange(
         1 - local_window, 1, device=q.device
     )  # [T, L]
     s_band = s_band.masked_fill((key_pos < max(0, exact_start))[:, None, :], NEG_INF)
 
     ek, ev = entry_k.transpose(1, 2), entry_v.transpose(1, 2)  # [B, Hkv, N, hd]
-    sink_logit = None if sink is None else sink.view(kv_heads, 1, group, 1).float()
+    sink_logit = None if sink is None else sink.view(kv_heads, 1, group, 1).to(acc)
     outputs = []
     for a in range(0, length, chunk):
         b = min(length, a + chunk)
@@ -75,7 +76,7 @@ def compressed_attention(
         n_vis = int(torch.searchsorted(entry_end, t[-1], right=True))
         qc = qg[:, :, a:b]  # [B, Hkv, C, G, hd]
         rows = qc.reshape(batch, kv_heads, (b - a) * group, dim)
-        s_entry = (rows @ ek[:, :, :n_vis].transpose(-1, -2)).float().view(batch, kv_heads, b - a, group, n_vis)
+        s_entry = (rows @ ek[:, :, :n_vis].transpose(-1, -2)).to(acc).view(batch, kv_heads, b - a, group, n_vis)
         s_entry = s_entry.masked_fill((entry_end[:n_vis][None, :] > t[:, None])[:, None, :], NEG_INF)
         parts = [s_entry, s_band[:, :, a:b]]
         if sink_logit is not None:
