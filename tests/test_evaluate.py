@@ -206,12 +206,16 @@ runner = CliRunner()
 def test_cli_lookup_writes_results_and_prints_the_table(phasekv_dir, tmp_path):
     out = tmp_path / "lookup.json"
     args = ["lookup", str(phasekv_dir), "--records", "12", "--demos", "3", "--mappings", "4", "--modulus", "6"]
+    args += ["--held-out-seed", "2"]
     result = runner.invoke(eval_app, [*args, "--resamples", "100", "--threads", "1", "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     for text in ("residue", "gap", "p =", "position controls held", "stride for the period check: 4"):
         assert text in result.output
+    assert "held-out pairs (seed 2, 1/4)" in result.output and "basic bootstrap" in result.output
     saved = json.loads(out.read_text())
     assert saved["probe"] == "lookup" and saved["scoring"]["threads"] == 1
+    assert saved["options"]["held_out_seed"] == 2 and saved["options"]["held_out_modulus"] == 4
+    assert saved["options"]["pairs"] == "held out of training: HeldOutPairs(seed=2, modulus=4)"
     assert Fraction(saved["options"]["design_variance"]) > 0
 
 

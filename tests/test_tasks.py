@@ -67,9 +67,7 @@ def assert_position_controls(prompt_set, modulus):
         assert p.target_position % modulus == p.residue
     stats = prompt_set.position_stats
     json.dumps({"options": prompt_set.options, "stats": stats})
-    assert (
-        len({(s["mean_target_position"], s["var_target_position"], s["query_position"]) for s in stats}) == 1
-    )
+    assert len({(s["mean_target_position"], s["var_target_position"], s["query_position"]) for s in stats}) == 1
 
 
 # ---------------------------------------------------------------- word lists and tokenizers
@@ -100,10 +98,7 @@ def test_word_tokenizer_is_deterministic_and_round_trips(tmp_path, word_tok):
     assert loaded(text)["input_ids"] == word_tok(text)["input_ids"]
     again = tokenizer.load_word_tokenizer(tmp_path)
     assert (again.pad_token_id, again.bos_token_id) == (word_tok.pad_token_id, word_tok.bos_token_id)
-    assert (
-        PreTrainedTokenizerFast.from_pretrained(tmp_path)("cat 42")["input_ids"]
-        == word_tok("cat 42")["input_ids"]
-    )
+    assert PreTrainedTokenizerFast.from_pretrained(tmp_path)("cat 42")["input_ids"] == word_tok("cat 42")["input_ids"]
     assert word_tok("cat,dog 42", add_special_tokens=False).input_ids == word_tok.convert_tokens_to_ids(
         ["cat", ",", "dog", "4", "2"]
     )
@@ -129,9 +124,7 @@ def test_bpe_single_token_filtering_in_context(bpe_tok):
 
 def test_too_few_single_tokens_error(bpe_tok):
     have = len(vocab.task_vocab(bpe_tok).animal_ids)
-    with pytest.raises(
-        ValueError, match=rf"only {have} animals are single tokens.*needs 240 distinct animals"
-    ):
+    with pytest.raises(ValueError, match=rf"only {have} animals are single tokens.*needs 240 distinct animals"):
         vocab.task_vocab(bpe_tok, n_animals=240)
     small = vocab.task_vocab(bpe_tok)
     with pytest.raises(ValueError, match="needs 240 distinct"):
@@ -187,9 +180,7 @@ def test_assign_needs_whole_designs():
 
 
 @pytest.mark.parametrize("protocol", ["prefix", "in-sequence"])
-@pytest.mark.parametrize(
-    ("modulus", "n_mappings", "records"), [(3, 9, 16), (4, 8, 24), (8, 16, 32), (24, 24, 64)]
-)
+@pytest.mark.parametrize(("modulus", "n_mappings", "records"), [(3, 9, 16), (4, 8, 24), (8, 16, 32), (24, 24, 64)])
 def test_lookup_position_controls(word_vocab, protocol, modulus, n_mappings, records):
     options = lookup.LookupOptions(
         n_records=records, n_demos=4, modulus=modulus, n_mappings=n_mappings, protocol=protocol, seed=3
@@ -231,9 +222,7 @@ def test_in_sequence_varies_distractor_gaps(word_vocab):
         )
         ps = lookup.make_lookup(word_vocab, options)
         relative = {
-            tuple(np.array(_record_key_positions(p, animals, 2)) - p.target_position)
-            for p in ps.prompts
-            if p.unit == 0
+            tuple(np.array(_record_key_positions(p, animals, 2)) - p.target_position) for p in ps.prompts if p.unit == 0
         }
         assert (len(relative) == 1) is lockstep, protocol
 
@@ -244,15 +233,60 @@ def test_lookup_determinism_and_splits(word_vocab):
     assert [p.input_ids for p in a.prompts] == [p.input_ids for p in b.prompts]
     c = lookup.make_lookup(word_vocab, lookup.LookupOptions(**{**vars(options), "seed": 1}))
     assert [p.input_ids for p in a.prompts] != [p.input_ids for p in c.prompts]
-    calibration = lookup.make_lookup(
-        word_vocab, lookup.LookupOptions(**{**vars(options), "split": "calibration"})
-    )
+    calibration = lookup.make_lookup(word_vocab, lookup.LookupOptions(**{**vars(options), "split": "calibration"}))
 
     def mappings(ps):
         return {tuple(x for x in p.input_ids if x in set(word_vocab.animal_ids)) for p in ps.prompts}
 
     assert mappings(a).isdisjoint(mappings(calibration))
     assert a.options["split"] == "eval" and calibration.options["split"] == "calibration"
+
+
+@pytest.mark.parametrize("protocol", ["prefix", "in-sequence"])
+def test_lookup_held_out_pairs_only(word_vocab, protocol):
+    from phasekv.corpus.heldout import HeldOutPairs
+
+    word_of = dict(zip(word_vocab.animal_ids, word_vocab.animal_words, strict=True))
+    word_of |= dict(zip(word_vocab.name_ids, word_vocab.name_words, strict=True))
+    animals, names = set(word_vocab.animal_ids), set(word_vocab.name_ids)
+
+    def prompt_pairs(p):
+        ids = p.input_ids
+        return [(ids[j], ids[j + 1]) for j in range(len(ids) - 1) if ids[j] in animals and ids[j + 1] in names]
+
+    def pairs(ps):
+        return {pair for p in ps.prompts for pair in prompt_pairs(p)}
+
+    base = dict(n_records=32, n_demos=4, modulus=4, n_mappings=8, protocol=protocol, seed=5)
+    for seed, modulus in ((0, 4), (3, 5)):
+        held = HeldOutPairs(seed=seed, modulus=modulus)
+        options = lookup.LookupOptions(**base, held_out_seed=seed, held_out_modulus=modulus)
+        eval_set = lookup.make_lookup(word_vocab, options)
+        calibration = lookup.make_lookup(word_vocab, lookup.LookupOptions(**{**vars(options), "split": "calibration"}))
+        for ps in (eval_set, calibration):
+            assert all(len(prompt_pairs(p)) == 32 + 4 for p in ps.prompts)  # every record and demo
+            assert all(held.contains(word_of[a], word_of[n]) for a, n in pairs(ps))
+            for p in ps.prompts:
+                assert held.contains(word_of[p.input_ids[-1]], word_of[p.answer_ids[0]])
+            assert_position_controls(ps, 4)
+        assert eval_set.options["held_out_seed"] == seed and eval_set.options["held_out_modulus"] == modulus
+        assert eval_set.options["pairs"].startswith("held out of training")
+
+        def mappings(ps):
+            return {tuple(x for x in p.input_ids if x in animals or x in names) for p in ps.prompts}
+
+        assert mappings(eval_set).isdisjoint(mappings(calibration))
+    anywhere = pairs(lookup.make_lookup(word_vocab, lookup.LookupOptions(**base)))
+    held = HeldOutPairs()
+    assert not all(held.contains(word_of[a], word_of[n]) for a, n in anywhere)  # default: any pairs
+    json.dumps(eval_set.options)
+
+
+def test_lookup_held_out_too_few_names(word_tok):
+    small = vocab.task_vocab(word_tok)
+    small = vocab.TaskVocab(**{**vars(small), "name_words": small.name_words[:40], "name_ids": small.name_ids[:40]})
+    with pytest.raises(ValueError, match="held-out pairs"):
+        lookup.make_lookup(small, lookup.LookupOptions(n_records=32, modulus=4, n_mappings=4, held_out_seed=0))
 
 
 def test_lookup_bad_options(word_vocab):
@@ -267,9 +301,7 @@ def test_lookup_bad_options(word_vocab):
     with pytest.raises(ValueError, match="n_demos"):
         lookup.make_lookup(word_vocab, lookup.LookupOptions(n_records=4, n_demos=4))
     with pytest.raises(ValueError, match="unknown split"):
-        lookup.make_lookup(
-            word_vocab, lookup.LookupOptions(n_records=16, modulus=4, n_mappings=4, split="test")
-        )
+        lookup.make_lookup(word_vocab, lookup.LookupOptions(n_records=16, modulus=4, n_mappings=4, split="test"))
 
 
 def test_lookup_with_bpe_tokenizer(bpe_tok):
@@ -319,9 +351,7 @@ def test_needle_same_haystack_at_every_residue_and_deterministic(word_vocab):
             if p.unit == unit
         }
         assert len(records) == 1
-    calibration = needle.make_needle(
-        word_vocab, needle.NeedleOptions(**{**vars(options), "split": "calibration"})
-    )
+    calibration = needle.make_needle(word_vocab, needle.NeedleOptions(**{**vars(options), "split": "calibration"}))
     eval_keys = {a.prompts.haystack(u).keys.tobytes() for u in range(4)}
     calibration_keys = {calibration.prompts.haystack(u).keys.tobytes() for u in range(4)}
     assert eval_keys.isdisjoint(calibration_keys)
@@ -355,10 +385,7 @@ def test_flip_prompts_grow_one_token(word_tok):
         assert [p.filler_length for p in fs.prompts] == list(range(10, 26))
         for shorter, longer in zip(fs.prompts, fs.prompts[1:], strict=False):
             assert len(longer.input_ids) == len(shorter.input_ids) + 1
-            assert (
-                longer.input_ids[: len(shorter.input_ids) - len(context)]
-                == shorter.input_ids[: -len(context)]
-            )
+            assert longer.input_ids[: len(shorter.input_ids) - len(context)] == shorter.input_ids[: -len(context)]
         for p in fs.prompts:
             assert p.input_ids[-len(context) :] == context and p.input_ids[0] == word_tok.bos_token_id
             assert p.query_position == len(p.input_ids) - 1 and p.family == family

@@ -84,6 +84,10 @@ def lookup(
     protocol: str = typer.Option("prefix", help=PROTOCOLS_HELP),
     padding: int = typer.Option(None, min=0, help="pad tokens per prompt (default: design span + records/4)"),
     seed: int = SEED,
+    held_out_seed: int = typer.Option(
+        None, help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)"
+    ),
+    held_out_modulus: int = typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)"),
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
     batch_size: int = BATCH,
@@ -107,14 +111,18 @@ def lookup(
             protocol=protocol,
             padding=padding,
             seed=seed,
+            held_out_seed=held_out_seed,
+            held_out_modulus=held_out_modulus,
         )
         scorer = _scorer(model, batch_size, threads, device, dtype)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
+        pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
         heading = (
-            f"lookup on {model}: {protocol} padding, {result['n_prompts']} prompts = {agg['n_mappings']} mappings x "
-            f"{modulus} residues x {agg['placements_per_mapping']} placements (bootstrap unit: mapping, cells = "
-            "placement means; intervals: percentile per residue and mean, basic for worst/best/gap/period)"
+            f"lookup on {model}: {protocol} padding, {pairs}, {result['n_prompts']} prompts = "
+            f"{agg['n_mappings']} mappings x {modulus} residues x {agg['placements_per_mapping']} placements\n"
+            "bootstrap unit: mapping (cells = means over placements); intervals: percentile per residue and "
+            "mean, basic for worst/best/gap/period"
         )
         _finish(result, _summary_table(result, heading), out)
 

@@ -10,6 +10,11 @@ Each record is an animal key followed directly by its name (then the record sepa
 token right after the target key in the records. The padding slots hold A pad tokens in all, so
 the query position P + A + R L + 3 D + 1 is the same for every prompt of a run.
 
+Held-out pairs: with `held_out_seed` set, every record's (animal, name) pair (hence every
+demonstration and the target) is one the training mixture held out
+(`phasekv.corpus.heldout.HeldOutPairs(held_out_seed, held_out_modulus)`), so a model trained on that
+mixture never saw the pairs it is asked about. Use the training run's held-out seed and modulus.
+
 Placement: target-key positions come from `placement.moment_matched_design` (exact equal mean
 and variance of t_K across the M residue groups); a mapping (records, their order, the target
 record k and the demonstrations) is fixed, and for every residue it is placed at
@@ -34,7 +39,9 @@ class LookupOptions:
 
     `padding` is the total number of pad tokens per prompt (None: the design span plus a quarter
     of the records, so the target record varies over the middle half of the list);
-    `placements_per_mapping` None picks the fewest that make the groups exact.
+    `placements_per_mapping` None picks the fewest that make the groups exact. `held_out_seed`
+    None draws names from any pairs; an integer draws every (animal, name) pair from the pairs
+    `HeldOutPairs(held_out_seed, held_out_modulus)` holds out of training (both splits).
     """
 
     n_records: int = 64
@@ -48,6 +55,8 @@ class LookupOptions:
     record_separator: bool = True
     seed: int = 0
     split: str = "eval"
+    held_out_seed: int | None = None
+    held_out_modulus: int = 4
 
 
 @dataclass(frozen=True)
@@ -60,12 +69,46 @@ class Mapping:
     demos: np.ndarray
 
 
-def draw_mapping(vocab: TaskVocab, options: LookupOptions, index: int, k_min: int, k_max: int) -> Mapping:
-    """Mapping `index` of `options.split`, reproducible from (seed, split, index) alone."""
+def held_out_matrix(vocab: TaskVocab, options: LookupOptions) -> np.ndarray | None:
+    """[animals, names] bool over `vocab`'s words: True where the pair is held out of training;
+    None when `options.held_out_seed` is None (any pair allowed)."""
+    if options.held_out_seed is None:
+        return None
+    from phasekv.corpus.heldout import HeldOutPairs  # corpus imports tasks: import late
+
+    pairs = HeldOutPairs(seed=options.held_out_seed, modulus=options.held_out_modulus)
+    return pairs.matrix(vocab.animal_words, vocab.name_words)
+
+
+def draw_mapping(
+    vocab: TaskVocab,
+    options: LookupOptions,
+    index: int,
+    k_min: int,
+    k_max: int,
+    held: np.ndarray | None = None,
+) -> Mapping:
+    """Mapping `index` of `options.split`, reproducible from (seed, split, index) alone.
+
+    `held` (from `held_out_matrix`) restricts every record's pair to held-out pairs.
+    """
     rng = content_rng(options.seed, options.split, index)
     r = options.n_records
-    animals = rng.choice(np.asarray(vocab.animal_ids), size=r, replace=False)
-    names = rng.choice(np.asarray(vocab.name_ids), size=r, replace=False)
+    animal_ids, name_ids = np.asarray(vocab.animal_ids), np.asarray(vocab.name_ids)
+    rows = rng.choice(len(animal_ids), size=r, replace=False)
+    animals = animal_ids[rows]
+    if held is None:
+        names = name_ids[rng.choice(len(name_ids), size=r, replace=False)]
+    else:
+        from phasekv.corpus.heldout import assign_names
+
+        try:
+            names = name_ids[assign_names(rng, held, rows, held_out=True)]
+        except ValueError as err:
+            raise ValueError(
+                f"cannot draw {r} records from held-out pairs (held_out_seed={options.held_out_seed}, "
+                f"modulus {options.held_out_modulus}) with {len(animal_ids)} animals and {len(name_ids)} names: {err}"
+            ) from None
     target = int(rng.integers(k_min, k_max + 1))
     others = np.delete(np.arange(r), target)
     demos = rng.choice(others, size=options.n_demos, replace=False)
@@ -76,6 +119,8 @@ def _check(vocab: TaskVocab, o: LookupOptions) -> None:
     layout.check_protocol(o.protocol)
     if o.n_records < 1 or o.n_mappings < 1 or o.modulus < 1:
         raise ValueError("n_records, n_mappings and modulus must be >= 1")
+    if o.held_out_seed is not None and o.held_out_modulus < 2:
+        raise ValueError(f"held_out_modulus must be >= 2, got {o.held_out_modulus}")
     if not 0 <= o.n_demos <= o.n_records - 1:
         raise ValueError(f"n_demos must be in 0..n_records-1 = {o.n_records - 1}, got {o.n_demos}")
     vocab.require(o.n_records, o.n_records)
@@ -103,9 +148,10 @@ def make_lookup(
     dealt = {r: placement.assign(positions[r], o.n_mappings, per_mapping, dealing) for r in sorted(positions)}
     gaps = placement_rng(o.seed, o.split, 1)
     length = start + padding + o.n_records * rec_len + 3 * o.n_demos + 2
+    held = held_out_matrix(vocab, o)
     prompts = []
     for i in range(o.n_mappings):
-        mapping = draw_mapping(vocab, o, i, k_min, k_max)
+        mapping = draw_mapping(vocab, o, i, k_min, k_max, held)
         records = _records(vocab, mapping, rec_len)
         tail = _tail(vocab, mapping)
         for r in sorted(dealt):
@@ -135,6 +181,9 @@ def make_lookup(
         "design_variance": str(design.variance),
         "target_record_range": [k_min, k_max],
         "query_position": length - 1,
+        "pairs": "any"
+        if held is None
+        else f"held out of training: HeldOutPairs(seed={o.held_out_seed}, modulus={o.held_out_modulus})",
     }
     stats = placement.position_stats({r: dealt[r].ravel() for r in dealt}, length - 1)
     return PromptSet(task="lookup", options=record, prompts=prompts, position_stats=stats)

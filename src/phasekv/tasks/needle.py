@@ -93,15 +93,12 @@ class NeedlePrompts(Sequence):
         self.target = o.n_records // 2
         centre = (self.filler_length - self.design.span) // 2 - self.design.low
         self.origin = start + self.target * self.record_length + self.key_offset + centre
-        self.per_haystack = o.placements_per_haystack or placement.placements_needed(
-            o.n_haystacks, self.design.size
-        )
+        self.per_haystack = o.placements_per_haystack or placement.placements_needed(o.n_haystacks, self.design.size)
         dealing = placement_rng(o.seed, o.split, 0)
         positions = self.design.by_residue(self.origin)
         self.residues = sorted(positions)
         self.dealt = {
-            r: placement.assign(positions[r], o.n_haystacks, self.per_haystack, dealing)
-            for r in self.residues
+            r: placement.assign(positions[r], o.n_haystacks, self.per_haystack, dealing) for r in self.residues
         }
 
     def __len__(self) -> int:

@@ -37,9 +37,7 @@ def single_token_ids(
     for piece, ids, offsets in zip(pieces, enc["input_ids"], enc["offset_mapping"], strict=True):
         start, end = len(left), len(left) + len(piece)
         inside = [
-            (tok_id, (s, e))
-            for tok_id, (s, e) in zip(ids, offsets, strict=True)
-            if e > s and s < end and e > start
+            (tok_id, (s, e)) for tok_id, (s, e) in zip(ids, offsets, strict=True) if e > s and s < end and e > start
         ]
         if len(inside) == 1:
             tok_id, (s, e) = inside[0]
@@ -79,9 +77,7 @@ class TaskVocab:
                 )
 
 
-def _words_as_tokens(
-    tokenizer, candidates: Sequence[str], space: str
-) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def _words_as_tokens(tokenizer, candidates: Sequence[str], space: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     ids = single_token_ids(tokenizer, [space + w for w in candidates])
     kept = [(w, ids[space + w]) for w in candidates if space + w in ids]
     unique: dict[int, str] = {}
