@@ -69,6 +69,33 @@ def demo(
     typer.echo(run_demo(preset, length, new_tokens, seed))
 
 
+@app.command()
+def reproduce(
+    profile: str = typer.Option("quick", help="quick (CPU, minutes), control (the control trained longer) or paper"),
+    out: str = typer.Option("runs/quick", help="output directory; finished runs in it are reused"),
+    jobs: int = typer.Option(0, help="training processes at a time (0: the profile's default)"),
+    plan: bool = typer.Option(
+        False, "--plan", help="write the run configs and print the torchrun command lines; train nothing"
+    ),
+) -> None:
+    """Pretrain models that differ only in their attention, probe them by phase, write table and figure."""
+    from .reproduce import get_profile
+    from .reproduce import reproduce as run_reproduction
+    from .reproduce.plan import write_plan
+
+    chosen = get_profile(profile)
+    if plan:
+        typer.echo(write_plan(chosen, out))
+        return
+    summary = run_reproduction(chosen, out, jobs=jobs or None)
+    typer.echo(summary["table"])
+    wall = summary["wall_seconds"]
+    typer.echo(
+        f"\nwall time: train {wall['train']:.0f} s, evaluate {wall['evaluate']:.0f} s, total {wall['total']:.0f} s"
+    )
+    typer.echo(f"written: {out}/table.md, {out}/residues.png, {out}/summary.json, {out}/results/*.json")
+
+
 def main() -> None:
     """Console entry point: bad input ends with one clear line, not a traceback."""
     from .config import ConfigError
@@ -76,6 +103,6 @@ def main() -> None:
 
     try:
         app()
-    except (ConfigError, CheckpointError, FileNotFoundError) as err:
+    except (ConfigError, CheckpointError, FileNotFoundError, ValueError) as err:
         typer.echo(f"phasekv: error: {err}", err=True)
         raise SystemExit(2) from None

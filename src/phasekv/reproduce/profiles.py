@@ -1,0 +1,145 @@
+"""The reproduction's profiles: which models are trained, on what data, for how long, and how they are probed.
+
+Every run of a profile gets the same data (the synthetic retrieval mixture, same data seed) and the
+same optimiser; runs differ only in their attention (and their seed, where the name says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..corpus.mixture import MixtureConfig
+from ..tasks.lookup import LookupOptions
+from ..train import DataConfig, ModelSpec, OptimConfig, RunConfig
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One model of a profile. `steps` is its training length; `label` reads like the paper's run names."""
+
+    name: str
+    preset: str
+    label: str
+    seed: int = 42
+    steps: int = 1000
+
+    @property
+    def is_control(self) -> bool:
+        return self.preset.startswith("full")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    size: str
+    runs: tuple[RunSpec, ...]
+    mixture: MixtureConfig
+    optim: OptimConfig
+    lookup: LookupOptions
+    model_overrides: dict = field(default_factory=dict)
+    batch_size: int = 16
+    seq_len: int = 256
+    data_seed: int = 0
+    jobs: int = 2
+
+    def run_config(self, run: RunSpec) -> RunConfig:
+        """The training config of one run (threads=1: runs go in parallel, one core each)."""
+        return RunConfig(
+            model=ModelSpec(run.preset, self.size, overrides=dict(self.model_overrides)),
+            data=DataConfig(seed=self.data_seed, mixture=self.mixture),
+            optim=self.optim,
+            steps=run.steps,
+            batch_size=self.batch_size,
+            seq_len=self.seq_len,
+            seed=run.seed,
+            threads=1,
+            checkpoint_every=max(1, run.steps // 4),
+            log_every=25,
+            val_every=max(25, run.steps // 20),
+            gate_steps=tuple(sorted({0, run.steps // 4, run.steps // 2, run.steps})),
+        )
+
+
+QUICK_MIXTURE = MixtureConfig(
+    templates={"lookup": 1.0},
+    records=16,
+    records_start=4,
+    curriculum_fraction=0.4,
+    max_queries=24,
+    pad_gap_probability=1.0,
+)
+QUICK_OPTIM = OptimConfig(lr=3e-3, warmup_steps=100, min_lr_fraction=0.1, weight_decay=0.1)
+QUICK_LOOKUP = LookupOptions(
+    n_records=16, n_demos=8, modulus=24, n_mappings=32, protocol="prefix", seed=0, held_out_seed=0
+)
+
+PROFILES: dict[str, Profile] = {}
+
+
+def _register(profile: Profile) -> Profile:
+    PROFILES[profile.name] = profile
+    return profile
+
+
+QUICK = _register(
+    Profile(
+        name="quick",
+        description="tiny models on this CPU: full attention, W8/S8 (two seeds), W8/S4, W8/S8 uniform averaging",
+        size="tiny",
+        runs=(
+            RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=2400),
+            RunSpec("w8s8-1kv-s42", "w8s8-1kv", "W8/S8 · 1 KV · seed 42", seed=42, steps=800),
+            RunSpec("w8s8-1kv-s43", "w8s8-1kv", "W8/S8 · 1 KV · seed 43", seed=43, steps=800),
+            RunSpec("w8s4-1kv", "w8s4-1kv", "W8/S4 · 1 KV", steps=800),
+            RunSpec("w8s8-1kv-uniform", "w8s8-1kv-uniform", "W8/S8 · 1 KV · uniform averaging", steps=800),
+        ),
+        mixture=QUICK_MIXTURE,
+        optim=QUICK_OPTIM,
+        lookup=QUICK_LOOKUP,
+        model_overrides={"num_heads": 4},
+    )
+)
+
+_PAPER_SWEEP = (
+    ("full-1kv", "Full attention · 1 KV"),
+    ("full-4kv", "Full attention · 4 KV"),
+    ("full-8kv", "Full attention · 8 KV"),
+    ("w8s8-1kv", "W8/S8 · 1 KV"),
+    ("w8s8-8kv", "W8/S8 · 8 KV"),
+    ("w8s4-1kv", "W8/S4 · 1 KV"),
+    ("w12s12-1kv", "W12/S12 · 1 KV"),
+    ("w12s12-4kv", "W12/S12 · 4 KV"),
+    ("w8s8-1kv-nope", "W8/S8 · 1 KV · no RoPE"),
+    ("w8s8-1kv-uniform", "W8/S8 · 1 KV · uniform averaging"),
+    ("w8s8-1kv-vector", "W8/S8 · 1 KV · vector gates"),
+    ("w8s8-1kv-shared", "W8/S8 · 1 KV · shared K/V"),
+    ("dsv4", "DeepSeek-style kernel"),
+)
+
+PAPER = _register(
+    Profile(
+        name="paper",
+        description="the paper's sweep at Qwen3-0.6B size (GPU cluster): 64 records, seeds 42-45 for W8/S8 · 1 KV",
+        size="paper",
+        runs=tuple(
+            [RunSpec(p, p, label, steps=47_518) for p, label in _PAPER_SWEEP]
+            + [
+                RunSpec(f"w8s8-1kv-s{s}", "w8s8-1kv", f"W8/S8 · 1 KV · seed {s}", seed=s, steps=47_518)
+                for s in (43, 44, 45)
+            ]
+        ),
+        mixture=replace(QUICK_MIXTURE, records=64, records_start=8, max_queries=80),
+        optim=OptimConfig(lr=3e-4, warmup_steps=2000, min_lr_fraction=0.1, weight_decay=0.1),
+        lookup=replace(QUICK_LOOKUP, n_records=64, n_mappings=256),
+        batch_size=256,
+        seq_len=2048,
+        jobs=1,
+    )
+)
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]

@@ -1,0 +1,141 @@
+"""Train a profile's runs in parallel worker processes, then probe each trained model.
+
+Training runs are separate `python -m phasekv.train` processes with one thread each (two threads per
+process under contention run far slower than one), at most `jobs` at a time, longest first. A run
+whose final checkpoint exists is skipped, so a rerun only evaluates; an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..evaluate import run_lookup, write_results
+from ..model.io import write_atomic
+from ..scoring import PhaseKVScorer
+from ..train import latest_checkpoint, read_log
+from ..train.config import save_run_config
+from .profiles import Profile, RunSpec
+
+
+def run_dir(out: Path, run: RunSpec) -> Path:
+    return out / "runs" / run.name
+
+
+def final_checkpoint(out: Path, run: RunSpec) -> Path | None:
+    ckpt = latest_checkpoint(run_dir(out, run))
+    return ckpt if ckpt is not None and ckpt.name == f"step_{run.steps:06d}" else None
+
+
+def _last_step(directory: Path) -> int:
+    return max((row.get("step", 0) for row in read_log(directory)), default=0)
+
+
+def train_all(profile: Profile, out: Path, jobs: int, progress: bool = True) -> dict[str, float]:
+    """Train every run of `profile` under `out/runs/` (skipping finished ones); returns wall seconds per run."""
+    pending = sorted((r for r in profile.runs if final_checkpoint(out, r) is None), key=lambda r: -r.steps)
+    total = sum(r.steps for r in profile.runs)
+    bar = tqdm(total=total, desc=f"train ({profile.name})", unit="step", disable=not progress)
+    bar.update(total - sum(r.steps for r in pending))
+    running: dict[str, tuple[subprocess.Popen, float, RunSpec, object]] = {}
+    seconds: dict[str, float] = {}
+    shown = {r.name: 0 for r in pending}
+    failures = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            run = pending.pop(0)
+            directory = run_dir(out, run)
+            directory.mkdir(parents=True, exist_ok=True)
+            config = save_run_config(profile.run_config(run), out / "configs" / run.name)
+            cmd = [
+                sys.executable,
+                "-m",
+                "phasekv.train",
+                "--config",
+                str(config),
+                "--out",
+                str(directory),
+                "--resume",
+                "--no-progress",
+            ]
+            log = open(out / "configs" / run.name / "train.log", "ab")  # noqa: SIM115
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_one_thread_env())
+            running[run.name] = (proc, time.perf_counter(), run, log)
+        time.sleep(2)
+        for name, (proc, started, run, log) in list(running.items()):
+            step = _last_step(run_dir(out, run))
+            bar.update(max(0, step - shown[name]))
+            shown[name] = max(shown[name], step)
+            if proc.poll() is not None:
+                log.close()
+                del running[name]
+                seconds[name] = time.perf_counter() - started
+                bar.update(run.steps - shown[name])
+                if proc.returncode != 0:
+                    failures.append(f"{name} (exit {proc.returncode}; see {out / 'configs' / name / 'train.log'})")
+    bar.close()
+    if failures:
+        raise RuntimeError("training failed: " + "; ".join(failures))
+    return seconds
+
+
+def _one_thread_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: int = 2) -> dict[str, dict]:
+    """Probe every trained run with the profile's lookup options; results cached in out/results/."""
+    results = {}
+    for run in profile.runs:
+        ckpt = final_checkpoint(out, run)
+        if ckpt is None:
+            raise FileNotFoundError(f"run {run.name} has no final checkpoint under {run_dir(out, run)}")
+        path = out / "results" / f"{run.name}.json"
+        if path.is_file():
+            cached = json.loads(path.read_text())
+            if cached.get("checkpoint") == str(ckpt) and cached.get("lookup_options") == _options(profile):
+                results[run.name] = cached
+                continue
+        scorer = PhaseKVScorer.from_checkpoint(ckpt, threads=threads, batch_size=64)
+        result = run_lookup(scorer, profile.lookup, progress=progress)
+        result.update(
+            checkpoint=str(ckpt),
+            run=run.name,
+            label=run.label,
+            preset=run.preset,
+            seed=run.seed,
+            lookup_options=_options(profile),
+            training=_training_summary(run_dir(out, run)),
+        )
+        write_results(result, path)
+        results[run.name] = result
+    return results
+
+
+def _options(profile: Profile) -> dict:
+    from dataclasses import asdict
+
+    return asdict(profile.lookup)
+
+
+def _training_summary(directory: Path) -> dict:
+    rows = read_log(directory)
+    val = [r for r in rows if "val_loss" in r]
+    train_rows = [r for r in rows if "tokens_per_s" in r]
+    return {
+        "final_val_loss": val[-1]["val_loss"] if val else None,
+        "final_val_accuracy": val[-1].get("val_accuracy") if val else None,
+        "steps": max((r.get("step", 0) for r in rows), default=0),
+        "tokens_per_s": sum(r["tokens_per_s"] for r in train_rows[-10:]) / max(1, len(train_rows[-10:])),
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
