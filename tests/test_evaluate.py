@@ -81,6 +81,15 @@ def check_controls(result, modulus):
     json.dumps(result)
 
 
+def test_lookup_scores_are_the_same_on_the_fast_and_plain_paths(phasekv_dir):
+    """forward_at + 2 workers (the benchmark's settings) against the plain full forward on one thread."""
+    options = LookupOptions(n_records=24, n_demos=4, modulus=6, n_mappings=4, seed=1)
+    plain = run_lookup(load_scorer(phasekv_dir, batch_size=16, plain=True), options, n_resamples=100, progress=False)
+    fast = run_lookup(load_scorer(phasekv_dir, batch_size=5, workers=2), options, n_resamples=100, progress=False)
+    assert fast["cell_accuracy"] == plain["cell_accuracy"] and fast["summary"] == plain["summary"]
+    assert fast["mean_answer_logprob"] == pytest.approx(plain["mean_answer_logprob"], abs=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["hf", "phasekv"])
 def test_lookup_end_to_end(kind, qwen_dir, phasekv_dir, tmp_path):
     scorer = load_scorer(qwen_dir if kind == "hf" else phasekv_dir, batch_size=32)

@@ -7,7 +7,9 @@ import pytest
 import torch
 from transformers import DeepseekV4Config, DeepseekV4ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from phasekv.cache import KVCache
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
+from phasekv.model.presets import PRESETS
 from phasekv.scoring import (
     HFScorer,
     PhaseKVScorer,
@@ -202,6 +204,54 @@ def test_deepseek_v4_scores_through_the_hf_scorer(tmp_path):
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
     scores = score_answers(scorer, sequences[:3], [[1, 2], [3], [4, 5]])
     assert np.isfinite(scores.logprob).all()
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_forward_at_matches_the_plain_forward(preset):
+    """The fast path (drop the tail, last layer from the first requested position on) equals the
+    full forward gathered at the positions, for every preset and ragged positions, including a
+    first position inside the first compression window and position 0."""
+    torch.manual_seed(1)
+    model = PhaseKVModel(preset_config(preset, "tiny", vocab_size=V)).eval()
+    ids = torch.randint(0, V, (3, 45))
+    cases = [
+        torch.tensor([[40, 41], [20, 21], [43, 44]]),
+        torch.tensor([[3], [30], [44]]),
+        torch.tensor([[0, 1, 2], [44, 43, 42], [17, 5, 33]]),
+        torch.full((3, 1), 44),
+    ]
+    with torch.inference_mode():
+        full = model(ids)
+        for positions in cases:
+            plain = full.gather(1, positions[..., None].expand(-1, -1, full.shape[-1]))
+            torch.testing.assert_close(model(ids, positions=positions), plain, atol=2e-5, rtol=1e-5)
+
+
+def test_forward_at_rejects_bad_positions():
+    model = PhaseKVModel(preset_config("w8s8-1kv", "tiny", vocab_size=V)).eval()
+    ids = torch.randint(0, V, (2, 10))
+    with pytest.raises(ValueError, match="positions must lie"):
+        model(ids, positions=torch.tensor([[10], [3]]))
+    with pytest.raises(ValueError, match=r"\[B, K\]"):
+        model(ids, positions=torch.tensor([3, 4]))
+    with pytest.raises(ValueError, match="either a cache or positions"):
+        model(ids, KVCache.for_model(model), positions=torch.tensor([[3], [4]]))
+
+
+@pytest.mark.parametrize("kind", ["hf", "phasekv"])
+def test_fast_paths_agree_with_plain_scoring(kind, qwen_dir, phasekv_dir):
+    """forward_at (phasekv) and concurrent workers give the log-probs of plain one-thread scoring."""
+    directory = qwen_dir if kind == "hf" else phasekv_dir
+    sequences = random_sequences(23, seed=5, low=4, high=60)
+    options = {"plain": True} if kind == "phasekv" else {}
+    reference = load_scorer(directory, batch_size=4, **options).logprobs(sequences, 2)
+    threads = torch.get_num_threads()
+    for workers in (1, 3):
+        scorer = load_scorer(directory, batch_size=4, workers=workers)
+        torch.testing.assert_close(scorer.logprobs(sequences, 2), reference, atol=2e-5, rtol=0)
+        assert torch.get_num_threads() == threads  # workers leave the caller's thread count alone
+    with pytest.raises(ScorerError, match="workers"):
+        load_scorer(directory, workers=0)
 
 
 def test_bad_scorer_settings_are_rejected(qwen_dir):

@@ -19,6 +19,9 @@ MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face m
 SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
 BATCH = typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")
 THREADS = typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)")
+WORKERS = typer.Option(
+    1, min=1, help="batches scored at once, each on one thread (2 on a shared 2-core CPU avoids per-op stalls)"
+)
 DEVICE = typer.Option("cpu", help="torch device, e.g. cpu or cuda")
 DTYPE = typer.Option("float32", help="model dtype: float32, bfloat16 or float16")
 OUT = typer.Option(None, "--out", help="write the results JSON here")
@@ -37,10 +40,10 @@ def _one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def _scorer(model: Path, batch_size: int, threads: int | None, device: str, dtype: str):
+def _scorer(model: Path, batch_size: int, threads: int | None, device: str, dtype: str, workers: int = 1):
     from ..scoring import load_scorer
 
-    return load_scorer(model, batch_size=batch_size, threads=threads, device=device, dtype=dtype)
+    return load_scorer(model, batch_size=batch_size, threads=threads, device=device, dtype=dtype, workers=workers)
 
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
@@ -92,6 +95,7 @@ def lookup(
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
     batch_size: int = BATCH,
     threads: int = THREADS,
+    workers: int = WORKERS,
     device: str = DEVICE,
     dtype: str = DTYPE,
     out: Path = OUT,
@@ -114,7 +118,7 @@ def lookup(
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
         )
-        scorer = _scorer(model, batch_size, threads, device, dtype)
+        scorer = _scorer(model, batch_size, threads, device, dtype, workers)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
@@ -142,6 +146,7 @@ def needle(
     stride: int = STRIDE,
     batch_size: int = BATCH,
     threads: int = THREADS,
+    workers: int = WORKERS,
     device: str = DEVICE,
     dtype: str = DTYPE,
     out: Path = OUT,
@@ -163,7 +168,7 @@ def needle(
             protocol=protocol,
             seed=seed,
         )
-        scorer = _scorer(model, batch_size, threads, device, dtype)
+        scorer = _scorer(model, batch_size, threads, device, dtype, workers)
         result = run_needle(scorer, options, stride=stride, progress=not quiet)
         heading = (
             f"needle on {model}: {context_length} tokens, {records} records, {protocol} padding, "
@@ -195,6 +200,7 @@ def flip(
     seed: int = SEED,
     batch_size: int = BATCH,
     threads: int = THREADS,
+    workers: int = WORKERS,
     device: str = DEVICE,
     dtype: str = DTYPE,
     out: Path = OUT,
@@ -215,7 +221,7 @@ def flip(
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
-        scorer = _scorer(model, batch_size, threads, device, dtype)
+        scorer = _scorer(model, batch_size, threads, device, dtype, workers)
         result = run_flip(scorer, options, progress=not quiet)
         heading = f"flip on {model}: candidates {list(options.candidates)}, wall time {result['wall_time_s']:.1f} s"
         _finish(result, heading + "\n" + format_flip(result), out)

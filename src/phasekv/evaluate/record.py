@@ -56,6 +56,7 @@ class RunClock:
                 "metric": METRIC,
                 "batch_size": scorer.batch_size,
                 "threads": torch.get_num_threads(),
+                "workers": getattr(scorer, "workers", 1),
                 "prompt_prefix_ids": prefix_ids,
             },
             **fields,

@@ -13,7 +13,8 @@ from ..scoring import Scorer, score_answers
 from ..tasks import placement
 from ..tasks.prompts import Prompt
 
-CHUNK_BATCHES = 16  # prompts built and scored at once = CHUNK_BATCHES x scorer.batch_size
+CHUNK_BATCHES = 16  # prompts built and scored at once = max(CHUNK_PROMPTS, CHUNK_BATCHES x batch size)
+CHUNK_PROMPTS = 4096  # identical prompts are scored once per chunk, so chunks should span many units
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def score_prompt_set(
     fields |= {name: np.zeros(n, dtype=np.int64) for name in ("target_position", "query_position")}
     checks = {name: np.zeros(n, dtype=bool) for name in ("answer_follows_key", "query_repeats_key")}
     correct, logprob = np.zeros(n, dtype=bool), np.zeros(n)
-    chunk = CHUNK_BATCHES * scorer.batch_size
+    chunk = max(CHUNK_PROMPTS, CHUNK_BATCHES * scorer.batch_size)
     with tqdm(total=n, desc=desc, unit="prompt", disable=not progress) as bar:
         for start in range(0, n, chunk):
             batch = [prompts[i] for i in range(start, min(n, start + chunk))]

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, LayerState
+from ..attention.state import keep_last
 from ..config import ModelConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
@@ -50,6 +51,8 @@ class PhaseKVModel(nn.Module):
     """Causal LM. forward(input_ids [B, T], cache=None) -> logits [B, T, vocab].
 
     With a `KVCache` (phasekv.cache), the call continues the sequence the cache holds and updates it.
+    With `positions` [B, K] (no cache), returns only the logits at those positions, [B, K, vocab]
+    (`forward_at`): the scoring fast path.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -81,7 +84,11 @@ class PhaseKVModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once
 
-    def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, cache=None, *, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is not None:
+            if cache is not None:
+                raise ValueError("positions= is a cache-free scoring path; pass either a cache or positions")
+            return self.forward_at(input_ids, positions)
         start = 0 if cache is None else cache.position
         x = self.embed_tokens(input_ids)
         for i, layer in enumerate(self.layers):
@@ -89,3 +96,69 @@ class PhaseKVModel(nn.Module):
         if cache is not None:
             cache.position += input_ids.shape[1]
         return self.lm_head(self.norm(x))
+
+    def forward_at(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits [B, K, vocab] at `positions` [B, K] (row-wise indices into input_ids [B, T]).
+
+        Equal to `self(input_ids)` gathered at `positions` (up to float rounding), but computes only
+        what those logits need: tokens after the largest position are dropped (causality), and the
+        last layer runs its queries, output projection and MLP only from the smallest position
+        `first` on. Its keys, values and compressed entries of positions < first are built into a
+        `LayerState` (`_prefill_state`), and the layer's own incremental path (the one the KV cache
+        uses) attends over them. Hook points of the last layer see positions first.. only.
+        """
+        if positions.dim() != 2 or positions.shape[0] != input_ids.shape[0]:
+            raise ValueError(
+                f"positions must be [B, K] for input_ids {tuple(input_ids.shape)}, got {tuple(positions.shape)}"
+            )
+        if positions.numel() == 0:
+            raise ValueError("positions is empty")
+        last, first = int(positions.max()), int(positions.min())
+        if first < 0 or last >= input_ids.shape[1]:
+            raise ValueError(f"positions must lie in [0, {input_ids.shape[1]}), got {first}..{last}")
+        x = self.embed_tokens(input_ids[:, : last + 1])
+        for layer in self.layers[:-1]:
+            x = layer(x, 0)
+        final = self.layers[-1]
+        if first == 0:
+            x = final(x, 0)
+        else:
+            h = final.input_layernorm(x[:, :first])
+            state = _prefill_state(final.self_attn, h)
+            tail = x[:, first:]
+            x = tail + final.hook_attn_out(final.self_attn(final.input_layernorm(tail), first, state))
+            x = x + final.hook_mlp_out(final.mlp(final.post_attention_layernorm(x)))
+        x = x.gather(1, (positions - first)[..., None].expand(-1, -1, x.shape[-1]))
+        return self.lm_head(self.norm(x))
+
+
+def _prefill_state(attn: Attention, h: torch.Tensor) -> LayerState:
+    """The LayerState `attn` would hold after a cached call on `h` (positions 0..P-1, normalised
+    layer input), without computing that call's queries or outputs.
+
+    Mirrors the state update of `Attention.forward` / `Attention._compressed` (keys through k_norm and
+    RoPE, values, compressed entries, the compressor's unfinished windows); `forward_at` is checked
+    against the plain forward for every preset (tests/test_scoring.py).
+    """
+    batch, length, _ = h.shape
+    cfg = attn.cfg
+    positions = torch.arange(length, device=h.device)
+    k = attn._rope(attn.k_norm(attn.k_proj(h).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
+    v = attn.v_proj(h).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
+    comp = attn.compressor
+    if comp is None:
+        return LayerState(exact_k=k, exact_v=v, exact_start=0)
+    state = LayerState()
+    keep = comp.cfg.local_window - 1
+    state.exact_k, dropped = keep_last(k, keep)
+    state.exact_v, _ = keep_last(v, keep)
+    state.exact_start = dropped
+    entries = comp(h, 0, emit_from=0)
+    geometry = comp.geometry
+    entry_k = entries.key if comp.normalizes_entries else attn.k_norm(entries.key)
+    state.entry_k = attn._rope(entry_k, geometry.rope_position(entries.index))
+    state.entry_v = entries.value
+    state.entry_end = geometry.window_end(entries.index)
+    state.hidden, dropped = keep_last(h, geometry.window - 1)
+    state.hidden_start = dropped
+    return state

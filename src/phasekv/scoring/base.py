@@ -5,12 +5,18 @@ Batching never shifts positions: prompts are sorted by length and cut into batch
 depends only on tokens 0..t, so padding after a row's last real token cannot change the
 log-probs read at that row's own positions, and every prompt starts at position 0. Equal-length
 prompts (lookup, needle) need no padding at all.
+
+Parallelism: `threads` sets torch's intra-op threads (every op split across cores, with a barrier
+per op); `workers` > 1 instead scores that many batches at once, each on one thread (Python threads;
+torch releases the GIL inside ops). On a CPU shared with other jobs the per-op barriers stall
+whenever one core is busy elsewhere, so workers keep going where intra-op threads wait.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -51,7 +57,8 @@ class BatchedScorer(ABC):
     """Length-grouped, right-padded batching over a model; subclasses supply `_logits`.
 
     The model is put in eval mode on `device` in `dtype` (a key of DTYPES); `threads` (if given)
-    sets torch's CPU threads. Log-probs are always computed in float32.
+    sets torch's CPU threads; `workers` (if > 1) scores that many batches concurrently, each
+    single-threaded (see the module docstring). Log-probs are always computed in float32.
     """
 
     def __init__(
@@ -64,9 +71,12 @@ class BatchedScorer(ABC):
         device: str = "cpu",
         dtype: str = "float32",
         pad_id: int = 0,
+        workers: int = 1,
     ):
         if batch_size < 1:
             raise ScorerError(f"batch_size must be >= 1, got {batch_size}")
+        if workers < 1:
+            raise ScorerError(f"workers must be >= 1, got {workers}")
         if threads is not None:
             if threads < 1:
                 raise ScorerError(f"threads must be >= 1, got {threads}")
@@ -79,6 +89,7 @@ class BatchedScorer(ABC):
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.pad_id = pad_id
+        self.workers = workers
 
     @abstractmethod
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -94,19 +105,30 @@ class BatchedScorer(ABC):
         if any(n < n_last for n in lengths):
             raise ScorerError(f"every sequence needs at least n_last = {n_last} tokens")
         order = sorted(range(len(sequences)), key=lengths.__getitem__)
-        parts = []
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            width = max(lengths[i] for i in rows)
-            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-            for row, i in enumerate(rows):
-                ids[row, : lengths[i]] = torch.as_tensor(sequences[i], dtype=torch.long)
-            ends = torch.tensor([lengths[i] for i in rows])
-            positions = ends[:, None] - n_last + torch.arange(n_last)
-            logits = self._logits(ids.to(self.device), positions.to(self.device))
-            parts.append(torch.log_softmax(logits.float(), dim=-1).cpu())
-        if not parts:
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        if not batches:
             raise ScorerError("no sequences to score")
+
+        def score(rows: list[int]) -> torch.Tensor:
+            with torch.inference_mode():  # grad mode is per thread
+                width = max(lengths[i] for i in rows)
+                ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+                for row, i in enumerate(rows):
+                    ids[row, : lengths[i]] = torch.as_tensor(sequences[i], dtype=torch.long)
+                ends = torch.tensor([lengths[i] for i in rows])
+                positions = ends[:, None] - n_last + torch.arange(n_last)
+                logits = self._logits(ids.to(self.device), positions.to(self.device))
+                return torch.log_softmax(logits.float(), dim=-1).cpu()
+
+        if self.workers == 1 or len(batches) == 1:
+            parts = [score(rows) for rows in batches]
+        else:
+            threads = torch.get_num_threads()
+            try:
+                with ThreadPoolExecutor(self.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+                    parts = list(pool.map(score, batches))
+            finally:
+                torch.set_num_threads(threads)
         out = torch.cat(parts)
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))

@@ -15,7 +15,7 @@ def load_scorer(path: str | Path, **options) -> BatchedScorer:
     """A `PhaseKVScorer` for a phasekv checkpoint ("format": "phasekv" in config.json), an
     `HFScorer` for a Hugging Face model directory (config.json with "model_type").
 
-    `options` go to the scorer (batch_size, threads, device, dtype). Raises ScorerError for a
+    `options` go to the scorer (batch_size, threads, workers, device, dtype). Raises ScorerError for a
     missing directory, a missing or unreadable config.json, or a config of neither kind.
     """
     directory = Path(path)

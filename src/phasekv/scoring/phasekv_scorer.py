@@ -16,8 +16,11 @@ BUILT_IN_TOKENIZER = "built-in word tokenizer (phasekv.tasks.tokenizer)"
 class PhaseKVScorer(BatchedScorer):
     """Scores with a PhaseKVModel and a word-level tokenizer (default: `build_word_tokenizer()`).
 
-    Only the requested positions go through the final norm's output into the LM head (a forward
-    hook on `model.norm` gathers them), so a batch never materialises [B, T, V] logits.
+    Scores through `PhaseKVModel.forward_at`: only the requested positions reach the final norm and
+    the LM head (a batch never materialises [B, T, V] logits), tokens after the last requested
+    position are dropped, and the last layer runs its queries and MLP only from the first requested
+    position on. `plain=True` uses the full forward and gathers (the reference the fast path is
+    tested against).
     """
 
     def __init__(
@@ -27,6 +30,7 @@ class PhaseKVScorer(BatchedScorer):
         *,
         path: str | Path | None = None,
         tokenizer_source: str = BUILT_IN_TOKENIZER,
+        plain: bool = False,
         **options,
     ):
         tokenizer = build_word_tokenizer() if tokenizer is None else tokenizer
@@ -39,6 +43,7 @@ class PhaseKVScorer(BatchedScorer):
         super().__init__(model, tokenizer, pad_id=pad_id, **options)
         self.path = None if path is None else str(path)
         self.tokenizer_source = tokenizer_source
+        self.plain = plain
 
     @classmethod
     def from_checkpoint(cls, directory: str | Path, **options) -> PhaseKVScorer:
@@ -58,11 +63,9 @@ class PhaseKVScorer(BatchedScorer):
         return None if comp is None else comp.stride
 
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        handle = self.model.norm.register_forward_hook(lambda _m, _inp, out: gather_positions(out, positions))
-        try:
-            return self.model(input_ids)
-        finally:
-            handle.remove()
+        if self.plain:
+            return gather_positions(self.model(input_ids), positions)
+        return self.model(input_ids, positions=positions)
 
     def describe(self) -> dict:
         return {
@@ -74,4 +77,5 @@ class PhaseKVScorer(BatchedScorer):
             "tokenizer": {"source": self.tokenizer_source, "size": len(self.tokenizer)},
             "device": str(self.device),
             "dtype": self.dtype,
+            "forward": "plain (full forward, gathered)" if self.plain else "forward_at (needed positions only)",
         }
