@@ -1,0 +1,168 @@
+"""`phasekv knockout | gates | cycle`: the mechanistic analyses as commands (typer).
+
+Each prints a table, writes the result JSON and a PNG into `--out` (a directory), and turns bad
+input into one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
+OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
+RECORDS = typer.Option(32, "--records", min=1, help="key-name records per lookup prompt")
+DEMOS = typer.Option(4, "--demos", min=0, help="demonstrations before the target")
+MAPPINGS = typer.Option(16, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)")
+PLACEMENTS = typer.Option(None, "--placements", min=1, help="placements per mapping and residue")
+MODULUS = typer.Option(24, "--modulus", min=2, help="group targets by position mod this")
+PROTOCOL = typer.Option("prefix", "--protocol", help="padding protocol: prefix or in-sequence")
+SEED = typer.Option(0, "--seed", help="seed of the prompts and the bootstrap")
+HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
+BATCH = typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")
+THREADS = typer.Option(None, "--threads", min=1, help="torch CPU threads")
+DEVICE = typer.Option("cpu", "--device", help="torch device")
+QUIET = typer.Option(False, "--quiet", help="no progress bars")
+
+
+@contextmanager
+def _one_line_errors(command: str) -> Iterator[None]:
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"phasekv {command}: error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed):
+    from ..tasks.lookup import LookupOptions
+
+    return LookupOptions(
+        n_records=records,
+        n_demos=demos,
+        n_mappings=mappings,
+        placements_per_mapping=placements,
+        modulus=modulus,
+        protocol=protocol,
+        seed=seed,
+        held_out_seed=held_out_seed,
+    )
+
+
+def _scorer(model: Path, batch_size: int, threads: int | None, device: str):
+    from ..scoring import load_scorer
+
+    return load_scorer(model, batch_size=batch_size, threads=threads, device=device)
+
+
+def _write(result: dict, out: Path, name: str, plot) -> None:
+    from ..evaluate.record import write_results
+
+    json_path = write_results(result, out / f"{name}.json")
+    typer.echo(f"wrote {json_path} and {plot(out / f'{name}.png')}")
+
+
+def knockout_command(
+    model: Path = MODEL,
+    layers: bool = typer.Option(False, "--layers", help="knock out whole layers' attention output (any HF model)"),
+    query_tokens: int = typer.Option(1, "--query-tokens", min=1, help="--layers: final positions replaced"),
+    calibration_mappings: int = typer.Option(16, "--calibration-mappings", min=1, help="calibration-split mappings"),
+    stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
+    records: int = RECORDS,
+    demos: int = DEMOS,
+    mappings: int = MAPPINGS,
+    placements: int = PLACEMENTS,
+    modulus: int = MODULUS,
+    protocol: str = PROTOCOL,
+    seed: int = SEED,
+    held_out_seed: int = HELD_OUT,
+    batch_size: int = BATCH,
+    threads: int = THREADS,
+    device: str = DEVICE,
+    out: Path = OUT,
+    quiet: bool = QUIET,
+) -> None:
+    """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
+    from .knockout_run import KnockoutOptions, format_knockout, run_knockout
+    from .plots import plot_knockout
+
+    with _one_line_errors("knockout"):
+        lookup = _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed)
+        options = KnockoutOptions(
+            mode="layers" if layers else "heads",
+            calibration_mappings=calibration_mappings,
+            n_query=query_tokens,
+            batch_size=batch_size,
+            stride=stride,
+        )
+        result = run_knockout(_scorer(model, batch_size, threads, device), lookup, options, progress=not quiet)
+        typer.echo(format_knockout(result))
+        _write(result, out, "knockout", lambda path: plot_knockout(result, path))
+
+
+def gates_command(
+    model: Path = typer.Argument(..., help="checkpoint / HF DeepseekV4 directory, or a training run directory"),
+    source: str = typer.Option("auto", "--source", help="run dirs: auto, checkpoints or snapshots"),
+    records: int = RECORDS,
+    demos: int = DEMOS,
+    mappings: int = MAPPINGS,
+    placements: int = PLACEMENTS,
+    modulus: int = MODULUS,
+    protocol: str = PROTOCOL,
+    seed: int = SEED,
+    batch_size: int = BATCH,
+    threads: int = THREADS,
+    device: str = DEVICE,
+    out: Path = OUT,
+    quiet: bool = QUIET,
+) -> None:
+    """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
+    from .gates_run import format_gates, is_run_dir, run_gate_trajectory, run_gates
+    from .plots import plot_gate_trajectory, plot_gates
+
+    with _one_line_errors("gates"):
+        lookup = _lookup(records, demos, mappings, placements, modulus, protocol, seed, None)
+        if is_run_dir(model):
+            trajectory = run_gate_trajectory(model, lookup, batch_size, source, progress=not quiet)
+            last = trajectory["steps"][-1]
+            typer.echo(f"gate trajectory of {model}: {len(trajectory['steps'])} steps ({trajectory['source']})")
+            typer.echo(f"step {last['step']}:\n{format_gates(last['rows'])}")
+            _write(trajectory, out, "gate_trajectory", lambda path: plot_gate_trajectory(trajectory, path))
+            return
+        result = run_gates(_scorer(model, batch_size, threads, device), lookup, batch_size)
+        typer.echo(f"gates of {model} over the windows of {result['n_windows_from']['prompts']} prompts")
+        typer.echo(format_gates(result["rows"]))
+        _write(result, out, "gates", lambda path: plot_gates(result["rows"], path))
+
+
+def cycle_command(
+    model: Path = MODEL,
+    delta: str = typer.Option("-3..3", "--delta", help="deltas: a range -3..3, a list 1,2,-1, or both"),
+    resamples: int = typer.Option(2000, "--resamples", min=10, help="bootstrap resamples over mappings"),
+    records: int = RECORDS,
+    demos: int = DEMOS,
+    mappings: int = MAPPINGS,
+    placements: int = PLACEMENTS,
+    modulus: int = MODULUS,
+    protocol: str = PROTOCOL,
+    seed: int = SEED,
+    held_out_seed: int = HELD_OUT,
+    batch_size: int = BATCH,
+    threads: int = THREADS,
+    device: str = DEVICE,
+    out: Path = OUT,
+    quiet: bool = QUIET,
+) -> None:
+    """Gate cycling (W = S models): observed vs predicted accuracy change by phase, R^2 grid over deltas."""
+    from .cycle_run import format_cycle, parse_deltas, run_cycle
+    from .plots import plot_cycle
+
+    with _one_line_errors("cycle"):
+        deltas = parse_deltas(delta)
+        lookup = _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed)
+        result = run_cycle(_scorer(model, batch_size, threads, device), deltas, lookup, resamples, progress=not quiet)
+        typer.echo(format_cycle(result))
+        _write(result, out, "cycle", lambda path: plot_cycle(result, path))

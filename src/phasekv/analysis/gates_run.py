@@ -1,0 +1,172 @@
+"""Gate concentration on evaluation text, for one model or along a training run.
+
+`run_gates(scorer, lookup)`: over every window of the (distinct) lookup prompts, the rows of
+`gates.gate_metrics` (phasekv models) or `hf_gates.hf_gate_metrics` (DeepseekV4ForCausalLM): per
+layer, KV head and branch the static and per-window effective numbers of offsets (phases for
+W > S) and the phase share relative to uniform, value shifted back by one offset.
+
+`run_gate_trajectory(run_dir, lookup)`: the same rows at every step of a training run. Source
+"checkpoints" recomputes them from `run_dir/checkpoints/step_*` on the evaluation prompts (exact
+metrics); "snapshots" reads `run_dir/gates/step_*.json` (written during training on its probe
+sequences; they hold no raw alphas, so vector-gate channels count as windows there); "auto" uses
+checkpoints when the run has any.
+
+Results (JSON): `schema` "phasekv.analysis.gates/1" with the envelope, `options`, `n_windows_from`
+(prompts), `rows`; trajectories: `schema` "phasekv.analysis.gate_trajectory/1", `run_dir`,
+`source`, `steps` [{step, rows}].
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..evaluate.record import RunClock, prompt_prefix, software_versions
+from ..tasks.lookup import LookupOptions
+from .gates import gate_metrics
+from .hf_gates import hf_gate_metrics
+from .hf_layers import is_phasekv
+from .probe_prompts import batches, lookup_prompts, unique_ids
+
+SCHEMA = "phasekv.analysis.gates/1"
+TRAJECTORY_SCHEMA = "phasekv.analysis.gate_trajectory/1"
+SOURCES = ("auto", "checkpoints", "snapshots")
+_SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
+
+
+def metrics_rows(model, ids: torch.Tensor, batch_size: int) -> list[dict]:
+    """Gate metric rows of `model` over every window of ids [N, T]."""
+    device = next(model.parameters()).device
+    parts = (b.to(device) for b in batches(ids, batch_size))
+    if is_phasekv(model):
+        return gate_metrics(model, parts)
+    return hf_gate_metrics(model, parts)
+
+
+def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int = 16) -> dict:
+    """Gate metrics of `scorer.model` over the windows of the evaluation lookup prompts."""
+    clock = RunClock()
+    prompts = lookup_prompts(scorer.tokenizer, lookup)
+    ids, _ = unique_ids(prompts.prompts)
+    rows = metrics_rows(scorer.model, ids, batch_size)
+    result = clock.envelope(
+        "lookup",
+        scorer,
+        prompt_prefix(scorer.tokenizer),
+        seed=lookup.seed,
+        options=prompts.options,
+        n_windows_from={"prompts": int(ids.shape[0]), "prompt_length": int(ids.shape[1])},
+        rows=rows,
+    )
+    result["schema"] = SCHEMA
+    result["analysis"] = "gates"
+    return result
+
+
+def is_run_dir(path: Path) -> bool:
+    """A training run directory (checkpoints/ or gates/ inside, no config.json of its own)."""
+    return not (path / "config.json").is_file() and ((path / "checkpoints").is_dir() or (path / "gates").is_dir())
+
+
+def snapshot_rows(snapshot: dict) -> list[dict]:
+    """Rows like `gate_metrics` from a training gate snapshot (`phasekv.train.gates`)."""
+    window, stride = snapshot["window"], snapshot["stride"]
+    rows = []
+    for layer in snapshot["layers"]:
+        for branch in ("key", "value"):
+            if branch not in layer:
+                continue
+            stats = layer[branch]
+            for head, mean in enumerate(stats["mean_by_offset"]):
+                share = [0.0] * stride
+                for offset, weight in enumerate(mean):
+                    share[offset % stride] += weight * stride
+                if branch == "value":
+                    share = share[1:] + share[:1]
+                row = {
+                    "layer": layer["layer"],
+                    "kv_head": head,
+                    "branch": branch,
+                    "window": window,
+                    "stride": stride,
+                    "static_offsets": stats["static_effective"][head],
+                    "per_window_offsets": stats["per_window_effective"][head],
+                    "phase_share": share,
+                    "value_shifted_back": branch == "value",
+                }
+                if "static_effective_phases" in stats:
+                    row["static_phases"] = stats["static_effective_phases"][head]
+                    row["per_window_phases"] = stats["per_window_effective_phases"][head]
+                rows.append(row)
+    return rows
+
+
+def _snapshots(run_dir: Path) -> list[tuple[int, Path]]:
+    root = run_dir / "gates"
+    found = [(int(m.group(1)), p) for p in root.glob("step_*.json") if (m := _SNAPSHOT.match(p.name))]
+    return sorted(found)
+
+
+def run_gate_trajectory(
+    run_dir: str | Path,
+    lookup: LookupOptions = LookupOptions(),
+    batch_size: int = 16,
+    source: str = "auto",
+    progress: bool = True,
+) -> dict:
+    """Gate metric rows at every saved step of a training run (see the module docstring)."""
+    from ..scoring import load_scorer
+    from ..train.checkpoint import list_checkpoints
+
+    run_dir = Path(run_dir)
+    if source not in SOURCES:
+        raise ValueError(f"unknown trajectory source {source!r}; choose one of {SOURCES}")
+    checkpoints, snapshots = list_checkpoints(run_dir), _snapshots(run_dir)
+    if source == "auto":
+        source = "checkpoints" if checkpoints else "snapshots"
+    found = checkpoints if source == "checkpoints" else snapshots
+    if not found:
+        where = run_dir / ("checkpoints" if source == "checkpoints" else "gates")
+        raise FileNotFoundError(f"{run_dir} has no {source} (looked in {where})")
+    steps = []
+    ids = None
+    for step, path in tqdm(found, desc="gate trajectory", unit="step", disable=not progress):
+        if source == "snapshots":
+            steps.append({"step": step, "rows": snapshot_rows(json.loads(path.read_text()))})
+            continue
+        scorer = load_scorer(path)
+        if ids is None:
+            ids, _ = unique_ids(lookup_prompts(scorer.tokenizer, lookup).prompts)
+        steps.append({"step": step, "rows": metrics_rows(scorer.model, ids, batch_size)})
+    return {
+        "schema": TRAJECTORY_SCHEMA,
+        "analysis": "gate_trajectory",
+        "run_dir": str(run_dir),
+        "source": source,
+        "source_note": (
+            "recomputed from checkpoints on the evaluation lookup prompts"
+            if source == "checkpoints"
+            else "training gate snapshots (probe sequences; vector-gate channels pooled as windows)"
+        ),
+        "options": None if source == "snapshots" else {"lookup": asdict(lookup), "batch_size": batch_size},
+        "steps": steps,
+        "software": software_versions(),
+    }
+
+
+def format_gates(rows: list[dict]) -> str:
+    """Text table: one line per layer, KV head and branch: effective numbers and the phase shares."""
+    lines = [f"{'layer':>5} {'head':>4} {'branch':<6} {'static':>7} {'per-win':>7}  phase share (1 = uniform)"]
+    for r in rows:
+        extra = f" phases {r['static_phases']:.2f}/{r['per_window_phases']:.2f}" if "static_phases" in r else ""
+        shares = " ".join(f"{s:4.2f}" for s in r["phase_share"])
+        lines.append(
+            f"{r['layer']:>5} {r['kv_head']:>4} {r['branch']:<6} {r['static_offsets']:7.2f} "
+            f"{r['per_window_offsets']:7.2f}  {shares}{extra}"
+        )
+    return "\n".join(lines)

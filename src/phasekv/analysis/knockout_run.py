@@ -1,0 +1,223 @@
+"""The knockout map on the lookup probe: accuracy change per knocked-out head (or layer) and residue.
+
+Modes:
+* "heads": every (layer, KV head) of a phasekv model; at the final position the outputs z of the
+  query heads that read the KV head are replaced by their calibration mean (`knockout.py`: one
+  prefill per batch, then one final token per head from a cache fork);
+* "layers": every layer's whole attention output at the last `n_query` positions is replaced by its
+  calibration mean (`hf_layers.py`), for phasekv models and any HF causal LM.
+
+Calibration prompts come from the lookup generator's calibration split (same design, own mappings)
+and are checked to share no prompt with the evaluation prompts.
+
+Result (JSON, `schema` "phasekv.analysis.knockout/1"): the evaluation envelope (model, scoring,
+software, timing) plus `mode`, `options` (lookup options as generated), `knockout_options`,
+`calibration` {split, n_mappings, n_prompts, n_unique_prompts, disjoint_from_eval}, `seed`,
+`n_prompts`, `n_unique_prompts`, `modulus`, `stride` {value, source}, `clean` {accuracy,
+accuracy_by_residue [M], accuracy_by_phase [S], counts_by_residue [M], counts_by_phase [S]} and
+`targets`: one row per knocked-out head/layer with `layer`, `kv_head` (None in layers mode),
+`accuracy`, `accuracy_by_residue`, `accuracy_by_phase`, `change_by_residue` / `change_by_phase`
+(accuracy points, knocked - clean) and `relative_change_by_residue` / `relative_change_by_phase`
+(100 (knocked - clean) / clean, in %; None where clean accuracy is 0). Residue = t_K mod M,
+phase = t_K mod S.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..evaluate.record import RunClock, prompt_prefix
+from ..evaluate.stride import resolve_stride
+from ..tasks.lookup import LookupOptions
+from .hf_layers import final_attention_means, is_phasekv, layer_knockout_logits
+from .knockout import final_position_means, knockout_logits
+from .probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
+
+SCHEMA = "phasekv.analysis.knockout/1"
+MODES = ("heads", "layers")
+
+
+@dataclass(frozen=True)
+class KnockoutOptions:
+    """`mode` heads or layers; `calibration_mappings` mappings of the calibration split (N_cal is
+    their distinct prompts); `n_query` positions replaced in layers mode; `stride` the fold
+    (None: the model's compression stride, else modulus // 2)."""
+
+    mode: str = "heads"
+    calibration_mappings: int = 16
+    n_query: int = 1
+    batch_size: int = 16
+    stride: int | None = None
+
+
+def _accuracy_by(correct: np.ndarray, groups: np.ndarray, n: int) -> list[float]:
+    return [float(correct[groups == g].mean()) for g in range(n)]
+
+
+def _changes(knocked: list[float], clean: list[float]) -> tuple[list[float], list[float | None]]:
+    points = [round(k - c, 6) for k, c in zip(knocked, clean, strict=True)]
+    relative = [None if c == 0 else round(100 * (k - c) / c, 4) for k, c in zip(knocked, clean, strict=True)]
+    return points, relative
+
+
+@torch.no_grad()
+def knockout_predictions(
+    scorer, ids: torch.Tensor, means: torch.Tensor, options: KnockoutOptions, progress: bool = True
+) -> tuple[torch.Tensor, dict[tuple[int, int | None], torch.Tensor]]:
+    """Top-1 tokens at the final position of ids [U, T]: clean [U] and {(layer, kv_head or None): [U]}."""
+    model, size = scorer.model, options.batch_size
+    clean_parts, knocked_parts = [], {}
+    bar = tqdm(batches(ids, size), total=-(-ids.shape[0] // size), desc="knockout", unit="batch", disable=not progress)
+    for batch in bar:
+        batch = batch.to(scorer.device)
+        if options.mode == "heads":
+            clean, knocked = knockout_logits(model, batch, means)
+        else:
+            clean, knocked = layer_knockout_logits(model, batch, means)
+            knocked = {(layer, None): logits for layer, logits in knocked.items()}
+        clean_parts.append(clean.argmax(-1).cpu())
+        for key, logits in knocked.items():
+            knocked_parts.setdefault(key, []).append(logits.argmax(-1).cpu())
+    return torch.cat(clean_parts), {key: torch.cat(parts) for key, parts in knocked_parts.items()}
+
+
+def knockout_map(
+    prompts, clean_correct: np.ndarray, knocked_correct: dict, modulus: int, stride: int
+) -> tuple[dict, list[dict]]:
+    """Per-prompt correctness [N] (clean, and per target) -> (`clean` record, `targets` rows) as in the
+    module docstring; residue = prompt.residue, phase = t_K mod stride."""
+    residue = np.array([p.residue for p in prompts])
+    phase = np.array([p.target_position % stride for p in prompts])
+    clean = {
+        "accuracy": float(clean_correct.mean()),
+        "accuracy_by_residue": _accuracy_by(clean_correct, residue, modulus),
+        "accuracy_by_phase": _accuracy_by(clean_correct, phase, stride),
+        "counts_by_residue": np.bincount(residue, minlength=modulus).tolist(),
+        "counts_by_phase": np.bincount(phase, minlength=stride).tolist(),
+    }
+    targets = []
+    for (layer, head), correct in knocked_correct.items():
+        by_residue, by_phase = _accuracy_by(correct, residue, modulus), _accuracy_by(correct, phase, stride)
+        change_r, rel_r = _changes(by_residue, clean["accuracy_by_residue"])
+        change_p, rel_p = _changes(by_phase, clean["accuracy_by_phase"])
+        targets.append(
+            {
+                "layer": layer,
+                "kv_head": head,
+                "accuracy": float(correct.mean()),
+                "accuracy_by_residue": by_residue,
+                "accuracy_by_phase": by_phase,
+                "change_by_residue": change_r,
+                "change_by_phase": change_p,
+                "relative_change_by_residue": rel_r,
+                "relative_change_by_phase": rel_p,
+            }
+        )
+    return clean, targets
+
+
+def _means(scorer, cal_ids: torch.Tensor, options: KnockoutOptions) -> torch.Tensor:
+    cal = (b.to(scorer.device) for b in batches(cal_ids, options.batch_size))
+    if options.mode == "heads":
+        return final_position_means(scorer.model, cal)
+    return final_attention_means(scorer.model, cal, options.n_query)
+
+
+def _check(scorer, options: KnockoutOptions) -> None:
+    if options.mode not in MODES:
+        raise ValueError(f"unknown knockout mode {options.mode!r}; choose one of {MODES}")
+    if options.mode == "heads" and not is_phasekv(scorer.model):
+        raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
+    if options.calibration_mappings < 1 or options.n_query < 1 or options.batch_size < 1:
+        raise ValueError("calibration_mappings, n_query and batch_size must be >= 1")
+
+
+def run_knockout(
+    scorer, lookup: LookupOptions = LookupOptions(), options: KnockoutOptions = KnockoutOptions(), progress: bool = True
+) -> dict:
+    """The knockout map of `scorer.model` (a `PhaseKVScorer` or `HFScorer`) on the lookup probe."""
+    _check(scorer, options)
+    clock = RunClock()
+    stride, stride_source = resolve_stride(options.stride, scorer.compression_stride, lookup.modulus)
+    stride = stride or lookup.modulus
+    evaluation = lookup_prompts(scorer.tokenizer, lookup)
+    calibration = lookup_prompts(scorer.tokenizer, calibration_options(lookup, options.calibration_mappings))
+    check_disjoint(evaluation.prompts, calibration.prompts)
+    prompts = evaluation.prompts
+    ids, rows = unique_ids(prompts)
+    cal_ids, _ = unique_ids(calibration.prompts)
+    means = _means(scorer, cal_ids, options)
+    clean_top, knocked_top = knockout_predictions(scorer, ids, means, options, progress)
+    answers = torch.tensor([p.answer_ids[0] for p in prompts])
+    rows = torch.from_numpy(rows)
+    clean, targets = knockout_map(
+        prompts,
+        (clean_top[rows] == answers).numpy(),
+        {key: (top[rows] == answers).numpy() for key, top in knocked_top.items()},
+        lookup.modulus,
+        stride,
+    )
+    result = clock.envelope(
+        "lookup",
+        scorer,
+        prompt_prefix(scorer.tokenizer),
+        mode=options.mode,
+        seed=lookup.seed,
+        options=evaluation.options,
+        knockout_options=asdict(options),
+        calibration={
+            "split": "calibration",
+            "n_mappings": options.calibration_mappings,
+            "n_prompts": len(calibration.prompts),
+            "n_unique_prompts": int(cal_ids.shape[0]),
+            "disjoint_from_eval": True,
+        },
+        n_prompts=len(prompts),
+        n_unique_prompts=int(ids.shape[0]),
+        modulus=lookup.modulus,
+        stride={"value": stride, "source": stride_source},
+        replaced=(
+            "outputs z of the query heads reading the KV head, at the final position"
+            if options.mode == "heads"
+            else f"the layer's attention output at the last {options.n_query} position(s)"
+        ),
+        relative_change="100 * (knocked - clean) / clean accuracy, in %; None where clean accuracy is 0",
+        clean=clean,
+        targets=targets,
+    )
+    result["schema"] = SCHEMA
+    result["analysis"] = "knockout"
+    return result
+
+
+def target_label(row: dict) -> str:
+    """'L3' for a whole layer, 'L3H1' for a KV head."""
+    return f"L{row['layer']}" if row["kv_head"] is None else f"L{row['layer']}H{row['kv_head']}"
+
+
+def _cell(value: float | None) -> str:
+    return "   n/a" if value is None else f"{value:+6.0f}"
+
+
+def format_knockout(result: dict) -> str:
+    """Text table: one row per knocked-out head/layer, one column per phase (t_K mod S): the relative
+    accuracy change in %; first row the clean accuracy by phase."""
+    stride = result["stride"]["value"]
+    clean = result["clean"]
+    head = f"{'target':<8}" + "".join(f"{'r=' + str(r):>7}" for r in range(stride)) + "   all"
+    lines = [
+        f"knockout ({result['mode']}): relative accuracy change (%) by phase t_K mod {stride}; "
+        f"clean accuracy {100 * clean['accuracy']:.1f}% over {result['n_prompts']} prompts; "
+        f"calibration {result['calibration']['n_unique_prompts']} prompts (disjoint)",
+        head,
+        f"{'clean %':<8}" + "".join(f"{100 * a:7.1f}" for a in clean["accuracy_by_phase"]),
+    ]
+    for row in result["targets"]:
+        overall = None if clean["accuracy"] == 0 else 100 * (row["accuracy"] - clean["accuracy"]) / clean["accuracy"]
+        cells = "".join(f" {_cell(v)}" for v in row["relative_change_by_phase"])
+        lines.append(f"{target_label(row):<8}{cells} {_cell(overall)}")
+    return "\n".join(lines)

@@ -1,0 +1,319 @@
+"""The analysis runs and commands: knockout maps, gate metrics (phasekv and DeepSeek-V4 HF models),
+gate trajectories, gate cycling, and `phasekv knockout | gates | cycle` through typer."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from conftest import randomize
+from phasekv.analysis import knockout_run
+from phasekv.analysis.cli import cycle_command, gates_command, knockout_command
+from phasekv.analysis.cycle_run import cycle_statistics, fold_cells, parse_deltas, run_cycle
+from phasekv.analysis.gates_run import run_gate_trajectory, run_gates
+from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
+from phasekv.analysis.hf_layers import final_attention_means, layer_knockout_logits
+from phasekv.analysis.knockout import final_position_means, knockout_logits_reference
+from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
+from phasekv.analysis.plots import plot_cycle, plot_gates, plot_knockout
+from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
+from phasekv.scoring import PhaseKVScorer
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.tokenizer import build_word_tokenizer, save_word_tokenizer
+from phasekv.train.gates import gate_snapshot, write_snapshot
+
+TOKENIZER = build_word_tokenizer()
+V = len(TOKENIZER)
+LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=2)
+KNOCKOUT_KEYS = {
+    "schema",
+    "analysis",
+    "mode",
+    "model",
+    "options",
+    "knockout_options",
+    "calibration",
+    "seed",
+    "n_prompts",
+    "n_unique_prompts",
+    "modulus",
+    "stride",
+    "clean",
+    "targets",
+    "software",
+    "wall_time_s",
+}
+TARGET_KEYS = {
+    "layer",
+    "kv_head",
+    "accuracy",
+    "accuracy_by_residue",
+    "accuracy_by_phase",
+    "change_by_residue",
+    "change_by_phase",
+    "relative_change_by_residue",
+    "relative_change_by_phase",
+}
+
+
+def _model(name, seed=0):
+    torch.manual_seed(seed)
+    return randomize(PhaseKVModel(preset_config(name, "tiny", vocab_size=V)), seed=seed, std=0.1).eval()
+
+
+def _planted(name="w8s8-1kv", key_offset=2, value_offset=3):
+    """Every key gate prefers `key_offset`, every value gate `value_offset` (one KV head, scalar gates)."""
+    model = _model(name)
+    with torch.no_grad():
+        for layer in model.layers:
+            bias = layer.self_attn.compressor.gate_bias  # [W, (key, value) x kv_heads]
+            bias[key_offset, 0] += 8.0
+            bias[value_offset, 1] += 8.0
+    return model
+
+
+def _qwen3():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+def _dsv4(hca_rate=8):
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = DeepseekV4Config(
+        vocab_size=V,
+        hidden_size=64,
+        head_dim=32,
+        num_attention_heads=4,
+        q_lora_rank=16,
+        num_hidden_layers=2,
+        index_n_heads=2,
+        index_head_dim=16,
+        index_topk=8,
+        partial_rotary_factor=0.5,
+        o_groups=2,
+        o_lora_rank=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        sliding_window=16,
+        hc_mult=2,
+        layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
+        mlp_layer_types=["hash_moe", "moe"],
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate},
+    )
+    model = DeepseekV4ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("position_bias"):
+                p.normal_(0, 1.0)
+    return model
+
+
+def test_knockout_run_writes_the_map_and_equals_a_manual_knockout(monkeypatch, tmp_path):
+    model = _model("w8s8-8kv")
+    scorer = PhaseKVScorer(model, TOKENIZER, batch_size=64)
+
+    def planted_prompts(tokenizer, options):
+        """Even mappings are answered with the clean model's own top-1, so clean accuracy is 50%."""
+        prompt_set = lookup_prompts(tokenizer, options)
+        if options.split != "eval":
+            return prompt_set
+        ids, rows = unique_ids(prompt_set.prompts)
+        with torch.no_grad():
+            top = model(ids)[:, -1].argmax(-1)[rows]
+        prompts = [
+            dataclasses.replace(p, answer_ids=[int(top[i])]) if p.unit % 2 == 0 else p
+            for i, p in enumerate(prompt_set.prompts)
+        ]
+        return dataclasses.replace(prompt_set, prompts=prompts)
+
+    monkeypatch.setattr(knockout_run, "lookup_prompts", planted_prompts)
+    options = KnockoutOptions(calibration_mappings=2, batch_size=64)
+    result = run_knockout(scorer, LOOKUP, options, progress=False)
+    assert KNOCKOUT_KEYS <= set(result) and result["schema"] == "phasekv.analysis.knockout/1"
+    assert len(result["targets"]) == 2 * 8 and all(TARGET_KEYS == set(t) for t in result["targets"])
+    assert result["clean"]["accuracy"] == pytest.approx(0.5) and result["stride"]["value"] == 8
+    assert result["calibration"]["disjoint_from_eval"] and result["knockout_options"]["calibration_mappings"] == 2
+    json.dumps(result)
+
+    prompts = planted_prompts(TOKENIZER, LOOKUP).prompts
+    cal_ids, _ = unique_ids(lookup_prompts(TOKENIZER, calibration_options(LOOKUP, 2)).prompts)
+    means = final_position_means(model, [cal_ids])
+    ids, rows = unique_ids(prompts)
+    answers = torch.tensor([p.answer_ids[0] for p in prompts])
+    residues = torch.tensor([p.residue for p in prompts])
+    changed = 0
+    for row in result["targets"]:
+        top = knockout_logits_reference(model, ids, means, row["layer"], row["kv_head"]).argmax(-1)[rows]
+        correct = top == answers
+        expected = [correct[residues == r].float().mean().item() for r in range(LOOKUP.modulus)]
+        assert row["accuracy_by_residue"] == pytest.approx(expected)
+        changed += any(c != 0 for c in row["change_by_residue"])
+    assert changed > 0
+    assert plot_knockout(result, tmp_path / "k.png").stat().st_size > 0
+
+
+def test_calibration_prompts_never_overlap_the_evaluation_prompts():
+    evaluation = lookup_prompts(TOKENIZER, LOOKUP).prompts
+    calibration = lookup_prompts(TOKENIZER, calibration_options(LOOKUP, 4)).prompts
+    check_disjoint(evaluation, calibration)
+    assert not {tuple(p.input_ids) for p in evaluation} & {tuple(p.input_ids) for p in calibration}
+    with pytest.raises(ValueError, match="disjoint"):
+        check_disjoint(evaluation, calibration + evaluation[:1])
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "dsv4", "phasekv"])
+def test_whole_layer_knockout_with_its_own_mean_is_the_identity(kind):
+    model = {"qwen3": _qwen3, "dsv4": _dsv4, "phasekv": lambda: _model("w8s8-1kv")}[kind]()
+    gen = torch.Generator().manual_seed(0)
+    ids, other = torch.randint(5, V, (1, 24), generator=gen), torch.randint(5, V, (3, 24), generator=gen)
+    own = final_attention_means(model, [ids], n_query=2)
+    assert own.shape[:2] == (2, 2)
+    clean, knocked = layer_knockout_logits(model, ids, own)
+    for layer in (0, 1):
+        torch.testing.assert_close(knocked[layer], clean, rtol=1e-5, atol=1e-5)
+    clean, knocked = layer_knockout_logits(model, ids, final_attention_means(model, [other], n_query=2))
+    assert all((knocked[layer] - clean).abs().max() > 1e-4 for layer in (0, 1))
+
+
+def test_gate_metrics_of_planted_gate_biases(tmp_path):
+    result = run_gates(PhaseKVScorer(_planted(key_offset=5, value_offset=6), TOKENIZER, batch_size=64), LOOKUP)
+    rows = result["rows"]
+    assert {(r["layer"], r["branch"]) for r in rows} == {(0, "key"), (0, "value"), (1, "key"), (1, "value")}
+    for r in rows:
+        assert int(np.argmax(r["phase_share"])) == 5  # value gates peak at 6, shown shifted back by one
+        assert r["static_offsets"] < 1.2 and r["per_window_offsets"] <= r["static_offsets"] + 1e-6
+    assert result["n_windows_from"]["prompts"] > 0 and result["schema"] == "phasekv.analysis.gates/1"
+    assert plot_gates(rows, tmp_path / "g.png").stat().st_size > 0
+
+
+def test_deepseek_v4_gates_equal_the_compressor_formula():
+    model = _dsv4()
+    seen = {}
+    for i, layer in enumerate(model.model.layers):
+        layer.self_attn.compressor.register_forward_pre_hook(lambda _m, args, i=i: seen.__setitem__(i, args[0]))
+    ids = torch.randint(5, V, (2, 21), generator=torch.Generator().manual_seed(1))
+    gates = collect_hf_gates(model, [ids])
+    csa = model.model.layers[0].self_attn.compressor
+    hd, rate = csa.head_dim, csa.compress_rate
+    with torch.no_grad():  # transformers' layout: slots 0..3 = previous block's first half, 4..7 = this block's second
+        chunk = csa.gate_proj(seen[0][:, :20]).view(2, 5, rate, 2 * hd) + csa.position_bias
+        logits = torch.full((2, 5, 2 * rate, hd), float("-inf"))
+        logits[:, :, rate:] = chunk[..., hd:]
+        logits[:, 1:, :rate] = chunk[:, :-1, :, :hd]
+        expected = logits.softmax(dim=2).reshape(-1, 2 * rate, 1, hd)
+    alpha, stride = gates[0]
+    assert stride == 4 and alpha.shape == (10, 8, 1, hd)
+    torch.testing.assert_close(alpha, expected, rtol=1e-5, atol=1e-6)
+    hca = model.model.layers[1].self_attn.compressor
+    with torch.no_grad():
+        hca_expected = (hca.gate_proj(seen[1][:, :16]).view(2, 2, 8, hd) + hca.position_bias).softmax(dim=2)
+    torch.testing.assert_close(gates[1][0], hca_expected.reshape(-1, 8, 1, hd), rtol=1e-5, atol=1e-6)
+    rows = hf_gate_metrics(model, [ids])
+    assert [(r["layer"], r["compressor"]) for r in rows] == [(0, "csa"), (1, "hca")]
+    assert rows[0]["per_channel_mean"] and 1 <= rows[0]["static_phases"] <= 4 and len(rows[0]["phase_share"]) == 4
+
+
+def test_cycling_moves_the_planted_preference_and_reports_the_r2_grid(tmp_path):
+    scorer = PhaseKVScorer(_planted(key_offset=2, value_offset=3), TOKENIZER, batch_size=64)
+    result = run_cycle(scorer, [-1, 1, 3], LOOKUP, n_resamples=50, progress=False)
+    assert int(np.argmax(result["base"]["gate_key_phase_share"])) == 2
+    for c in result["cycles"]:
+        assert int(np.argmax(c["gate_key_phase_share"])) == (2 + c["delta"]) % 8
+        assert len(c["observed_change"]) == len(c["predicted_change"]) == 8
+    grid = result["grid"]
+    assert grid["deltas"] == [-1, 1, 3] and all(len(grid[k]) == 3 for k in ("r2", "r2_low", "r2_high"))
+    assert result["boundary_phase"] == 7 and result["schema"] == "phasekv.analysis.cycle/1"
+    json.dumps(result)
+    assert plot_cycle(result, tmp_path / "c.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="W = S"):
+        run_cycle(PhaseKVScorer(_model("w8s4-1kv"), TOKENIZER), [1], LOOKUP, progress=False)
+
+
+def test_cycle_statistics_of_an_exactly_moved_pattern():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(size=(12, 16))  # [mappings, residues]
+    folded = fold_cells(base, 8)
+    np.testing.assert_allclose(folded[:, 3], (base[:, 3] + base[:, 11]) / 2)
+    stats = cycle_statistics(folded, np.roll(folded, 2, axis=1), 2, n_resamples=100)
+    assert stats["r2"] == pytest.approx(1.0) and stats["r2_interval"] == pytest.approx([1.0, 1.0])
+    np.testing.assert_allclose(stats["observed_change"], stats["predicted_change"], atol=1e-6)
+    assert parse_deltas("-3..3") == [-3, -2, -1, 0, 1, 2, 3] and parse_deltas("-2..-1,1,2,1") == [-2, -1, 1, 2]
+    with pytest.raises(ValueError, match="deltas"):
+        parse_deltas("1..x")
+
+
+@pytest.fixture(scope="module")
+def app():
+    app = typer.Typer()
+    app.command("knockout")(knockout_command)
+    app.command("gates")(gates_command)
+    app.command("cycle")(cycle_command)
+    return app
+
+
+def _checkpoint(directory, model):
+    save_checkpoint(model, directory)
+    save_word_tokenizer(directory)
+    return directory
+
+
+SMALL = ["--records", "8", "--demos", "2", "--modulus", "8", "--mappings", "2", "--quiet"]
+
+
+def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
+    runner = CliRunner()
+    planted = _checkpoint(tmp_path / "w8s8", _planted())
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["knockout", str(planted), "--calibration-mappings", "2", "--out", str(out), *SMALL])
+    assert res.exit_code == 0, res.output
+    assert "L1H0" in res.output and (out / "knockout.json").is_file() and (out / "knockout.png").is_file()
+
+    qwen = tmp_path / "qwen3"
+    _qwen3().save_pretrained(qwen)
+    TOKENIZER.save_pretrained(qwen)
+    res = runner.invoke(app, ["knockout", str(qwen), "--layers", "--out", str(out / "hf"), *SMALL])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "hf" / "knockout.json").read_text())["mode"] == "layers"
+
+    res = runner.invoke(app, ["gates", str(planted), "--out", str(out), *SMALL])
+    assert res.exit_code == 0 and (out / "gates.json").is_file(), res.output
+
+    run_dir = tmp_path / "run"
+    for step, seed in ((1, 1), (5, 2)):
+        model = _model("w8s8-1kv", seed=seed)
+        ckpt = _checkpoint(run_dir / "checkpoints" / f"step_{step:06d}", model)
+        (ckpt / "trainer.pt").write_bytes(b"")
+        write_snapshot(run_dir, gate_snapshot(model, model.config.compression, torch.randint(5, V, (2, 32)), step))
+    for source in ("checkpoints", "snapshots"):
+        res = runner.invoke(app, ["gates", str(run_dir), "--source", source, "--out", str(out / source), *SMALL])
+        assert res.exit_code == 0, res.output
+        trajectory = json.loads((out / source / "gate_trajectory.json").read_text())
+        assert [s["step"] for s in trajectory["steps"]] == [1, 5] and trajectory["source"] == source
+    assert run_gate_trajectory(run_dir, LOOKUP, source="auto", progress=False)["source"] == "checkpoints"
+
+    args = ["cycle", str(planted), "--delta", "-1..1", "--resamples", "20", "--out", str(out)]
+    res = runner.invoke(app, [*args, *SMALL])
+    assert res.exit_code == 0 and "R^2" in res.output and (out / "cycle.png").is_file(), res.output
+
+    w8s4 = _checkpoint(tmp_path / "w8s4", _model("w8s4-1kv"))
+    res = runner.invoke(app, ["cycle", str(w8s4), "--out", str(out), *SMALL])
+    assert res.exit_code == 2 and "W = S" in res.output and len(res.output.strip().splitlines()) == 1
