@@ -12,6 +12,7 @@ app = typer.Typer(
 
 
 def _mount_subcommands() -> None:
+    from .analysis.cli import cycle_command, gates_command, knockout_command
     from .evaluate.cli import eval_app
     from .theory.cli import app as theory_app
     from .train.cli import data_app, train_command
@@ -20,6 +21,15 @@ def _mount_subcommands() -> None:
         "train",
         help="Pretrain a model (synthetic retrieval mixture or token files); resumable; runs under torchrun.",
     )(train_command)
+    app.command("knockout", help="KV-head (or whole-layer) knockouts by mean replacement: the knockout map.")(
+        knockout_command
+    )
+    app.command("gates", help="Gate concentration (static vs per window) and phase preferences; trajectories.")(
+        gates_command
+    )
+    app.command("cycle", help="Cycle the offset-specific gate parameters and test the predicted phase shift.")(
+        cycle_command
+    )
     app.add_typer(data_app, name="data", help="Prepare training data: tokenize text files into token files.")
     app.add_typer(eval_app, name="eval", help="Phase-controlled probes: lookup, needle, flip.")
     app.add_typer(theory_app, name="theory", help="The idealized theory: Theorems 1 and 2 and a sweep.")
