@@ -4,10 +4,18 @@ One softmax per query over [entries j with j*S+W-1 <= t  ||  exact tokens t-L+1 
 (plus an optional per-head sink logit that only adds to the denominator).
 
 Work is proportional to what is visible, and no T x T tensor is ever built:
-- the local band is gathered as exactly L keys per query (a strided view, [T, L]);
+- the local band is computed blockwise: queries are cut into blocks of L, and each block scores the
+  2L exact keys from one block before it to its own end (the band t-L+1..t is then masked), so no
+  per-query [L, hd] key copy is made;
 - entry scores are computed over query chunks, each against the entries visible to its last query,
-  so the masked waste per row is at most chunk/S entries.
-`reference.py` holds the plain per-query version this must agree with.
+  so the masked waste per row is at most chunk/S entries (chunks are at most BLOCKS_PER_CHUNK
+  blocks of L queries);
+- each block's keys are [visible entries || its L + size exact keys], so one matmul, one mask, one fused
+  softmax and one matmul with the values serve the whole block; a sink multiplies the softmax by
+  sigmoid(logsumexp - sink), which is the same as adding exp(sink) to its denominator.
+Short calls with many entries (decoding: one query against every entry) take the per-query path
+instead (`_blocks_pay` decides), which gathers the band as exactly L keys per query.
+`reference.py` holds the plain per-query version both must agree with.
 """
 
 from __future__ import annotations
@@ -16,6 +24,32 @@ import torch
 import torch.nn.functional as F
 
 NEG_INF = float("-inf")
+# Query chunks hold at most this many blocks of L queries: every query of a chunk scores the entries
+# visible to its last query, so shorter chunks waste fewer masked entries (8 measured best for L = 16).
+BLOCKS_PER_CHUNK = 8
+
+
+def _key_blocks(x: torch.Tensor, first_row: int, n_blocks: int, size: int, local_window: int) -> torch.Tensor:
+    """Rows of x [B, Tk, Hkv, hd] for query blocks of `size` starting at row first_row, as overlapping
+    blocks [B, Hkv, n_blocks, L + size, hd]: block i holds rows first_row + i*size - L .. first_row +
+    (i+1)*size - 1. Rows outside x are zero (the caller masks them)."""
+    lo, hi = first_row - local_window, first_row + n_blocks * size
+    rows = x[:, max(0, lo) : min(x.shape[1], hi)]
+    rows = F.pad(rows, (0, 0, 0, 0, max(0, -lo), max(0, hi - x.shape[1])))  # [B, L + n*size, Hkv, hd]
+    blocks = rows.transpose(1, 2).unfold(2, local_window + size, size)  # [B, Hkv, n, hd, L + size]
+    return blocks.transpose(-1, -2)
+
+
+def _blocks_pay(
+    length: int, group: int, dim: int, band: int, chunk: int, entry_end: torch.Tensor, q_start: int
+) -> bool:
+    """Whether the block path moves less memory than the per-query path for the largest chunk: blocks
+    copy every visible entry once per block (n_blocks x n_vis x hd), the per-query path copies L exact
+    keys per query and concatenates and slices the scores (C x (L x hd + G x n_vis))."""
+    c = min(chunk, length)
+    size = min(band, c)
+    n_vis = int(torch.searchsorted(entry_end, q_start + length - 1, right=True))
+    return -(-c // size) * n_vis * dim <= c * (band * dim + group * n_vis)
 
 
 def _band(x: torch.Tensor, first_row: int, length: int, local_window: int) -> torch.Tensor:
@@ -29,28 +63,11 @@ def _band(x: torch.Tensor, first_row: int, length: int, local_window: int) -> to
     return x.unfold(1, local_window, 1).permute(0, 2, 1, 4, 3)  # [B, Hkv, T, L, hd]
 
 
-def compressed_attention(
-    q: torch.Tensor,
-    q_start: int,
-    entry_k: torch.Tensor,
-    entry_v: torch.Tensor,
-    entry_end: torch.Tensor,
-    exact_k: torch.Tensor,
-    exact_v: torch.Tensor,
-    exact_start: int,
-    local_window: int,
-    sink: torch.Tensor | None = None,
-    chunk: int = 512,
-) -> torch.Tensor:
-    """
-    q:              [B, T, H, hd]   queries at positions q_start .. q_start+T-1 (RoPE applied)
-    entry_k/v:      [B, N, Hkv, hd] compressed entries, in window order
-    entry_end:      [N]             position from which each entry is visible (non-decreasing)
-    exact_k/v:      [B, Tk, Hkv, hd] exact keys/values at positions exact_start .. exact_start+Tk-1;
-                                    must include every position q_start-L+1 .. q_start+T-1 that is >= 0
-    sink:           [H] or None     per-head logit added to each softmax denominator
-    returns z:      [B, T, H, hd]   per-head outputs
-    """
+def _per_query_attention(
+    q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink, chunk
+):
+    """The band gathered per query (exactly L keys each) and entries scored per chunk: cheaper than
+    blocks when there are few queries per block and many entries (decoding, short cached calls)."""
     batch, length, heads, dim = q.shape
     kv_heads = exact_k.shape[2]
     group = heads // kv_heads
@@ -87,4 +104,90 @@ def compressed_attention(
         out = (p_entry @ ev[:, :, :n_vis]).view(batch, kv_heads, b - a, group, dim)
         outputs.append(out + p_band @ band_v[:, :, a:b])
     z = torch.cat(outputs, dim=2)  # [B, Hkv, T, G, hd]
+    return z.transpose(1, 2).reshape(batch, length, heads, dim)
+
+
+def compressed_attention(
+    q: torch.Tensor,
+    q_start: int,
+    entry_k: torch.Tensor,
+    entry_v: torch.Tensor,
+    entry_end: torch.Tensor,
+    exact_k: torch.Tensor,
+    exact_v: torch.Tensor,
+    exact_start: int,
+    local_window: int,
+    sink: torch.Tensor | None = None,
+    chunk: int = 512,
+) -> torch.Tensor:
+    """
+    q:              [B, T, H, hd]   queries at positions q_start .. q_start+T-1 (RoPE applied)
+    entry_k/v:      [B, N, Hkv, hd] compressed entries, in window order
+    entry_end:      [N]             position from which each entry is visible (non-decreasing)
+    exact_k/v:      [B, Tk, Hkv, hd] exact keys/values at positions exact_start .. exact_start+Tk-1;
+                                    must include every position q_start-L+1 .. q_start+T-1 that is >= 0
+    sink:           [H] or None     per-head logit added to each softmax denominator
+    returns z:      [B, T, H, hd]   per-head outputs
+    """
+    kv_heads = exact_k.shape[2]
+    step = min(chunk, BLOCKS_PER_CHUNK * local_window)
+    args = (q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink, chunk)
+    if _blocks_pay(q.shape[1], q.shape[2] // kv_heads, q.shape[3], local_window, step, entry_end, q_start):
+        return _block_attention(*args)
+    return _per_query_attention(*args)
+
+
+def _block_attention(q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink, chunk):
+    """Queries in blocks of L against [visible entries || the block's L + size exact keys] (see the
+    module docstring)."""
+    batch, length, heads, dim = q.shape
+    kv_heads = exact_k.shape[2]
+    group = heads // kv_heads
+    band = local_window
+    ek, ev = entry_k.transpose(1, 2), entry_v.transpose(1, 2)  # [B, Hkv, N, hd]
+    acc = torch.promote_types(q.dtype, torch.float32)  # softmax dtype: float32 for half types
+    lowest_key = max(0, exact_start)
+    chunk = max(1, min(chunk, BLOCKS_PER_CHUNK * band))
+    outputs = []
+    for a in range(0, length, chunk):
+        b = min(length, a + chunk)
+        size = min(band, b - a)  # queries per block (fewer than L only for short calls, e.g. decoding)
+        n_blocks = -(-(b - a) // size)
+        padded = n_blocks * size
+        span = band + size  # exact keys per block
+        p0 = q_start + a  # position of the chunk's first query
+        # Queries [B, Hkv, n_blocks, size*G, hd], scaled; rows past the chunk are zero, dropped at the end.
+        qc = F.pad(q[:, a:b], (0, 0, 0, 0, 0, padded - (b - a))) * dim**-0.5
+        qc = qc.view(batch, n_blocks, size, kv_heads, group, dim).permute(0, 3, 1, 2, 4, 5)
+        qc = qc.reshape(batch, kv_heads, n_blocks, size * group, dim)
+        # Keys of block i: the entries visible to the chunk's last query, then the L + size exact keys
+        # that end at the block's last position; [B, Hkv, n_blocks, n_vis + L + size, hd].
+        n_vis = int(torch.searchsorted(entry_end, q_start + b - 1, right=True))
+        first_row = p0 - exact_start
+        keys = _key_blocks(exact_k, first_row, n_blocks, size, band)
+        values = _key_blocks(exact_v, first_row, n_blocks, size, band)
+        if n_vis:
+            shape = (batch, kv_heads, n_blocks, n_vis, dim)
+            keys = torch.cat([ek[:, :, None, :n_vis].expand(shape), keys], dim=3)
+            values = torch.cat([ev[:, :, None, :n_vis].expand(shape), values], dim=3)
+        scores = (qc @ keys.transpose(-1, -2)).to(acc)  # [B, Hkv, n, size*G, n_vis + span]
+        scores = scores.view(batch, kv_heads, n_blocks, size, group, n_vis + span)
+        # Masks [n, size, n_vis + span]: entries not yet visible; exact keys outside t-L+1..t or before
+        # lowest_key.
+        r = torch.arange(size, device=q.device)[:, None]  # query offset in its block
+        j = torch.arange(span, device=q.device)[None, :]  # key slot: position block_start - L + j
+        block_start = p0 + size * torch.arange(n_blocks, device=q.device)[:, None, None]
+        outside = (j <= r) | (j > r + band) | (block_start - band + j < lowest_key)  # [n, size, span]
+        if n_vis:
+            t = block_start + r  # [n, size, 1] query positions
+            outside = torch.cat([entry_end[:n_vis] > t, outside.expand(n_blocks, size, span)], dim=-1)
+        scores = scores.masked_fill(outside[:, :, None, :], NEG_INF)
+        probs = torch.softmax(scores, dim=-1)
+        if sink is not None:  # a sink logit only adds exp(sink) to the denominator
+            lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+            probs = probs * torch.sigmoid(lse - sink.view(kv_heads, 1, 1, group, 1).to(acc))
+        probs = probs.to(q.dtype).view(batch, kv_heads, n_blocks, size * group, n_vis + span)
+        out = (probs @ values).view(batch, kv_heads, padded, group, dim)[:, :, : b - a]
+        outputs.append(out)
+    z = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # [B, Hkv, T, G, hd]
     return z.transpose(1, 2).reshape(batch, length, heads, dim)
