@@ -1,6 +1,0 @@
-#!/usr/bin/env bash
-# Set up (if needed) and run the main job.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-.venv/bin/phasekv demo "$@"
