@@ -105,6 +105,16 @@ QUICK = _register(
     )
 )
 
+CONTROL = _register(
+    replace(
+        QUICK,
+        name="control",
+        description="the quick profile's full-attention control alone, trained 4x longer (about 1.5 h on one core)",
+        runs=(RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV · long", steps=14_400),),
+        jobs=1,
+    )
+)
+
 _PAPER_SWEEP = (
     ("full-1kv", "Full attention · 1 KV"),
     ("full-4kv", "Full attention · 4 KV"),
