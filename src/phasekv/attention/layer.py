@@ -47,46 +47,66 @@ class Attention(nn.Module):
         cfg = self.cfg
         positions = torch.arange(start, start + length, device=x.device)
         q = self._rope(self.q_norm(self.q_proj(x).view(batch, length, cfg.num_heads, cfg.head_dim)), positions)
-        k = self._rope(self.k_norm(self.k_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
-        v = self.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
-
-        exact_start = start if state is None or state.exact_k is None else state.exact_start
-        exact_k = k if state is None or state.exact_k is None else torch.cat([state.exact_k, k], dim=1)
-        exact_v = v if state is None or state.exact_v is None else torch.cat([state.exact_v, v], dim=1)
-
+        mem = self._memory(x, start, state)
         if self.compressor is None:
-            z = full_attention(q, exact_k, exact_v, start, exact_start)
-            if state is not None:
-                state.exact_k, state.exact_v, state.exact_start = exact_k, exact_v, exact_start
+            z = full_attention(q, mem.exact_k, mem.exact_v, start, mem.exact_start)
         else:
-            z = self._compressed(x, q, exact_k, exact_v, start, exact_start, state)
+            z = compressed_attention(
+                q, start, mem.entry_k, mem.entry_v, mem.entry_end, mem.exact_k, mem.exact_v, mem.exact_start,
+                self.compressor.cfg.local_window, self.sink,
+            )  # fmt: skip
+        if state is not None:
+            vars(state).update(vars(self._trim(mem)))
         z = self.hook_z(z)
         return self.o_proj(z.reshape(batch, length, -1))
 
-    def _compressed(self, x, q, exact_k, exact_v, start, exact_start, state):
-        comp = self.compressor
-        geometry = comp.geometry
-        has_past = state is not None and state.hidden is not None
-        hidden = torch.cat([state.hidden, x], dim=1) if has_past else x
-        hidden_start = state.hidden_start if has_past else start
-        entries = comp(hidden, hidden_start, emit_from=start)  # windows completed inside this call
-        entry_k = entries.key if comp.normalizes_entries else self.k_norm(entries.key)
-        entry_k = self._rope(entry_k, geometry.rope_position(entries.index))
-        entry_v = entries.value
-        entry_end = geometry.window_end(entries.index)
-        if state is not None and state.entry_k is not None:
-            entry_k = torch.cat([state.entry_k, entry_k], dim=1)
-            entry_v = torch.cat([state.entry_v, entry_v], dim=1)
-            entry_end = torch.cat([state.entry_end, entry_end])
-        z = compressed_attention(
-            q, start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, comp.cfg.local_window, self.sink
+    def prefill_state(self, x: torch.Tensor) -> LayerState:
+        """The state a cached call on x (positions 0..T-1) would leave, without its queries or outputs."""
+        return self._trim(self._memory(x, 0, None))
+
+    def _memory(self, x: torch.Tensor, start: int, state: LayerState | None) -> LayerState:
+        """What queries at positions start.. can read: `state`'s memory extended by x's exact keys and
+        values (k_norm and RoPE applied) and by the entries of windows completed within x. A new
+        LayerState; `state` is left as it is."""
+        batch, length, _ = x.shape
+        cfg = self.cfg
+        positions = torch.arange(start, start + length, device=x.device)
+        k = self._rope(self.k_norm(self.k_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
+        v = self.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
+        past = state if state is not None else LayerState()
+        mem = LayerState(
+            exact_k=_extend(past.exact_k, k),
+            exact_v=_extend(past.exact_v, v),
+            exact_start=start if past.exact_k is None else past.exact_start,
         )
-        if state is not None:
-            keep = comp.cfg.local_window - 1
-            state.exact_k, dropped = keep_last(exact_k, keep)
-            state.exact_v, _ = keep_last(exact_v, keep)
-            state.exact_start = exact_start + dropped
-            state.entry_k, state.entry_v, state.entry_end = entry_k, entry_v, entry_end
-            state.hidden, dropped = keep_last(hidden, geometry.window - 1)
-            state.hidden_start = hidden_start + dropped
-        return z
+        comp = self.compressor
+        if comp is None:
+            return mem
+        mem.hidden = _extend(past.hidden, x)
+        mem.hidden_start = start if past.hidden is None else past.hidden_start
+        entries = comp(mem.hidden, mem.hidden_start, emit_from=start)  # windows completed inside x
+        entry_k = entries.key if comp.normalizes_entries else self.k_norm(entries.key)
+        mem.entry_k = _extend(past.entry_k, self._rope(entry_k, comp.geometry.rope_position(entries.index)))
+        mem.entry_v = _extend(past.entry_v, entries.value)
+        mem.entry_end = torch.cat([past.entry_end.to(x.device), comp.geometry.window_end(entries.index)])
+        return mem
+
+    def _trim(self, mem: LayerState) -> LayerState:
+        """Drop what no later query can reach: exact tokens beyond the last L-1, hidden states of
+        finished windows. Full attention keeps everything."""
+        comp = self.compressor
+        if comp is None:
+            return mem
+        exact_k, dropped = keep_last(mem.exact_k, comp.cfg.local_window - 1)
+        exact_v, _ = keep_last(mem.exact_v, comp.cfg.local_window - 1)
+        hidden, hidden_dropped = keep_last(mem.hidden, comp.geometry.window - 1)
+        return LayerState(
+            exact_k=exact_k, exact_v=exact_v, exact_start=mem.exact_start + dropped,
+            entry_k=mem.entry_k, entry_v=mem.entry_v, entry_end=mem.entry_end,
+            hidden=hidden, hidden_start=mem.hidden_start + hidden_dropped,
+        )  # fmt: skip
+
+
+def _extend(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    """Concatenate along the sequence dim (dim 1); `old` None means nothing yet."""
+    return new if old is None else torch.cat([old, new], dim=1)

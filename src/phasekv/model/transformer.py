@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, LayerState
-from ..attention.state import keep_last
 from ..config import ModelConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
@@ -104,7 +103,7 @@ class PhaseKVModel(nn.Module):
         what those logits need: tokens after the largest position are dropped (causality), and the
         last layer runs its queries, output projection and MLP only from the smallest position
         `first` on. Its keys, values and compressed entries of positions < first are built into a
-        `LayerState` (`_prefill_state`), and the layer's own incremental path (the one the KV cache
+        `LayerState` (`Attention.prefill_state`), and the layer's own incremental path (the one the KV cache
         uses) attends over them. Hook points of the last layer see positions first.. only.
         """
         if positions.dim() != 2 or positions.shape[0] != input_ids.shape[0]:
@@ -124,41 +123,9 @@ class PhaseKVModel(nn.Module):
             x = final(x, 0)
         else:
             h = final.input_layernorm(x[:, :first])
-            state = _prefill_state(final.self_attn, h)
+            state = final.self_attn.prefill_state(h)
             tail = x[:, first:]
             x = tail + final.hook_attn_out(final.self_attn(final.input_layernorm(tail), first, state))
             x = x + final.hook_mlp_out(final.mlp(final.post_attention_layernorm(x)))
         x = x.gather(1, (positions - first)[..., None].expand(-1, -1, x.shape[-1]))
         return self.lm_head(self.norm(x))
-
-
-def _prefill_state(attn: Attention, h: torch.Tensor) -> LayerState:
-    """The LayerState `attn` would hold after a cached call on `h` (positions 0..P-1, normalised
-    layer input), without computing that call's queries or outputs.
-
-    Mirrors the state update of `Attention.forward` / `Attention._compressed` (keys through k_norm and
-    RoPE, values, compressed entries, the compressor's unfinished windows); `forward_at` is checked
-    against the plain forward for every preset (tests/test_scoring.py).
-    """
-    batch, length, _ = h.shape
-    cfg = attn.cfg
-    positions = torch.arange(length, device=h.device)
-    k = attn._rope(attn.k_norm(attn.k_proj(h).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
-    v = attn.v_proj(h).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
-    comp = attn.compressor
-    if comp is None:
-        return LayerState(exact_k=k, exact_v=v, exact_start=0)
-    state = LayerState()
-    keep = comp.cfg.local_window - 1
-    state.exact_k, dropped = keep_last(k, keep)
-    state.exact_v, _ = keep_last(v, keep)
-    state.exact_start = dropped
-    entries = comp(h, 0, emit_from=0)
-    geometry = comp.geometry
-    entry_k = entries.key if comp.normalizes_entries else attn.k_norm(entries.key)
-    state.entry_k = attn._rope(entry_k, geometry.rope_position(entries.index))
-    state.entry_v = entries.value
-    state.entry_end = geometry.window_end(entries.index)
-    state.hidden, dropped = keep_last(h, geometry.window - 1)
-    state.hidden_start = dropped
-    return state

@@ -103,7 +103,7 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
             if cached.get("checkpoint") == str(ckpt) and cached.get("lookup_options") == _options(profile):
                 results[run.name] = cached
                 continue
-        scorer = PhaseKVScorer.from_checkpoint(ckpt, threads=threads, batch_size=64)
+        scorer = PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
         result = run_lookup(scorer, profile.lookup, progress=progress)
         result.update(
             checkpoint=str(ckpt),
