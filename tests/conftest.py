@@ -3,6 +3,40 @@ import torch
 
 torch.set_num_threads(1)
 
+# Tiny Hugging Face models shared by the scoring, evaluation, analysis and compressor tests. The sizes are
+# part of what those tests check (strides, parity numbers): change them only together with the tests.
+QWEN3_TINY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
+DSV4_TINY = dict(
+    hidden_size=64,
+    head_dim=32,
+    num_attention_heads=4,
+    q_lora_rank=16,
+    num_hidden_layers=2,
+    index_n_heads=2,
+    index_head_dim=16,
+    index_topk=8,
+    partial_rotary_factor=0.5,
+    o_groups=2,
+    o_lora_rank=16,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+)
+# What a whole DeepseekV4ForCausalLM adds: one CSA and one HCA layer, a hash-routed and a learned MoE.
+DSV4_TINY_LAYERS = dict(
+    moe_intermediate_size=32,
+    sliding_window=16,
+    hc_mult=2,
+    layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
+    mlp_layer_types=["hash_moe", "moe"],
+)
+
 
 def randomize(module: torch.nn.Module, seed: int = 0, std: float = 0.3) -> torch.nn.Module:
     """Give every parameter a random value (norm weights near 1), so tests are sensitive to every term."""
@@ -14,6 +48,65 @@ def randomize(module: torch.nn.Module, seed: int = 0, std: float = 0.3) -> torch
     return module
 
 
+def word_tokenizer():
+    """The built-in word tokenizer (the one every tiny model here is sized for)."""
+    from phasekv.tasks.tokenizer import build_word_tokenizer
+
+    return build_word_tokenizer()
+
+
+def tiny_qwen3(vocab_size: int, seed: int = 0):
+    """A tiny random `Qwen3ForCausalLM` (2 layers, 4 query and 2 KV heads of 8 channels) in eval mode."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(Qwen3Config(vocab_size=vocab_size, **QWEN3_TINY)).eval()
+
+
+def tiny_dsv4_config(vocab_size: int, **overrides):
+    """A `DeepseekV4Config` with `DSV4_TINY`'s attention sizes; `overrides` add or replace fields."""
+    from transformers import DeepseekV4Config
+
+    return DeepseekV4Config(**{**DSV4_TINY, "vocab_size": vocab_size, **overrides})
+
+
+def tiny_dsv4(vocab_size: int, seed: int = 0, **overrides):
+    """A tiny random `DeepseekV4ForCausalLM` (`DSV4_TINY` + `DSV4_TINY_LAYERS`, then `overrides`) in eval mode."""
+    from transformers import DeepseekV4ForCausalLM
+
+    torch.manual_seed(seed)
+    return DeepseekV4ForCausalLM(tiny_dsv4_config(vocab_size, **{**DSV4_TINY_LAYERS, **overrides})).eval()
+
+
+def save_with_tokenizer(model, directory):
+    """Save an HF model (`save_pretrained`) or a phasekv model (checkpoint) with the word tokenizer beside it."""
+    from phasekv.model import PhaseKVModel, save_checkpoint
+    from phasekv.tasks.tokenizer import save_word_tokenizer
+
+    if isinstance(model, PhaseKVModel):
+        save_checkpoint(model, directory)
+    else:
+        model.save_pretrained(directory)
+    save_word_tokenizer(directory)
+    return directory
+
+
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    """A saved `tiny_qwen3` (seed 0) with the word tokenizer."""
+    return save_with_tokenizer(tiny_qwen3(len(word_tokenizer())), tmp_path_factory.mktemp("qwen3"))
+
+
+@pytest.fixture(scope="module")
+def phasekv_dir(tmp_path_factory):
+    """A saved untrained w8s4-1kv tiny phasekv checkpoint (seed 0) with the word tokenizer."""
+    from phasekv.model import PhaseKVModel, preset_config
+
+    torch.manual_seed(0)
+    model = PhaseKVModel(preset_config("w8s4-1kv", "tiny", vocab_size=len(word_tokenizer())))
+    return save_with_tokenizer(model, tmp_path_factory.mktemp("phasekv"))

@@ -10,7 +10,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from conftest import randomize
+from conftest import randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
 from phasekv.analysis import knockout_run
 from phasekv.analysis.cli import cycle_command, gates_command, knockout_command
 from phasekv.analysis.cycle_run import cycle_statistics, fold_cells, parse_deltas, run_cycle
@@ -21,10 +21,10 @@ from phasekv.analysis.knockout import final_position_means, knockout_logits_refe
 from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.analysis.plots import plot_cycle, plot_gates, plot_knockout
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
-from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
+from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
 from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.tokenizer import build_word_tokenizer, save_word_tokenizer
+from phasekv.tasks.tokenizer import build_word_tokenizer
 from phasekv.train.gates import gate_snapshot, write_snapshot
 
 TOKENIZER = build_word_tokenizer()
@@ -77,49 +77,9 @@ def _planted(name="w8s8-1kv", key_offset=2, value_offset=3):
     return model
 
 
-def _qwen3():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-    )
-    return Qwen3ForCausalLM(cfg).eval()
-
-
 def _dsv4(hca_rate=8):
-    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = DeepseekV4Config(
-        vocab_size=V,
-        hidden_size=64,
-        head_dim=32,
-        num_attention_heads=4,
-        q_lora_rank=16,
-        num_hidden_layers=2,
-        index_n_heads=2,
-        index_head_dim=16,
-        index_topk=8,
-        partial_rotary_factor=0.5,
-        o_groups=2,
-        o_lora_rank=16,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        sliding_window=16,
-        hc_mult=2,
-        layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
-        mlp_layer_types=["hash_moe", "moe"],
-        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate},
-    )
-    model = DeepseekV4ForCausalLM(cfg).eval()
+    rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate}
+    model = tiny_dsv4(V, compress_rates=rates)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("position_bias"):
@@ -182,7 +142,7 @@ def test_calibration_prompts_never_overlap_the_evaluation_prompts():
 
 @pytest.mark.parametrize("kind", ["qwen3", "dsv4", "phasekv"])
 def test_whole_layer_knockout_with_its_own_mean_is_the_identity(kind):
-    model = {"qwen3": _qwen3, "dsv4": _dsv4, "phasekv": lambda: _model("w8s8-1kv")}[kind]()
+    model = {"qwen3": lambda: tiny_qwen3(V), "dsv4": _dsv4, "phasekv": lambda: _model("w8s8-1kv")}[kind]()
     gen = torch.Generator().manual_seed(0)
     ids, other = torch.randint(5, V, (1, 24), generator=gen), torch.randint(5, V, (3, 24), generator=gen)
     own = final_attention_means(model, [ids], n_query=2)
@@ -270,26 +230,18 @@ def app():
     return app
 
 
-def _checkpoint(directory, model):
-    save_checkpoint(model, directory)
-    save_word_tokenizer(directory)
-    return directory
-
-
 SMALL = ["--records", "8", "--demos", "2", "--modulus", "8", "--mappings", "2", "--quiet"]
 
 
 def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     runner = CliRunner()
-    planted = _checkpoint(tmp_path / "w8s8", _planted())
+    planted = save_with_tokenizer(_planted(), tmp_path / "w8s8")
     out = tmp_path / "out"
     res = runner.invoke(app, ["knockout", str(planted), "--calibration-mappings", "2", "--out", str(out), *SMALL])
     assert res.exit_code == 0, res.output
     assert "L1H0" in res.output and (out / "knockout.json").is_file() and (out / "knockout.png").is_file()
 
-    qwen = tmp_path / "qwen3"
-    _qwen3().save_pretrained(qwen)
-    TOKENIZER.save_pretrained(qwen)
+    qwen = save_with_tokenizer(tiny_qwen3(V), tmp_path / "qwen3")
     res = runner.invoke(app, ["knockout", str(qwen), "--layers", "--out", str(out / "hf"), *SMALL])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "hf" / "knockout.json").read_text())["mode"] == "layers"
@@ -300,7 +252,7 @@ def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     run_dir = tmp_path / "run"
     for step, seed in ((1, 1), (5, 2)):
         model = _model("w8s8-1kv", seed=seed)
-        ckpt = _checkpoint(run_dir / "checkpoints" / f"step_{step:06d}", model)
+        ckpt = save_with_tokenizer(model, run_dir / "checkpoints" / f"step_{step:06d}")
         (ckpt / "trainer.pt").write_bytes(b"")
         write_snapshot(run_dir, gate_snapshot(model, model.config.compression, torch.randint(5, V, (2, 32)), step))
     for source in ("checkpoints", "snapshots"):
@@ -314,6 +266,6 @@ def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     res = runner.invoke(app, [*args, *SMALL])
     assert res.exit_code == 0 and "R^2" in res.output and (out / "cycle.png").is_file(), res.output
 
-    w8s4 = _checkpoint(tmp_path / "w8s4", _model("w8s4-1kv"))
+    w8s4 = save_with_tokenizer(_model("w8s4-1kv"), tmp_path / "w8s4")
     res = runner.invoke(app, ["cycle", str(w8s4), "--out", str(out), *SMALL])
     assert res.exit_code == 2 and "W = S" in res.output and len(res.output.strip().splitlines()) == 1

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import randomize
+from conftest import randomize, tiny_dsv4_config
 from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor
 from phasekv.compress.reference import reference_entries
 from phasekv.config import CompressionConfig
@@ -90,28 +90,11 @@ def test_uniform_gate_weights_every_offset_equally():
 
 def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
     """Same weights in, same entries out: transformers' DeepseekV4CSACompressor (before the indexer)."""
-    from transformers import DeepseekV4Config
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4CSACompressor
 
     from phasekv.attention import Rotary
 
-    hf_cfg = DeepseekV4Config(
-        hidden_size=64,
-        head_dim=32,
-        num_attention_heads=4,
-        q_lora_rank=16,
-        num_hidden_layers=2,
-        index_n_heads=2,
-        index_head_dim=16,
-        index_topk=64,
-        partial_rotary_factor=0.5,
-        compress_rope_theta=160000.0,
-        o_groups=2,
-        o_lora_rank=16,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        vocab_size=64,
-    )
+    hf_cfg = tiny_dsv4_config(64, index_topk=64, compress_rope_theta=160000.0)
     torch.manual_seed(0)
     hf = DeepseekV4CSACompressor(hf_cfg).eval()
     with torch.no_grad():

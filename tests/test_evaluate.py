@@ -7,7 +7,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 from typer.testing import CliRunner
 
 from phasekv.evaluate import (
@@ -24,11 +23,10 @@ from phasekv.evaluate import (
     write_results,
 )
 from phasekv.evaluate.cli import eval_app
-from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.scoring import load_scorer
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
-from phasekv.tasks.tokenizer import build_word_tokenizer, save_word_tokenizer
+from phasekv.tasks.tokenizer import build_word_tokenizer
 
 TOKENIZER = build_word_tokenizer()
 V = len(TOKENIZER)
@@ -38,33 +36,6 @@ SUMMARY_KEYS = {"accuracy", "ci_low", "ci_high", "counts", "mean", "worst", "bes
 SUMMARY_KEYS |= {"period_difference_points", "uniformity", "stride"}
 RESULT_KEYS = {"schema", "probe", "model", "protocol", "seed", "options", "scoring", "stride", "summary"}
 RESULT_KEYS |= {"position_stats", "controls", "n_prompts", "software", "wall_time_s"}
-
-
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("qwen3")
-    cfg = Qwen3Config(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-    )
-    Qwen3ForCausalLM(cfg).save_pretrained(directory)
-    TOKENIZER.save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def phasekv_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("phasekv")
-    save_checkpoint(PhaseKVModel(preset_config("w8s4-1kv", "tiny", vocab_size=V)), directory)
-    save_word_tokenizer(directory)
-    return directory
 
 
 def check_controls(result, modulus):

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import DeepseekV4Config, DeepseekV4ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from conftest import save_with_tokenizer, tiny_dsv4
 from phasekv.cache import KVCache
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.model.presets import PRESETS
@@ -19,68 +19,10 @@ from phasekv.scoring import (
     load_scorer,
     score_answers,
 )
-from phasekv.tasks.tokenizer import build_word_tokenizer, save_word_tokenizer
+from phasekv.tasks.tokenizer import build_word_tokenizer
 
 TOKENIZER = build_word_tokenizer()
 V = len(TOKENIZER)
-
-
-def save_qwen3(directory, seed=0):
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-    )
-    Qwen3ForCausalLM(cfg).save_pretrained(directory)
-    TOKENIZER.save_pretrained(directory)
-    return directory
-
-
-def save_dsv4(directory, seed=0):
-    torch.manual_seed(seed)
-    cfg = DeepseekV4Config(
-        vocab_size=V,
-        hidden_size=64,
-        head_dim=32,
-        num_attention_heads=4,
-        q_lora_rank=16,
-        num_hidden_layers=2,
-        index_n_heads=2,
-        index_head_dim=16,
-        index_topk=8,
-        partial_rotary_factor=0.5,
-        o_groups=2,
-        o_lora_rank=16,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        sliding_window=16,
-        hc_mult=2,
-        layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
-        mlp_layer_types=["hash_moe", "moe"],
-    )
-    DeepseekV4ForCausalLM(cfg).save_pretrained(directory)
-    TOKENIZER.save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    return save_qwen3(tmp_path_factory.mktemp("qwen3"))
-
-
-@pytest.fixture(scope="module")
-def phasekv_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("phasekv")
-    save_checkpoint(PhaseKVModel(preset_config("w8s4-1kv", "tiny", vocab_size=V)), directory)
-    save_word_tokenizer(directory)
-    return directory
 
 
 def random_sequences(n, seed=0, low=5, high=40):
@@ -196,7 +138,7 @@ def test_identical_prompts_are_scored_once(phasekv_dir):
 
 
 def test_deepseek_v4_scores_through_the_hf_scorer(tmp_path):
-    scorer = load_scorer(save_dsv4(tmp_path), batch_size=4)
+    scorer = load_scorer(save_with_tokenizer(tiny_dsv4(V), tmp_path), batch_size=4)
     assert isinstance(scorer, HFScorer) and scorer.describe()["model_type"] == "deepseek_v4"
     assert scorer.compression_stride == 4 == hf_compression_stride(scorer.model.config)
     sequences, batched, alone = _batched_vs_alone(scorer)
