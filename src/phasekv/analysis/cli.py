@@ -12,19 +12,25 @@ from pathlib import Path
 
 import typer
 
+from ..cli_options import OptionGroup, expand_groups
+
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
-RECORDS = typer.Option(32, "--records", min=1, help="key-name records per lookup prompt")
-DEMOS = typer.Option(4, "--demos", min=0, help="demonstrations before the target")
-MAPPINGS = typer.Option(16, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)")
-PLACEMENTS = typer.Option(None, "--placements", min=1, help="placements per mapping and residue")
-MODULUS = typer.Option(24, "--modulus", min=2, help="group targets by position mod this")
-PROTOCOL = typer.Option("prefix", "--protocol", help="padding protocol: prefix or in-sequence")
-SEED = typer.Option(0, "--seed", help="seed of the prompts and the bootstrap")
+PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments
+    records=(int, typer.Option(32, "--records", min=1, help="key-name records per lookup prompt")),
+    demos=(int, typer.Option(4, "--demos", min=0, help="demonstrations before the target")),
+    mappings=(int, typer.Option(16, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)")),
+    placements=(int, typer.Option(None, "--placements", min=1, help="placements per mapping and residue")),
+    modulus=(int, typer.Option(24, "--modulus", min=2, help="group targets by position mod this")),
+    protocol=(str, typer.Option("prefix", "--protocol", help="padding protocol: prefix or in-sequence")),
+    seed=(int, typer.Option(0, "--seed", help="seed of the prompts and the bootstrap")),
+)
 HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
-BATCH = typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")
-THREADS = typer.Option(None, "--threads", min=1, help="torch CPU threads")
-DEVICE = typer.Option("cpu", "--device", help="torch device")
+SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keyword arguments
+    batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
+    threads=(int, typer.Option(None, "--threads", min=1, help="torch CPU threads")),
+    device=(str, typer.Option("cpu", "--device", help="torch device")),
+)
 QUIET = typer.Option(False, "--quiet", help="no progress bars")
 
 
@@ -37,7 +43,7 @@ def _one_line_errors(command: str) -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed):
+def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed=None):
     from ..tasks.lookup import LookupOptions
 
     return LookupOptions(
@@ -52,10 +58,10 @@ def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_
     )
 
 
-def _scorer(model: Path, batch_size: int, threads: int | None, device: str):
+def _scorer(model: Path, scoring: dict):
     from ..scoring import load_scorer
 
-    return load_scorer(model, batch_size=batch_size, threads=threads, device=device)
+    return load_scorer(model, **scoring)
 
 
 def _write(result: dict, out: Path, name: str, plot) -> None:
@@ -65,23 +71,16 @@ def _write(result: dict, out: Path, name: str, plot) -> None:
     typer.echo(f"wrote {json_path} and {plot(out / f'{name}.png')}")
 
 
+@expand_groups
 def knockout_command(
     model: Path = MODEL,
     layers: bool = typer.Option(False, "--layers", help="knock out whole layers' attention output (any HF model)"),
     query_tokens: int = typer.Option(1, "--query-tokens", min=1, help="--layers: final positions replaced"),
     calibration_mappings: int = typer.Option(16, "--calibration-mappings", min=1, help="calibration-split mappings"),
     stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
-    records: int = RECORDS,
-    demos: int = DEMOS,
-    mappings: int = MAPPINGS,
-    placements: int = PLACEMENTS,
-    modulus: int = MODULUS,
-    protocol: str = PROTOCOL,
-    seed: int = SEED,
+    prompts: dict = PROMPTS,
     held_out_seed: int = HELD_OUT,
-    batch_size: int = BATCH,
-    threads: int = THREADS,
-    device: str = DEVICE,
+    scoring: dict = SCORING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -90,32 +89,25 @@ def knockout_command(
     from .plots import plot_knockout
 
     with _one_line_errors("knockout"):
-        lookup = _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed)
+        lookup = _lookup(**prompts, held_out_seed=held_out_seed)
         options = KnockoutOptions(
             mode="layers" if layers else "heads",
             calibration_mappings=calibration_mappings,
             n_query=query_tokens,
-            batch_size=batch_size,
+            batch_size=scoring["batch_size"],
             stride=stride,
         )
-        result = run_knockout(_scorer(model, batch_size, threads, device), lookup, options, progress=not quiet)
+        result = run_knockout(_scorer(model, scoring), lookup, options, progress=not quiet)
         typer.echo(format_knockout(result))
         _write(result, out, "knockout", lambda path: plot_knockout(result, path))
 
 
+@expand_groups
 def gates_command(
     model: Path = typer.Argument(..., help="checkpoint / HF DeepseekV4 directory, or a training run directory"),
     source: str = typer.Option("auto", "--source", help="run dirs: auto, checkpoints or snapshots"),
-    records: int = RECORDS,
-    demos: int = DEMOS,
-    mappings: int = MAPPINGS,
-    placements: int = PLACEMENTS,
-    modulus: int = MODULUS,
-    protocol: str = PROTOCOL,
-    seed: int = SEED,
-    batch_size: int = BATCH,
-    threads: int = THREADS,
-    device: str = DEVICE,
+    prompts: dict = PROMPTS,
+    scoring: dict = SCORING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -124,35 +116,28 @@ def gates_command(
     from .plots import plot_gate_trajectory, plot_gates
 
     with _one_line_errors("gates"):
-        lookup = _lookup(records, demos, mappings, placements, modulus, protocol, seed, None)
+        lookup = _lookup(**prompts)
         if is_run_dir(model):
-            trajectory = run_gate_trajectory(model, lookup, batch_size, source, progress=not quiet)
+            trajectory = run_gate_trajectory(model, lookup, scoring["batch_size"], source, progress=not quiet)
             last = trajectory["steps"][-1]
             typer.echo(f"gate trajectory of {model}: {len(trajectory['steps'])} steps ({trajectory['source']})")
             typer.echo(f"step {last['step']}:\n{format_gates(last['rows'])}")
             _write(trajectory, out, "gate_trajectory", lambda path: plot_gate_trajectory(trajectory, path))
             return
-        result = run_gates(_scorer(model, batch_size, threads, device), lookup, batch_size)
+        result = run_gates(_scorer(model, scoring), lookup, scoring["batch_size"])
         typer.echo(f"gates of {model} over the windows of {result['n_windows_from']['prompts']} prompts")
         typer.echo(format_gates(result["rows"]))
         _write(result, out, "gates", lambda path: plot_gates(result["rows"], path))
 
 
+@expand_groups
 def cycle_command(
     model: Path = MODEL,
     delta: str = typer.Option("-3..3", "--delta", help="deltas: a range -3..3, a list 1,2,-1, or both"),
     resamples: int = typer.Option(2000, "--resamples", min=10, help="bootstrap resamples over mappings"),
-    records: int = RECORDS,
-    demos: int = DEMOS,
-    mappings: int = MAPPINGS,
-    placements: int = PLACEMENTS,
-    modulus: int = MODULUS,
-    protocol: str = PROTOCOL,
-    seed: int = SEED,
+    prompts: dict = PROMPTS,
     held_out_seed: int = HELD_OUT,
-    batch_size: int = BATCH,
-    threads: int = THREADS,
-    device: str = DEVICE,
+    scoring: dict = SCORING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -162,7 +147,7 @@ def cycle_command(
 
     with _one_line_errors("cycle"):
         deltas = parse_deltas(delta)
-        lookup = _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed)
-        result = run_cycle(_scorer(model, batch_size, threads, device), deltas, lookup, resamples, progress=not quiet)
+        lookup = _lookup(**prompts, held_out_seed=held_out_seed)
+        result = run_cycle(_scorer(model, scoring), deltas, lookup, resamples, progress=not quiet)
         typer.echo(format_cycle(result))
         _write(result, out, "cycle", lambda path: plot_cycle(result, path))

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from ..cli_options import OptionGroup, expand_groups
+
 eval_app = typer.Typer(
     help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
     no_args_is_help=True,
@@ -17,13 +19,18 @@ eval_app = typer.Typer(
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
-BATCH = typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")
-THREADS = typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)")
-WORKERS = typer.Option(
-    1, min=1, help="batches scored at once, each on one thread (2 on a shared 2-core CPU avoids per-op stalls)"
+SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keyword arguments
+    batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
+    threads=(int, typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)")),
+    workers=(
+        int,
+        typer.Option(
+            1, min=1, help="batches scored at once, each on one thread (2 on a shared 2-core CPU avoids per-op stalls)"
+        ),
+    ),
+    device=(str, typer.Option("cpu", help="torch device, e.g. cpu or cuda")),
+    dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),
 )
-DEVICE = typer.Option("cpu", help="torch device, e.g. cpu or cuda")
-DTYPE = typer.Option("float32", help="model dtype: float32, bfloat16 or float16")
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no progress bar")
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
@@ -40,10 +47,10 @@ def _one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def _scorer(model: Path, batch_size: int, threads: int | None, device: str, dtype: str, workers: int = 1):
+def _scorer(model: Path, scoring: dict):
     from ..scoring import load_scorer
 
-    return load_scorer(model, batch_size=batch_size, threads=threads, device=device, dtype=dtype, workers=workers)
+    return load_scorer(model, **scoring)
 
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
@@ -77,6 +84,7 @@ def _summary_table(result: dict, heading: str) -> str:
 
 
 @eval_app.command()
+@expand_groups
 def lookup(
     model: Path = MODEL,
     records: int = typer.Option(64, min=1, help="key-name records per prompt"),
@@ -93,11 +101,7 @@ def lookup(
     held_out_modulus: int = typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)"),
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
-    batch_size: int = BATCH,
-    threads: int = THREADS,
-    workers: int = WORKERS,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
+    scoring: dict = SCORING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -118,7 +122,7 @@ def lookup(
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
         )
-        scorer = _scorer(model, batch_size, threads, device, dtype, workers)
+        scorer = _scorer(model, scoring)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
@@ -132,6 +136,7 @@ def lookup(
 
 
 @eval_app.command()
+@expand_groups
 def needle(
     model: Path = MODEL,
     context_length: int = typer.Option(4096, min=8, help="tokens per prompt, query included"),
@@ -144,11 +149,7 @@ def needle(
     protocol: str = typer.Option("in-sequence", help=PROTOCOLS_HELP),
     seed: int = SEED,
     stride: int = STRIDE,
-    batch_size: int = BATCH,
-    threads: int = THREADS,
-    workers: int = WORKERS,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
+    scoring: dict = SCORING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -168,7 +169,7 @@ def needle(
             protocol=protocol,
             seed=seed,
         )
-        scorer = _scorer(model, batch_size, threads, device, dtype, workers)
+        scorer = _scorer(model, scoring)
         result = run_needle(scorer, options, stride=stride, progress=not quiet)
         heading = (
             f"needle on {model}: {context_length} tokens, {records} records, {protocol} padding, "
@@ -188,6 +189,7 @@ def _read_context(value: str | None) -> str | None:
 
 
 @eval_app.command()
+@expand_groups
 def flip(
     model: Path = MODEL,
     context: str = typer.Option(None, help="the fixed context (a string, or @file); default: an FP8-kernel line"),
@@ -198,11 +200,7 @@ def flip(
     period: int = typer.Option(None, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
     permutations: int = typer.Option(2000, min=1, help="shuffles for the pattern's chance level"),
     seed: int = SEED,
-    batch_size: int = BATCH,
-    threads: int = THREADS,
-    workers: int = WORKERS,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
+    scoring: dict = SCORING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -221,7 +219,7 @@ def flip(
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
-        scorer = _scorer(model, batch_size, threads, device, dtype, workers)
+        scorer = _scorer(model, scoring)
         result = run_flip(scorer, options, progress=not quiet)
         heading = f"flip on {model}: candidates {list(options.candidates)}, wall time {result['wall_time_s']:.1f} s"
         _finish(result, heading + "\n" + format_flip(result), out)

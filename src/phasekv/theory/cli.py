@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from phasekv.cli_options import OptionGroup, expand_groups
 from phasekv.theory.plots import plot_concentration_trajectories
 from phasekv.theory.sweep import TABLE_KEYS, run_sweep
 from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
@@ -28,6 +29,16 @@ GAMMA = typer.Option(4.0, help="attention scale")
 BETA = typer.Option(4.0, help="unembedding scale")
 KAPPA = typer.Option(0.5, help="shared inner product of distinct tokens")
 EPS = typer.Option(0.0, help="allowed deviation from exact equiangular geometry")
+GEOMETRY = OptionGroup(  # the fields of `InductionConfig` that the commands set
+    n_tokens=(int, N_TOKENS),
+    n_chunks=(int, N_CHUNKS),
+    chunk_size=(int, CHUNK_SIZE),
+    n_heads=(int, N_HEADS),
+    gamma=(float, GAMMA),
+    beta=(float, BETA),
+    kappa=(float, KAPPA),
+    eps=(float, EPS),
+)
 SEED = typer.Option(0, help="seed for everything random")
 OUT = typer.Option(None, help="write the result JSON here")
 
@@ -58,15 +69,9 @@ def _print_rows(rows: list[dict], keys: list[str]) -> None:
 
 
 @app.command()
+@expand_groups
 def theorem1(
-    n_tokens: int = N_TOKENS,
-    n_chunks: int = N_CHUNKS,
-    chunk_size: int = CHUNK_SIZE,
-    n_heads: int = N_HEADS,
-    gamma: float = GAMMA,
-    beta: float = BETA,
-    kappa: float = KAPPA,
-    eps: float = EPS,
+    geometry: dict = GEOMETRY,
     n_starts: int = typer.Option(32, help="random starts"),
     n_contexts: int = typer.Option(4, help="Monte Carlo contexts when eps > 0"),
     steps: int = typer.Option(2000, help="Adam steps per start"),
@@ -76,14 +81,7 @@ def theorem1(
 ) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
     config = Theorem1Config(
-        n_tokens=n_tokens,
-        n_chunks=n_chunks,
-        chunk_size=chunk_size,
-        n_heads=n_heads,
-        gamma=gamma,
-        beta=beta,
-        kappa=kappa,
-        eps=eps,
+        **geometry,
         n_starts=n_starts,
         n_contexts=n_contexts,
         steps=steps,
@@ -106,15 +104,9 @@ def theorem1(
 
 
 @app.command()
+@expand_groups
 def theorem2(
-    n_tokens: int = N_TOKENS,
-    n_chunks: int = N_CHUNKS,
-    chunk_size: int = CHUNK_SIZE,
-    n_heads: int = N_HEADS,
-    gamma: float = GAMMA,
-    beta: float = BETA,
-    kappa: float = KAPPA,
-    eps: float = EPS,
+    geometry: dict = GEOMETRY,
     rho: float = typer.Option(0.01, help="radius of the initial ball"),
     optimizer: str = typer.Option("adam", help="adam or sgd"),
     lr: float = typer.Option(0.01, help="step size"),
@@ -125,14 +117,7 @@ def theorem2(
 ) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
     config = GateTrainingConfig(
-        n_tokens=n_tokens,
-        n_chunks=n_chunks,
-        chunk_size=chunk_size,
-        n_heads=n_heads,
-        gamma=gamma,
-        beta=beta,
-        kappa=kappa,
-        eps=eps,
+        **geometry,
         rho=rho,
         optimizer=optimizer,
         lr=lr,
@@ -153,7 +138,7 @@ def theorem2(
             "val_window": final["value_per_window"][head],
             "concentr": final["head_concentrated"][head],
         }
-        for head in range(n_heads)
+        for head in range(config.n_heads)
     ]
     _print_rows(heads, list(heads[0]))
     by_position = ", ".join(f"{value:.2f}" for value in final["accuracy_by_position"])

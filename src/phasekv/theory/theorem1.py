@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from phasekv.theory.config import InductionConfig
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import FreeCoefficients
 from phasekv.theory.model import equiangular_loss, induction_logits
@@ -27,18 +28,9 @@ from phasekv.theory.task import sample_contexts
 
 
 @dataclass(frozen=True)
-class Theorem1Config:
+class Theorem1Config(InductionConfig):
     """Every parameter of a Theorem 1 run (all recorded in the result)."""
 
-    n_tokens: int = 64
-    n_chunks: int = 8
-    chunk_size: int = 4
-    n_heads: int = 2
-    gamma: float = 4.0
-    beta: float = 4.0
-    kappa: float = 0.5
-    eps: float = 0.0
-    dim: int | None = None  # None: N + 1, the exact construction
     n_starts: int = 32
     n_contexts: int = 4  # Monte Carlo contexts, used only when eps > 0
     steps: int = 2000

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from phasekv.analysis.concentration import effective_numbers
+from phasekv.theory.config import InductionConfig
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import LogLinearGates
 from phasekv.theory.model import accuracy_by_position, induction_logits
@@ -29,18 +30,9 @@ from phasekv.theory.task import sample_contexts
 
 
 @dataclass(frozen=True)
-class GateTrainingConfig:
+class GateTrainingConfig(InductionConfig):
     """Every parameter of a Theorem 2 run (all recorded in the result)."""
 
-    n_tokens: int = 64
-    n_chunks: int = 8
-    chunk_size: int = 4
-    n_heads: int = 2
-    gamma: float = 4.0
-    beta: float = 4.0
-    kappa: float = 0.5
-    eps: float = 0.0
-    dim: int | None = None  # None: N + 1, the exact construction
     rho: float = 0.01
     optimizer: str = "adam"  # "adam" or "sgd" (plain gradient descent)
     lr: float = 0.01
