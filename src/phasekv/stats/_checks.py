@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def as_correctness(correct, ndim: int, name: str = "correct") -> np.ndarray:
-    """Return ``correct`` as a float array of 0s and 1s with exactly ``ndim`` dimensions.
+def _unit_floats(data, ndim: int, name: str, accepts: str, holds: str, fits) -> np.ndarray:
+    """``data`` as a float array with ``ndim`` dimensions, booleans as 0/1, every number passing ``fits``.
 
-    Accepts booleans or numbers that are all 0 or 1; raises ``ValueError`` on anything else
-    (other values, NaN, wrong number of dimensions, no entries).
+    ``accepts`` and ``holds`` complete the error messages for a non-number dtype and a failing value.
     """
-    arr = np.asarray(correct)
+    arr = np.asarray(data)
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
     if arr.size == 0:
@@ -19,13 +18,24 @@ def as_correctness(correct, ndim: int, name: str = "correct") -> np.ndarray:
     if arr.dtype == bool:
         return arr.astype(float)
     if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{name} must be boolean or 0/1 numbers, got dtype {arr.dtype}")
+        raise ValueError(f"{name} must be {accepts}, got dtype {arr.dtype}")
     values = arr.astype(float)
-    bad = ~((values == 0.0) | (values == 1.0))
+    bad = ~fits(values)
     if bad.any():
         first = values[bad].flat[0]
-        raise ValueError(f"{name} must hold only 0/1 (or booleans); found {first!r}")
+        raise ValueError(f"{name} must hold {holds}; found {first!r}")
     return values
+
+
+def as_correctness(correct, ndim: int, name: str = "correct") -> np.ndarray:
+    """Return ``correct`` as a float array of 0s and 1s with exactly ``ndim`` dimensions.
+
+    Accepts booleans or numbers that are all 0 or 1; raises ``ValueError`` on anything else
+    (other values, NaN, wrong number of dimensions, no entries).
+    """
+    return _unit_floats(
+        correct, ndim, name, "boolean or 0/1 numbers", "only 0/1 (or booleans)", lambda v: (v == 0.0) | (v == 1.0)
+    )
 
 
 def as_fractions(cells, ndim: int, name: str = "correct") -> np.ndarray:
@@ -34,21 +44,14 @@ def as_fractions(cells, ndim: int, name: str = "correct") -> np.ndarray:
     Accepts booleans, 0/1 or fractions (e.g. a cell's accuracy over several placements); raises
     ``ValueError`` on values outside [0, 1], NaN, non-numbers, wrong dimensions or no entries.
     """
-    arr = np.asarray(cells)
-    if arr.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name} is empty")
-    if arr.dtype == bool:
-        return arr.astype(float)
-    if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(f"{name} must be booleans or numbers in [0, 1], got dtype {arr.dtype}")
-    values = arr.astype(float)
-    bad = ~((values >= 0.0) & (values <= 1.0))  # NaN fails both comparisons
-    if bad.any():
-        first = values[bad].flat[0]
-        raise ValueError(f"{name} must hold values in [0, 1] (0/1, booleans or fractions); found {first!r}")
-    return values
+    return _unit_floats(
+        cells,
+        ndim,
+        name,
+        "booleans or numbers in [0, 1]",
+        "values in [0, 1] (0/1, booleans or fractions)",
+        lambda v: (v >= 0.0) & (v <= 1.0),  # NaN fails both comparisons
+    )
 
 
 def whole_or_float(values) -> list:
