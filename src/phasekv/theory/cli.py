@@ -168,7 +168,7 @@ def sweep(
     lr: float = typer.Option(0.01, help="Adam step size"),
     out: Path | None = OUT,
 ) -> None:
-    """Theorem 2 over a grid (the default grid is a quick look; widen gamma, beta, seeds and steps for a paper): fraction concentrating, fraction fully covering, final loss."""
+    """Theorem 2 over a grid: fraction concentrating, fraction fully covering, final loss (a quick default grid)."""
     grid = {
         "n_tokens": _ints(n_tokens),
         "chunk_size": _ints(chunk_size),
