@@ -1,0 +1,583 @@
+# ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
+"""The report's JavaScript (inlined into the HTML): plain SVG drawing, no external library.
+
+`DATA` (a JSON object written by `build`) holds one block per section. With `?selftest=1` in the URL
+the page checks itself after drawing (figures non-empty, a model row changes the highlighted series,
+the fold toggle changes the x axis, no errors) and writes the outcome as JSON into
+`#selftest-result`, for headless browser tests.
+"""
+
+EARLY = r"""
+window.__errors = [];
+window.addEventListener('error', function (e) { window.__errors.push('error: ' + (e.message || e)); });
+window.addEventListener('unhandledrejection', function (e) { window.__errors.push('rejection: ' + e.reason); });
+(function () { var orig = console.error; console.error = function () {
+  window.__errors.push('console.error: ' + Array.prototype.join.call(arguments, ' ')); return orig.apply(console, arguments); }; })();
+"""
+
+JS = r"""
+'use strict';
+const SVGNS = 'http:' + '//www.w3.org/2000/svg';
+const PALETTE = ['#1b9e77', '#d95f02', '#7570b3', '#e7298a', '#66a61e', '#e6ab02', '#a6761d', '#1f78b4',
+                 '#b15928', '#6a3d9a', '#33a02c', '#fb9a99'];
+const SEL = '#c0392b';
+
+function $(id) { return document.getElementById(id); }
+function el(tag, attrs, parent, text) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const k in (attrs || {})) if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function h(tag, attrs, parent, text) {
+  const e = document.createElement(tag);
+  for (const k in (attrs || {})) if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function fmt(v, d) { return (v === null || v === undefined) ? '–' : Number(v).toFixed(d === undefined ? 1 : d); }
+function scale(d0, d1, r0, r1) { return v => r0 + (v - d0) * (r1 - r0) / ((d1 - d0) || 1); }
+// Empty an <svg>, keep its <title>, set its size and text alternative.
+function resetSvg(svg, w, hgt, label) {
+  const title = svg.querySelector('title');
+  while (svg.lastChild) svg.removeChild(svg.lastChild);
+  if (title) { title.textContent = label; svg.appendChild(title); }
+  svg.setAttribute('viewBox', '0 0 ' + w + ' ' + hgt);
+  svg.setAttribute('width', w); svg.setAttribute('height', hgt);
+  svg.setAttribute('aria-label', label);
+  return svg;
+}
+function axes(svg, o) {
+  const g = el('g', {class: 'axis'}, svg);
+  el('line', {x1: o.left, x2: o.right, y1: o.bottom, y2: o.bottom}, g);
+  el('line', {x1: o.left, x2: o.left, y1: o.top, y2: o.bottom}, g);
+  (o.xticks || []).forEach(t => {
+    el('line', {x1: o.x(t.v), x2: o.x(t.v), y1: o.bottom, y2: o.bottom + 4}, g);
+    el('text', {x: o.x(t.v), y: o.bottom + 16, 'text-anchor': 'middle', class: 'xtick'}, g, t.label);
+  });
+  (o.yticks || []).forEach(t => {
+    el('line', {x1: o.left - 4, x2: o.left, y1: o.y(t.v), y2: o.y(t.v)}, g);
+    el('line', {x1: o.left, x2: o.right, y1: o.y(t.v), y2: o.y(t.v), stroke: '#eee'}, g).style.stroke = '#eee';
+    el('text', {x: o.left - 7, y: o.y(t.v) + 4, 'text-anchor': 'end'}, g, t.label);
+  });
+  if (o.xlabel) el('text', {x: (o.left + o.right) / 2, y: o.bottom + (o.xlabelOffset || 34), 'text-anchor': 'middle', class: 'label xlabel'}, svg, o.xlabel);
+  if (o.ylabel) el('text', {x: 14, y: (o.top + o.bottom) / 2, 'text-anchor': 'middle', class: 'label',
+                            transform: 'rotate(-90 14 ' + (o.top + o.bottom) / 2 + ')'}, svg, o.ylabel);
+  return g;
+}
+function range(n) { return Array.from({length: n}, (_, i) => i); }
+function ticksFor(lo, hi, n) { const step = Math.max(1, Math.ceil((hi - lo + 1) / n)); const t = []; for (let v = lo; v <= hi; v += step) t.push(v); return t; }
+function diverge(v) {  // -100 (red, lost) .. +100 (blue, gained)
+  if (v === null || v === undefined) return '#e6e6e6';
+  const t = Math.max(-1, Math.min(1, v / 100));
+  const a = Math.abs(t);
+  const c = t < 0 ? [178, 24, 43] : [33, 102, 172];
+  const mix = c.map(x => Math.round(255 + (x - 255) * a));
+  return 'rgb(' + mix.join(',') + ')';
+}
+function layerColor(i, n) {  // viridis-like ramp by depth
+  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+  const t = n <= 1 ? 0 : i / (n - 1); const p = t * (stops.length - 1); const k = Math.min(stops.length - 2, Math.floor(p));
+  const f = p - k; const c = stops[k].map((x, j) => Math.round(x + (stops[k + 1][j] - x) * f));
+  return 'rgb(' + c.join(',') + ')';
+}
+function selectRows(tbody, index, onSelect) {
+  const rows = Array.from(tbody.querySelectorAll('tr'));
+  rows.forEach((tr, i) => {
+    tr.tabIndex = 0; tr.setAttribute('role', 'option');
+    tr.addEventListener('click', () => onSelect(i));
+    tr.addEventListener('keydown', e => {
+      if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); onSelect(i); }
+      if (e.key === 'ArrowDown' && i + 1 < rows.length) { e.preventDefault(); rows[i + 1].focus(); onSelect(i + 1); }
+      if (e.key === 'ArrowUp' && i > 0) { e.preventDefault(); rows[i - 1].focus(); onSelect(i - 1); }
+    });
+  });
+  const mark = k => rows.forEach((tr, i) => tr.setAttribute('aria-selected', i === k ? 'true' : 'false'));
+  mark(index);
+  return mark;
+}
+
+/* ---------- accuracy by residue ---------- */
+function initResidues(D) {
+  const svg = $('fig-residues'), tbody = $('residue-table').querySelector('tbody'), fold = $('fold-toggle');
+  const state = {sel: D.selected, fold: false};
+  const byId = {}; D.series.forEach(s => byId[s.id] = s);
+  D.series.forEach(s => {
+    const tr = h('tr', {'data-series': s.name}, tbody);
+    const name = h('td', {}, tr, s.name);
+    if (s.learned === false) h('span', {class: 'chance'}, name, ' not learned (chance)');
+    [s.stride === null ? '–' : s.stride, fmt(s.val_loss, 3), fmt(s.mean), fmt(s.worst), fmt(s.best),
+     fmt(s.gap) + (s.gap_ci ? ' [' + fmt(s.gap_ci[0]) + ', ' + fmt(s.gap_ci[1]) + ']' : ''),
+     s.p_value === null ? '–' : Number(s.p_value).toPrecision(2)].forEach(v => h('td', {}, tr, String(v)));
+  });
+  const mark = selectRows(tbody, D.series.findIndex(s => s.id === state.sel), i => { state.sel = D.series[i].id; mark(i); draw(); });
+  fold.addEventListener('click', () => { state.fold = !state.fold; draw(); });
+  function draw() {
+    const s = byId[state.sel], m = s.modulus, S = s.stride;
+    const folding = state.fold && S;
+    fold.setAttribute('aria-pressed', folding ? 'true' : 'false');
+    fold.disabled = !S;
+    const W = 760, H = 360, L = 56, R = W - 16, T = 16, B = H - 62;
+    const n = folding ? S : m;
+    const xlabel = folding ? 'phase: target position mod ' + S + ' (periods overlaid)' : 'target position mod ' + m;
+    resetSvg(svg, W, H, 'Accuracy by residue, ' + s.name + (folding ? ', folded by S=' + S : '') + '; 95% bands');
+    const x = scale(-0.5, n - 0.5, L, R), y = scale(0, 100, B, T);
+    svg.dataset.selected = s.name; svg.dataset.xaxis = xlabel; svg.dataset.fold = folding ? 'true' : 'false';
+    axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xlabel, ylabel: 'accuracy (%)',
+               xticks: range(n).map(v => ({v, label: String(v)})), yticks: [0, 25, 50, 75, 100].map(v => ({v, label: String(v)})),
+               xlabelOffset: 44});
+    const others = D.series.filter(o => o.id !== s.id && o.modulus === m);
+    // other compressed models: faint gray; full attention: gray dashed with band, behind the selection
+    others.filter(o => !o.full).forEach(o => drawSeries(o, '#c8c8c8', {width: 1, band: false, cls: 'series-other'}));
+    others.filter(o => o.full).forEach(o => drawSeries(o, '#8a8a8a', {width: 1.6, band: true, dash: '5 3', cls: 'series-full'}));
+    if (S && !folding) {
+      for (let b = S; b < m; b += S) el('line', {x1: x(b - 0.5), x2: x(b - 0.5), y1: T, y2: B, stroke: '#555', 'stroke-dasharray': '4 4', class: 'boundary'}, svg);
+    }
+    if (S) {  // boundary phase S-1: triangles under the axis
+      const marks = folding ? [S - 1] : range(m).filter(r => r % S === S - 1);
+      marks.forEach(r => el('path', {d: 'M' + (x(r) - 5) + ',' + (B + 24) + 'l10,0l-5,-8z', fill: '#444', class: 'boundary-phase'}, svg));
+    }
+    drawSeries(s, SEL, {width: 2.4, band: true, cls: 'series-selected', markers: true});
+    function drawSeries(o, color, opt) {
+      const groups = folding ? range(Math.ceil(o.modulus / S)).map(p => range(S).map(k => p * S + k).filter(r => r < o.modulus))
+                             : [range(o.modulus)];
+      groups.forEach((idx, p) => {
+        const pos = i => folding ? i % S : i;
+        if (opt.band) {
+          const pts = idx.filter(i => o.low[i] !== null && o.high[i] !== null);
+          if (pts.length) {
+            const d = pts.map((i, k) => (k ? 'L' : 'M') + x(pos(i)) + ',' + y(o.high[i])).join('') +
+                      pts.slice().reverse().map(i => 'L' + x(pos(i)) + ',' + y(o.low[i])).join('') + 'Z';
+            el('path', {d, fill: color, 'fill-opacity': p === 0 ? 0.16 : 0.08, stroke: 'none', class: opt.cls + '-band'}, svg);
+          }
+        }
+        const g = el('g', {class: opt.cls, 'data-name': o.name}, svg);
+        for (let k = 0; k + 1 < idx.length; k++) {
+          const a = idx[k], b = idx[k + 1];
+          if (o.accuracy[a] === null || o.accuracy[b] === null) continue;
+          const crosses = !folding && S && (b % S === 0);
+          const dash = folding ? (p === 0 ? opt.dash : '6 4') : (crosses ? '2 3' : opt.dash);
+          el('line', {x1: x(pos(a)), y1: y(o.accuracy[a]), x2: x(pos(b)), y2: y(o.accuracy[b]), stroke: color,
+                      'stroke-width': opt.width, 'stroke-dasharray': dash}, g);
+        }
+        if (opt.markers) idx.forEach(i => { if (o.accuracy[i] !== null) {
+          const c = el('circle', {cx: x(pos(i)), cy: y(o.accuracy[i]), r: 3, fill: color}, g);
+          el('title', {}, c, o.name + ': residue ' + i + ', ' + fmt(o.accuracy[i]) + '% [' + fmt(o.low[i]) + ', ' + fmt(o.high[i]) + ']');
+        } });
+      });
+    }
+    el('text', {x: R, y: T + 12, 'text-anchor': 'end', class: 'label'}, svg, s.name + (S ? ' (S=' + S + ')' : ''));
+    $('residue-caption-model').textContent = s.name + ': mean ' + fmt(s.mean) + '%, worst ' + fmt(s.worst) + '%, gap ' + fmt(s.gap) + ' points' +
+      (s.period_diff !== null && S ? ', mean |A(r) − A(r+S)| ' + fmt(s.period_diff) + ' points' : '') + '.';
+  }
+  draw();
+}
+
+/* ---------- flip ---------- */
+function initFlip(D) {
+  const svg = $('fig-flip'), runSel = $('flip-run'), famSel = $('flip-family');
+  D.runs.forEach((r, i) => h('option', {value: i}, runSel, r.name));
+  function fillFamilies() {
+    famSel.innerHTML = '';
+    Object.keys(D.runs[+runSel.value].families).forEach(f => h('option', {value: f}, famSel, f));
+  }
+  runSel.addEventListener('change', () => { fillFamilies(); draw(); });
+  famSel.addEventListener('change', draw);
+  function draw() {
+    const run = D.runs[+runSel.value], fam = run.families[famSel.value], P = run.period;
+    const W = 760, H = 330, L = 60, R = W - 110, T = 14, B = 220;
+    resetSvg(svg, W, H, 'Flip probe, ' + run.name + ', ' + famSel.value + ': probability of each candidate by filler length, and which is on top');
+    const Ls = fam.lengths; const lo = Ls[0], hi = Ls[Ls.length - 1];
+    const maxP = Math.max(1e-9, ...fam.probabilities.flat().filter(v => v !== null));
+    const x = scale(lo - 0.5, hi + 0.5, L, R), y = scale(0, maxP * 1.05, B, T);
+    axes(svg, {left: L, right: R, top: T, bottom: B, x, y, ylabel: 'next-token probability',
+               xticks: Ls.map(v => ({v, label: String(v)})), yticks: [0, 0.5, 1].map(f => ({v: f * maxP, label: (f * maxP).toPrecision(2)}))});
+    run.candidates.forEach((c, ci) => {
+      const d = Ls.map((l, i) => (i ? 'L' : 'M') + x(l) + ',' + y(fam.probabilities[i][ci])).join('');
+      el('path', {d, fill: 'none', stroke: PALETTE[ci], 'stroke-width': 2, class: 'flip-line'}, svg);
+      Ls.forEach((l, i) => el('circle', {cx: x(l), cy: y(fam.probabilities[i][ci]), r: 3, fill: PALETTE[ci]}, svg));
+      el('text', {x: R + 10, y: T + 16 + 18 * ci, fill: PALETTE[ci], class: 'label'}, svg, 'P(' + c + ')');
+    });
+    const sy = B + 30, sh = 26;
+    el('text', {x: L - 6, y: sy + 17, 'text-anchor': 'end', class: 'label'}, svg, 'top');
+    Ls.forEach((l, i) => {
+      const ci = run.candidates.indexOf(fam.top[i]);
+      const r = el('rect', {x: x(l - 0.5) + 1, y: sy, width: x(l + 0.5) - x(l - 0.5) - 2, height: sh, fill: PALETTE[ci < 0 ? 11 : ci], class: 'strip-cell'}, svg);
+      el('title', {}, r, 'L=' + l + ': ' + fam.top[i] + ' on top');
+      if ((l - lo) % P === 0 && l !== lo) el('line', {x1: x(l - 0.5), x2: x(l - 0.5), y1: sy - 4, y2: sy + sh + 4, stroke: '#333', 'stroke-dasharray': '3 3'}, svg);
+    });
+    el('text', {x: (L + R) / 2, y: sy + sh + 28, 'text-anchor': 'middle', class: 'label'}, svg, 'filler length L (tokens); dashed: cycles of P=' + P);
+    $('flip-summary').textContent = famSel.value + ': ' + fam.pattern + (fam.agree !== null ? ' (' + fam.agree + ' of ' + fam.total + ' lengths agree)' : '') +
+      '. Pooled over families: ' + run.pooled + ', ' + run.agree + ' of ' + run.total + ' rankings follow it' +
+      (run.p_value !== null ? ' (permutation p = ' + run.p_value + ')' : '') + '. Period ' + P + ' from ' + run.period_source + '.';
+  }
+  fillFamilies(); draw();
+}
+
+/* ---------- knockout ---------- */
+function initKnockout(D) {
+  const svg = $('fig-knockout'), detail = $('fig-knockout-row'), gate = $('fig-gate-pref'), mapSel = $('knockout-map'), foldBtn = $('knockout-fold');
+  const state = {map: 0, row: 0, fold: true, branch: 'key'};
+  D.maps.forEach((m, i) => h('option', {value: i}, mapSel, m.name + ' (' + m.mode + ')'));
+  mapSel.addEventListener('change', () => { state.map = +mapSel.value; state.row = 0; draw(); });
+  foldBtn.addEventListener('click', () => { state.fold = !state.fold; draw(); });
+  $('gate-branch').addEventListener('change', e => { state.branch = e.target.value; drawGate(); });
+  svg.addEventListener('keydown', e => {
+    const n = D.maps[state.map].rows.length;
+    if (e.key === 'ArrowDown') { e.preventDefault(); state.row = Math.min(n - 1, state.row + 1); draw(); }
+    if (e.key === 'ArrowUp') { e.preventDefault(); state.row = Math.max(0, state.row - 1); draw(); }
+  });
+  function draw() {
+    const m = D.maps[state.map], key = state.fold ? 'phase' : 'residue';
+    const n = state.fold ? m.stride : m.modulus;
+    foldBtn.setAttribute('aria-pressed', state.fold ? 'true' : 'false');
+    const cw = Math.max(14, Math.min(36, 600 / n)), rh = Math.max(6, Math.min(18, 420 / m.rows.length));
+    const L = 70, T = 10, W = L + cw * n + 90, H = T + rh * m.rows.length + 44;
+    resetSvg(svg, W, H, 'Knockout map of ' + m.name + ': rows are knocked-out ' + (m.mode === 'heads' ? 'KV heads' : 'layers') +
+      ', columns positions mod ' + n + ', color the relative accuracy change (red lost, blue gained, clipped at ±100%)');
+    svg.dataset.selectedRow = m.rows[state.row].label;
+    m.rows.forEach((row, i) => {
+      const g = el('g', {class: 'krow', 'data-row': row.label}, svg);
+      g.addEventListener('click', () => { state.row = i; draw(); });
+      row[key].forEach((v, c) => {
+        const r = el('rect', {x: L + c * cw, y: T + i * rh, width: cw - 1, height: rh - 1, fill: diverge(v)}, g);
+        el('title', {}, r, row.label + ', position ' + c + ': ' + (v === null ? 'n/a (clean accuracy 0)' : fmt(v) + '%'));
+      });
+      if (rh >= 9 || i === state.row) el('text', {x: L - 6, y: T + i * rh + rh * 0.75, 'text-anchor': 'end', class: 'axis', 'font-size': Math.min(11, rh)}, g, row.label);
+    });
+    el('rect', {x: L - 2, y: T + state.row * rh - 1, width: cw * n + 2, height: rh + 1, fill: 'none', stroke: '#111', 'stroke-width': 2, class: 'krow-selected'}, svg);
+    range(n).forEach(c => { if (cw >= 14 || c % 2 === 0) el('text', {x: L + c * cw + cw / 2, y: T + rh * m.rows.length + 14, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, svg, String(c)); });
+    el('text', {x: L + cw * n / 2, y: H - 6, 'text-anchor': 'middle', class: 'label'}, svg, state.fold ? 'position mod ' + m.stride : 'position mod ' + m.modulus);
+    for (let k = 0; k <= 10; k++) el('rect', {x: W - 60, y: T + k * 14, width: 14, height: 14, fill: diverge(100 - 20 * k)}, svg);
+    el('text', {x: W - 42, y: T + 11, class: 'axis', 'font-size': 10}, svg, '+100%');
+    el('text', {x: W - 42, y: T + 151, class: 'axis', 'font-size': 10}, svg, '−100%');
+    drawRow(); drawGate();
+  }
+  function drawRow() {
+    const m = D.maps[state.map], row = m.rows[state.row], key = state.fold ? 'phase' : 'residue';
+    const vals = row[key], clean = state.fold ? m.clean_phase : m.clean_residue, n = vals.length;
+    const W = 460, H = 210, L = 50, R = W - 10, T = 12, B = H - 40;
+    resetSvg(detail, W, H, 'Changes by position when ' + row.label + ' is knocked out (relative accuracy change, %)');
+    const x = scale(-0.5, n - 0.5, L, R), y = scale(-100, 100, B, T);
+    axes(detail, {left: L, right: R, top: T, bottom: B, x, y, xlabel: (state.fold ? 'position mod ' + m.stride : 'position mod ' + m.modulus) + ' · ' + row.label,
+                  xticks: range(n).filter(v => n <= 24 || v % 2 === 0).map(v => ({v, label: String(v)})), yticks: [-100, -50, 0, 50, 100].map(v => ({v, label: v + '%'}))});
+    const bw = (R - L) / n * 0.7;
+    vals.forEach((v, i) => {
+      if (v === null) return;
+      const c = Math.max(-100, Math.min(100, v));
+      const r = el('rect', {x: x(i) - bw / 2, y: Math.min(y(0), y(c)), width: bw, height: Math.max(1, Math.abs(y(c) - y(0))), fill: diverge(c < 0 ? -70 : 70), class: 'kbar'}, detail);
+      el('title', {}, r, 'position ' + i + ': ' + fmt(v) + '% (clean ' + fmt(clean[i]) + '%)');
+    });
+  }
+  function drawGate() {
+    const m = D.maps[state.map], row = m.rows[state.row], g = row.gate;
+    const W = 300, H = 210, L = 40, R = W - 10, T = 12, B = H - 40;
+    const any = m.rows.some(r => r.gate), fig = gate.closest('figure');
+    fig.hidden = !any;
+    $('gate-pref-note').textContent = any ? '' : 'No gate result for this model: run `phasekv gates` on it to see its gate preferences beside the knockouts.';
+    resetSvg(gate, W, H, 'Gate preference by phase of ' + row.label + ' (' + state.branch + ' gate, relative to a uniform share)');
+    delete gate.dataset.empty;
+    if (!g || !g[state.branch]) {
+      gate.dataset.empty = 'no gate result for ' + row.label;
+      el('text', {x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'label'}, gate, 'no gate result for ' + row.label);
+      el('rect', {x: 0, y: 0, width: W, height: H, fill: 'none', stroke: '#eee'}, gate);
+      return;
+    }
+    const share = g[state.branch], n = share.length, top = Math.max(2, ...share.filter(v => v !== null));
+    const x = scale(-0.5, n - 0.5, L, R), y = scale(0, top, B, T);
+    axes(gate, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'phase' + (state.branch === 'value' ? ' (value shifted back by one)' : ''),
+                xticks: range(n).map(v => ({v, label: String(v)})), yticks: [0, 1, Math.round(top)].map(v => ({v, label: v + '×'}))});
+    el('line', {x1: L, x2: R, y1: y(1), y2: y(1), stroke: '#888', 'stroke-dasharray': '3 3'}, gate);
+    const bw = (R - L) / n * 0.7;
+    share.forEach((v, i) => { if (v !== null) {
+      const r = el('rect', {x: x(i) - bw / 2, y: y(v), width: bw, height: Math.max(1, y(0) - y(v)), fill: PALETTE[i % PALETTE.length], class: 'gbar'}, gate);
+      el('title', {}, r, 'phase ' + i + ': ' + fmt(v, 2) + '× uniform');
+    } });
+    el('text', {x: R, y: T + 10, 'text-anchor': 'end', class: 'label'}, gate, 'key static eff. ' + fmt(g.key_static, 2) + ' of ' + g.key_static_max);
+  }
+  draw();
+}
+
+/* ---------- gate plane ---------- */
+function initGates(D) {
+  const svg = $('fig-gates'), sel = $('gates-plane'), replay = $('gates-replay'), slider = $('gates-step');
+  D.planes.forEach((p, i) => h('option', {value: i}, sel, p.name));
+  const state = {plane: 0, step: null, timer: null};
+  sel.addEventListener('change', () => { state.plane = +sel.value; stop(); state.step = null; draw(); });
+  slider.addEventListener('input', () => { stop(); state.step = +slider.value; draw(); });
+  replay.addEventListener('click', () => {
+    const p = D.planes[state.plane]; if (!p.paths) return;
+    if (state.timer) { stop(); return; }
+    state.step = 0; replay.setAttribute('aria-pressed', 'true');
+    state.timer = setInterval(() => { state.step += 1; if (state.step >= p.steps.length - 1) { state.step = p.steps.length - 1; stop(); } draw(); }, 350);
+    draw();
+  });
+  function stop() { if (state.timer) clearInterval(state.timer); state.timer = null; replay.setAttribute('aria-pressed', 'false'); }
+  function draw() {
+    const p = D.planes[state.plane], w = p.window;
+    const has = !!p.paths && p.steps.length > 1;
+    replay.disabled = !has; slider.disabled = !has;
+    if (has) { slider.max = p.steps.length - 1; if (state.step === null) state.step = p.steps.length - 1; slider.value = state.step; }
+    const W = 440, H = 420, L = 60, R = W - 20, T = 16, B = H - 56;
+    resetSvg(svg, W, H, 'Gate plane of ' + p.name + ': each KV head\'s key gate at (static, per-window) effective number of offsets, from 1 to ' + w);
+    const x = scale(1, w, L, R), y = scale(1, w, B, T);
+    const ticks = ticksFor(1, w, 8).map(v => ({v, label: String(v)}));
+    axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xticks: ticks, yticks: ticks,
+               xlabel: 'static  exp(H(E[α]))', ylabel: 'per window  E[exp(H(α))]'});
+    el('line', {x1: x(1), y1: y(1), x2: x(w), y2: y(w), stroke: '#777', 'stroke-dasharray': '5 4', class: 'diagonal'}, svg);
+    p.points.forEach(pt => {
+      const c = el('circle', {cx: x(pt.x), cy: y(pt.y), r: 4.5, fill: layerColor(pt.layer, D.n_layers), 'fill-opacity': has ? 0.45 : 0.9, class: 'gate-point'}, svg);
+      el('title', {}, c, pt.label + ': static ' + fmt(pt.x, 2) + ', per window ' + fmt(pt.y, 2));
+    });
+    if (has) {
+      const k = state.step;
+      Object.entries(p.paths).forEach(([label, trace]) => {
+        const upto = trace.filter(t => t[0] <= p.steps[k]);
+        if (!upto.length) return;
+        el('path', {d: upto.map((t, i) => (i ? 'L' : 'M') + x(t[1]) + ',' + y(t[2])).join(''), fill: 'none', stroke: '#333', 'stroke-width': 1.4, class: 'trajectory'}, svg);
+        el('circle', {cx: x(trace[0][1]), cy: y(trace[0][2]), r: 4, fill: '#fff', stroke: '#333'}, svg);
+        const last = upto[upto.length - 1];
+        el('circle', {cx: x(last[1]), cy: y(last[2]), r: 4.5, fill: '#333'}, svg);
+        el('text', {x: x(last[1]) + 7, y: y(last[2]) - 5, class: 'axis', 'font-size': 10}, svg, label);
+      });
+      $('gates-step-label').textContent = 'step ' + p.steps[k];
+    } else { $('gates-step-label').textContent = ''; }
+    svg.dataset.step = has ? String(p.steps[state.step]) : '';
+  }
+  draw();
+}
+
+/* ---------- gate cycling ---------- */
+function initCycle(D) {
+  const left = $('fig-cycle'), right = $('fig-cycle-scatter'), sel = $('cycle-model'), slider = $('cycle-delta'), grid = $('cycle-grid');
+  const state = {model: 0, delta: null};
+  D.models.forEach((m, i) => h('option', {value: i}, sel, m.name));
+  const deltas = [0].concat(D.deltas.filter(d => d !== 0));
+  slider.min = 0; slider.max = deltas.length - 1;
+  state.delta = deltas.length > 1 ? deltas[1] : 0; slider.value = deltas.indexOf(state.delta);
+  sel.addEventListener('change', () => { state.model = +sel.value; draw(); });
+  slider.addEventListener('input', () => { state.delta = deltas[+slider.value]; draw(); });
+  const head = h('tr', {}, h('thead', {}, grid)); h('th', {}, head, 'model \\ δ');
+  D.deltas.forEach(d => h('th', {}, head, (d > 0 ? '+' : '') + d));
+  const body = h('tbody', {}, grid);
+  D.models.forEach((m, mi) => {
+    const tr = h('tr', {}, body); h('td', {}, tr, m.name);
+    D.deltas.forEach(d => {
+      const c = m.cycles.find(c => c.delta === d);
+      const td = h('td', {class: 'cell', tabindex: 0, 'data-model': mi, 'data-delta': d}, tr, c && c.r2 !== null ? fmt(c.r2, 2) : '–');
+      if (c && c.r2 !== null) td.style.background = 'rgba(31,95,168,' + (0.1 + 0.6 * c.r2) + ')';
+      if (c && c.r2_interval) td.title = '95% CI [' + fmt(c.r2_interval[0], 2) + ', ' + fmt(c.r2_interval[1], 2) + ']';
+      const pick = () => { state.model = mi; sel.value = mi; state.delta = d; slider.value = deltas.indexOf(d); draw(); };
+      td.addEventListener('click', pick);
+      td.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(); } });
+    });
+  });
+  function draw() {
+    const m = D.models[state.model], S = m.stride, d = state.delta;
+    const c = m.cycles.find(c => c.delta === d);
+    $('cycle-delta-label').textContent = 'δ = ' + (d > 0 ? '+' : '') + d;
+    grid.querySelectorAll('td.cell').forEach(td => td.setAttribute('aria-selected', (+td.dataset.model === state.model && +td.dataset.delta === d) ? 'true' : 'false'));
+    let W = 430, H = 300, L = 52, R = W - 12, T = 14, B = H - 48;
+    resetSvg(left, W, H, 'Accuracy by phase of ' + m.name + ' after cycling the gates by δ=' + d + ', with the uncycled model and the prediction');
+    let x = scale(-0.5, S - 0.5, L, R), y = scale(0, 100, B, T);
+    axes(left, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'phase (position mod ' + S + ')', ylabel: 'accuracy (%)',
+                xticks: range(S).map(v => ({v, label: String(v)})), yticks: [0, 50, 100].map(v => ({v, label: String(v)}))});
+    const line = (vals, attrs) => el('path', Object.assign({d: vals.map((v, i) => (i ? 'L' : 'M') + x(i) + ',' + y(v)).join(''), fill: 'none'}, attrs), left);
+    const band = (b, color) => el('path', {d: b.map((v, i) => (i ? 'L' : 'M') + x(i) + ',' + y(v[1])).join('') + b.slice().reverse().map((v, k) => 'L' + x(b.length - 1 - k) + ',' + y(v[0])).join('') + 'Z', fill: color, 'fill-opacity': 0.15}, left);
+    band(m.base_band, '#888'); line(m.base, {stroke: '#999', 'stroke-width': 1.8, class: 'cycle-base'});
+    if (c) {
+      const pred = range(S).map(r => m.base[((r - d) % S + S) % S]);
+      line(pred, {stroke: SEL, 'stroke-dasharray': '5 4', 'stroke-width': 1.5, class: 'cycle-pred'});
+      band(c.band, SEL); line(c.accuracy, {stroke: SEL, 'stroke-width': 2.4, class: 'cycle-observed'});
+    }
+    el('path', {d: 'M' + (x(m.boundary) - 5) + ',' + (B + 24) + 'l10,0l-5,-8z', fill: '#444'}, left);
+    W = 300; L = 52; R = W - 12;
+    resetSvg(right, W, H, 'Predicted against observed change by phase for δ=' + d + (c && c.r2 !== null ? ', R² ' + fmt(c.r2, 2) : ''));
+    const vals = c ? c.observed.concat(c.predicted).filter(v => v !== null) : [1];
+    const lim = Math.max(5, ...vals.map(Math.abs)) * 1.1;
+    x = scale(-lim, lim, L, R); y = scale(-lim, lim, B, T);
+    const tk = [-lim, 0, lim].map(v => ({v, label: fmt(v, 0)}));
+    axes(right, {left: L, right: R, top: T, bottom: B, x, y, xticks: tk, yticks: tk, xlabel: 'predicted change (pp)', ylabel: 'observed change (pp)'});
+    el('line', {x1: x(-lim), y1: y(-lim), x2: x(lim), y2: y(lim), stroke: '#888', 'stroke-dasharray': '4 4'}, right);
+    if (c) c.observed.forEach((o, r) => {
+      if (o === null || c.predicted[r] === null) return;
+      const b = r === m.boundary;
+      const p = el('circle', {cx: x(c.predicted[r]), cy: y(o), r: 5, fill: b ? '#fff' : SEL, stroke: SEL, class: 'cycle-point'}, right);
+      el('title', {}, p, 'phase ' + r + (b ? ' (boundary, excluded from R²)' : '') + ': predicted ' + fmt(c.predicted[r]) + ', observed ' + fmt(o));
+    });
+    el('text', {x: L + 6, y: T + 12, class: 'label'}, right, c && c.r2 !== null ? 'R² = ' + fmt(c.r2, 2) + (c.r2_interval ? ' [' + fmt(c.r2_interval[0], 2) + ', ' + fmt(c.r2_interval[1], 2) + ']' : '') : (d === 0 ? 'uncycled' : 'R² n/a'));
+  }
+  draw();
+}
+
+/* ---------- theory ---------- */
+function initTheory(D) {
+  if (D.runs.length) {
+    const svg = $('fig-theory'), sel = $('theory-run');
+    D.runs.forEach((r, i) => h('option', {value: i}, sel, r.name + ' (S=' + r.S + ', m=' + r.m + ')'));
+    sel.addEventListener('change', draw);
+    function draw() {
+      const r = D.runs[+sel.value];
+      const W = 560, H = 300, L = 52, R = W - 120, T = 14, B = H - 48;
+      resetSvg(svg, W, H, 'Concentration trajectories of the Theorem 2 gates: effective number of positions per head over training');
+      const last = r.steps[r.steps.length - 1] || 1;
+      const x = scale(0, last, L, R), y = scale(1, r.S, B, T);
+      axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'training step', ylabel: 'effective positions',
+                 xticks: [0, Math.round(last / 2), last].map(v => ({v, label: String(v)})), yticks: ticksFor(1, r.S, 6).map(v => ({v, label: String(v)}))});
+      range(r.m).forEach(hd => {
+        [['key_static', null], ['key_per_window', '5 4']].forEach(([k, dash]) => {
+          el('path', {d: r.steps.map((s, i) => (i ? 'L' : 'M') + x(s) + ',' + y(r[k][i][hd])).join(''), fill: 'none', stroke: PALETTE[hd % 12], 'stroke-width': 2, 'stroke-dasharray': dash, class: 'theory-line'}, svg);
+        });
+        el('text', {x: R + 8, y: T + 14 + 16 * hd, fill: PALETTE[hd % 12], class: 'label'}, svg, 'head ' + hd + ' → key ' + r.selected[hd]);
+      });
+      el('text', {x: R + 8, y: T + 20 + 16 * r.m, class: 'axis', 'font-size': 10}, svg, 'solid: static, dashed: per window');
+      $('theory-summary').textContent = 'Final loss ' + fmt(r.loss, 4) + '; key positions selected ' + JSON.stringify(r.selected) +
+        '; uncovered non-final positions: ' + (r.uncovered.length ? JSON.stringify(r.uncovered) : 'none') + '.';
+    }
+    draw();
+  }
+  const host = $('theory-tables');
+  D.sweeps.forEach(sw => {
+    h('p', {class: 'small'}, host, sw.name + ' (seeds ' + JSON.stringify(sw.seeds) + ')');
+    const t = h('table', {class: 'data'}, host);
+    const hr = h('tr', {}, h('thead', {}, t)); sw.columns.forEach(c => h('th', {}, hr, c));
+    const tb = h('tbody', {}, t);
+    sw.rows.forEach(row => { const tr = h('tr', {}, tb); row.forEach(v => h('td', {}, tr, typeof v === 'number' ? String(Math.round(v * 1000) / 1000) : String(v))); });
+  });
+}
+
+/* ---------- compressor illustration ---------- */
+function initCompressor(D) {
+  const svg = $('fig-compressor'), btns = $('compressor-prepend'), uni = $('compressor-uniform');
+  const W = D.window, state = {shift: 0, follow: Math.min(2, D.tokens.length - 1), uniform: false};
+  function layout(shift) {  // tokens of the window holding the followed token
+    const seq = range(shift).map(() => null).concat(range(D.tokens.length));
+    const pos = shift + state.follow, j = Math.floor(pos / W);
+    const slots = range(W).map(i => seq[j * W + i] === undefined ? null : seq[j * W + i]);
+    const logits = slots.map((t, i) => D.bias[i] + (t === null ? 0 : D.content[t][i]));
+    const mx = Math.max(...logits), ex = logits.map(v => Math.exp(v - mx)), sum = ex.reduce((a, b) => a + b, 0);
+    const alpha = state.uniform ? slots.map(() => 1 / W) : ex.map(v => v / sum);
+    return {slots, logits, alpha, offset: pos % W};
+  }
+  range(W).forEach(k => {
+    const b = h('button', {type: 'button', 'data-shift': k, 'aria-label': 'prepend ' + k + ' token' + (k === 1 ? '' : 's')}, btns);
+    b.addEventListener('click', () => { state.shift = k; draw(); });
+  });
+  uni.addEventListener('click', () => { state.uniform = !state.uniform; draw(); });
+  function draw() {
+    uni.setAttribute('aria-pressed', state.uniform ? 'true' : 'false');
+    Array.from(btns.children).forEach(b => {
+      const k = +b.dataset.shift, a = layout(k);
+      b.innerHTML = '';
+      b.setAttribute('aria-pressed', k === state.shift ? 'true' : 'false');
+      b.appendChild(document.createTextNode('+' + k + ' '));
+      const s = el('svg', {width: 10, height: 14, 'aria-hidden': 'true'}, b);
+      const v = a.alpha[a.offset];
+      el('rect', {x: 1, y: 14 - 13 * v, width: 8, height: 13 * v, fill: k === state.shift ? '#fff' : '#555'}, s);
+    });
+    const a = layout(state.shift);
+    const CW = 92, X0 = 20, Wd = Math.max(620, X0 + CW * W + 280), H = 300;
+    resetSvg(svg, Wd, H, 'Compressor illustration (W=S=' + W + '): token chips coloured by offset, gate scores, and each channel\'s contribution by offset; followed token at offset ' + a.offset);
+    el('text', {x: X0, y: 14, class: 'label'}, svg, '1  logits = content + bias');
+    a.slots.forEach((t, i) => {
+      const g = el('g', {class: 'chip', tabindex: t === null ? null : 0, 'data-offset': i}, svg);
+      const rect = el('rect', {x: X0 + i * CW, y: 24, width: CW - 10, height: 34, rx: 5, fill: PALETTE[i], 'fill-opacity': t === null ? 0.12 : 0.3,
+                               stroke: t !== null && t === state.follow ? '#000' : PALETTE[i], 'stroke-width': t !== null && t === state.follow ? 3 : 1.2,
+                               'stroke-dasharray': t === null ? '4 3' : null}, g);
+      el('text', {x: X0 + i * CW + (CW - 10) / 2, y: 46, 'text-anchor': 'middle', class: 'label'}, g, t === null ? 'pad' : D.tokens[t]);
+      el('text', {x: X0 + i * CW + (CW - 10) / 2, y: 72, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, g, 'i=' + i + ' · ' + fmt(a.logits[i], 2));
+      el('title', {}, rect, (t === null ? 'padding' : D.tokens[t]) + ' at offset ' + i + ': bias ' + fmt(D.bias[i], 2) + ', logit ' + fmt(a.logits[i], 2));
+      if (t !== null) {
+        const follow = () => { state.follow = t; draw(); };
+        g.addEventListener('click', follow);
+        g.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); follow(); } });
+      }
+    });
+    el('text', {x: X0, y: 100, class: 'label'}, svg, '2  scores α (softmax over the window)' + (state.uniform ? ': uniform 1/' + W : ''));
+    const by = scale(0, 1, 200, 110);
+    a.alpha.forEach((v, i) => {
+      el('rect', {x: X0 + i * CW + 10, y: by(v), width: CW - 30, height: Math.max(1, by(0) - by(v)), fill: PALETTE[i], class: 'alpha-bar'}, svg);
+      el('text', {x: X0 + i * CW + (CW - 10) / 2, y: by(v) - 3, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, svg, fmt(v, 2));
+    });
+    el('line', {x1: X0, x2: X0 + CW * W, y1: by(0), y2: by(0), stroke: '#888'}, svg);
+    const sx = X0 + CW * W + 30, C = D.payload[0][0].length;
+    el('text', {x: sx, y: 100, class: 'label'}, svg, '3  entry: contribution per channel');
+    const contrib = range(C).map(c => a.slots.map((t, i) => a.alpha[i] * (t === null ? 0.05 : D.payload[t][i][c])));
+    const top = Math.max(...contrib.map(r => r.reduce((p, q) => p + q, 0)), 1e-9);
+    const cy = scale(0, top, 200, 110), bw = Math.min(34, 220 / C);
+    contrib.forEach((parts, c) => {
+      let acc = 0;
+      parts.forEach((v, i) => { el('rect', {x: sx + c * (bw + 4), y: cy(acc + v), width: bw, height: Math.max(0, cy(acc) - cy(acc + v)), fill: PALETTE[i], class: 'stack'}, svg); acc += v; });
+      el('text', {x: sx + c * (bw + 4) + bw / 2, y: 214, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, svg, 'c' + c);
+    });
+    el('text', {x: X0, y: 250, class: 'label'}, svg, 'followed token "' + D.tokens[state.follow] + '" is at offset ' + a.offset + ' after prepending ' + state.shift + '; its score is ' + fmt(a.alpha[a.offset], 3) + '.');
+    el('text', {x: X0, y: 272, class: 'axis', 'font-size': 10}, svg, 'source: ' + D.source);
+    svg.dataset.offset = String(a.offset);
+  }
+  draw();
+}
+
+/* ---------- self-test (?selftest=1) ---------- */
+function selfTest() {
+  const checks = [];
+  const ok = (name, pass, info) => checks.push({name, pass: !!pass, info: info === undefined ? '' : String(info)});
+  document.querySelectorAll('svg[data-figure]').forEach(svg => {
+    if (svg.closest('[hidden]')) return;  // a figure without data for the current selection is hidden, not empty
+    if (svg.dataset.empty) { ok('figure ' + svg.id + ' says why it is empty', svg.querySelector('text'), svg.dataset.empty); return; }
+    const n = svg.querySelectorAll('path,rect,circle,line,text').length, box = svg.getBoundingClientRect();
+    ok('figure ' + svg.id + ' renders', n > 3 && box.width > 0 && box.height > 0, n + ' shapes, ' + Math.round(box.width) + 'x' + Math.round(box.height));
+    ok('figure ' + svg.id + ' has a text alternative', (svg.getAttribute('aria-label') || '').length > 10 && svg.querySelector('title'));
+  });
+  const fig = $('fig-residues');
+  if (fig) {
+    const rows = Array.from(document.querySelectorAll('#residue-table tbody tr'));
+    const before = fig.dataset.selected, hlBefore = fig.querySelector('g.series-selected').getAttribute('data-name');
+    const target = rows.find(r => r.dataset.series !== before);
+    if (target) {
+      target.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+      const hl = fig.querySelector('g.series-selected').getAttribute('data-name');
+      ok('clicking a model row changes the highlighted series', hl !== hlBefore && hl === target.dataset.series && target.getAttribute('aria-selected') === 'true', hlBefore + ' -> ' + hl);
+    } else ok('clicking a model row changes the highlighted series', rows.length === 1, 'only one model');
+    const foldable = rows.find(r => { r.click(); return !$('fold-toggle').disabled; });
+    if (foldable) {
+      const axis0 = fig.dataset.xaxis, ticks0 = fig.querySelectorAll('.xtick').length;
+      $('fold-toggle').click();
+      const axis1 = fig.dataset.xaxis, ticks1 = fig.querySelectorAll('.xtick').length;
+      ok('the fold toggle changes the x axis', axis1 !== axis0 && ticks1 !== ticks0 && fig.querySelector('.xlabel').textContent === axis1, axis0 + ' (' + ticks0 + ' ticks) -> ' + axis1 + ' (' + ticks1 + ' ticks)');
+      $('fold-toggle').click();
+      ok('the fold toggle restores the x axis', fig.dataset.xaxis === axis0);
+    } else ok('the fold toggle changes the x axis', false, 'no model with a stride');
+  }
+  const km = $('fig-knockout');
+  if (km) {
+    const rows = km.querySelectorAll('g.krow');
+    if (rows.length > 1) {
+      const before = km.dataset.selectedRow;
+      rows[rows.length - 1].dispatchEvent(new MouseEvent('click', {bubbles: true}));
+      ok('clicking a knockout row selects it', km.dataset.selectedRow !== before, before + ' -> ' + km.dataset.selectedRow);
+    }
+  }
+  const comp = $('fig-compressor');
+  if (comp) {
+    const before = comp.dataset.offset;
+    const b = document.querySelector('#compressor-prepend button[data-shift="1"]');
+    if (b) { b.click(); ok('prepending moves the followed token', comp.dataset.offset !== before, before + ' -> ' + comp.dataset.offset); }
+  }
+  ok('no errors on the page', window.__errors.length === 0, window.__errors.join(' | '));
+  const out = {ok: checks.every(c => c.pass), checks, errors: window.__errors};
+  $('selftest-result').textContent = JSON.stringify(out);
+  document.body.setAttribute('data-selftest', out.ok ? 'pass' : 'fail');
+}
+
+function main() {
+  const D = JSON.parse($('report-data').textContent);
+  const inits = {residues: initResidues, flip: initFlip, knockout: initKnockout, gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
+  for (const k in inits) if (D[k]) {
+    try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
+  }
+  if (/[?&]selftest=1/.test(location.search)) selfTest();
+}
+main();
+"""

@@ -1,0 +1,91 @@
+"""Build the report: read the results, make each section's data, write the HTML and the PNGs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import compressor, cycle, flip, gates, knockout, residues, theory
+from .html import page
+from .load import Inputs, load_results
+
+# section key -> (module, what is missing when it is left out, the command that makes it)
+SECTIONS = {
+    "residues": (residues, "no lookup or needle results", "phasekv eval lookup|needle ... --out DIR/x.json"),
+    "flip": (flip, "no flip results", "phasekv eval flip ... --out"),
+    "knockout": (knockout, "no knockout results", "phasekv knockout ... --out DIR"),
+    "gates": (gates, "no gate results or training gate snapshots", "phasekv gates ... --out DIR"),
+    "cycle": (cycle, "no gate cycling results", "phasekv cycle ... --out DIR"),
+    "theory": (theory, "no theory results", "phasekv theory theorem2|sweep --out"),
+}
+TITLES = {
+    "residues": "Accuracy by residue",
+    "flip": "Flip probe",
+    "knockout": "Knockout map",
+    "gates": "Gate plane",
+    "cycle": "Gate cycling",
+    "theory": "Theory",
+}
+
+
+@dataclass
+class ReportOutput:
+    html: Path
+    pngs: list[Path] = field(default_factory=list)
+    sections: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def collect(inputs: Inputs, model: str | Path | None = None) -> tuple[dict, list[str]]:
+    """(data for every present section, notes for the missing ones)."""
+    data, notes = {}, []
+    for key, (module, missing, command) in SECTIONS.items():
+        block = module.section(inputs)
+        if block is None:
+            notes.append(f"{TITLES[key]} left out: {missing} (make them with `{command}`).")
+        else:
+            data[key] = block
+    data["compressor"], note = compressor.section(model)
+    if note:
+        notes.append(note)
+    return data, notes
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_report(
+    results_dir: str | Path, out: str | Path = "report.html", model: str | Path | None = None, pngs: bool = True
+) -> ReportOutput:
+    """Write the HTML report of every result under `results_dir` to `out` and PNGs beside it
+    (`<out stem>_figures/`). Raises ReportInputError for a malformed result file."""
+    out = Path(out)
+    inputs = load_results(results_dir)
+    data, notes = collect(inputs, model)
+    present = [k for k in SECTIONS if k in data]
+    if not present:
+        notes.insert(0, f"No result files found under {results_dir}: only the compressor illustration is shown.")
+    count = sum(len(v) for v in inputs.results.values())
+    subtitle = (
+        f"From {count} result file{'s' if count != 1 else ''} under {Path(results_dir)}; "
+        f"generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by phasekv report."
+    )
+    written = []
+    if pngs:
+        fig_dir = out.parent / f"{out.stem}_figures"
+        for key in present:
+            written += SECTIONS[key][0].png(data[key], inputs, fig_dir)
+    write_text_atomic(out, page(data, notes, "phasekv report", subtitle))
+    return ReportOutput(html=out, pngs=written, sections=present + ["compressor"], notes=notes)

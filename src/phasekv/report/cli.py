@@ -1,0 +1,31 @@
+"""`phasekv report RESULTS_DIR --out report.html` (the lead mounts `report_command`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .build import build_report
+from .load import ReportInputError
+
+
+def report_command(
+    results_dir: Path = typer.Argument(..., help="directory (or one file) of result JSON files", exists=True),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
+    model: Path | None = typer.Option(
+        None, "--model", help="a phasekv checkpoint whose gate parameters drive the compressor illustration"
+    ),
+    pngs: bool = typer.Option(True, "--pngs/--no-pngs", help="also write PNG figures beside the HTML"),
+) -> None:
+    """Write a self-contained interactive HTML report (and PNG figures) from result JSON files."""
+    try:
+        result = build_report(results_dir, out, model=model, pngs=pngs)
+    except ReportInputError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {result.html} ({', '.join(result.sections)})")
+    if result.pngs:
+        typer.echo(f"figures: {result.pngs[0].parent} ({len(result.pngs)} PNG)")
+    for note in result.notes:
+        typer.echo(f"note: {note}")

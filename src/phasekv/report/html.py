@@ -1,0 +1,158 @@
+# ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
+"""The HTML page: one section per figure (present only with data), notes for missing ones."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from .assets_css import CSS
+from .assets_js import EARLY, JS
+
+
+def _svg(fig_id: str, title: str, extra: str = "") -> str:
+    return (
+        f'<svg id="{fig_id}" data-figure="1" role="img" aria-label="{html.escape(title)}"{extra}>'
+        f"<title>{html.escape(title)}</title></svg>"
+    )
+
+
+def residues_html(d: dict) -> str:
+    probes = " and ".join(d["probes"])
+    return f"""
+<section id="sec-residues"><h2>Accuracy by residue</h2>
+<p class="sub">{html.escape(probes)} accuracy grouped by the target position modulo a multiple of the stride.</p>
+<div class="controls"><button type="button" id="fold-toggle" aria-pressed="false">Fold periods</button>
+<span class="small">Select a model in the table (click, or focus a row and use ↑/↓).</span></div>
+<figure>{_svg("fig-residues", "Accuracy by residue with 95% bands")}
+<figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}).
+The selected model is drawn in red, full attention in dashed gray behind it, other models in light gray.
+Dashed vertical lines mark the period boundaries every S positions, triangles under the axis mark the
+boundary phase S−1, and the selected line is dotted where it crosses a boundary. “Fold periods” overlays
+the periods (first solid, later dashed). <span id="residue-caption-model"></span></figcaption></figure>
+<table class="data select" id="residue-table" role="listbox" aria-label="Models: select one to plot it">
+<thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th><th>gap [95% CI]</th><th>p (uniform)</th></tr></thead>
+<tbody></tbody></table>
+<p class="small">Accuracies in percent; gap is best minus worst residue in percentage points; p is the uniformity
+test across residues. Models whose mean is not clearly above guessing are marked “not learned (chance)”.</p>
+</section>"""
+
+
+def _interval(d: dict) -> str:
+    methods = sorted({s["interval"] for s in d["series"]})
+    return ", ".join(methods)
+
+
+def flip_html(d: dict) -> str:
+    return f"""
+<section id="sec-flip"><h2>Flip probe</h2>
+<div class="controls"><label>run <select id="flip-run"></select></label><label>filler family <select id="flip-family"></select></label></div>
+<figure>{_svg("fig-flip", "Flip probe: candidate probabilities by filler length")}
+<figcaption>Probability of each candidate completion as the filler before an unchanged context grows one token
+at a time; the strip shows which candidate is on top at each length, dashed lines separate cycles of the
+period P. <span id="flip-summary"></span></figcaption></figure></section>"""
+
+
+def knockout_html(d: dict) -> str:
+    return f"""
+<section id="sec-knockout"><h2>Knockout map and gate preferences</h2>
+<div class="controls"><label>map <select id="knockout-map"></select></label>
+<button type="button" id="knockout-fold" aria-pressed="true">Fold by S</button>
+<label>gate <select id="gate-branch"><option value="key">key</option><option value="value">value (shifted back by one)</option></select></label></div>
+<figure>{_svg("fig-knockout", "Knockout map", ' tabindex="0"')}
+<figcaption>Each row knocks out one KV head (or a whole layer) by mean replacement at the final position; columns
+are target positions folded by the stride S or over all residues; color is the accuracy change relative to
+clean: red lost, blue gained, clipped at ±100% (gray: clean accuracy 0). Click a row, or focus the map and use ↑/↓.</figcaption></figure>
+<div class="row2"><figure>{_svg("fig-knockout-row", "Changes by position of the selected row")}
+<figcaption>The selected row's relative accuracy change by position.</figcaption></figure>
+<figure>{_svg("fig-gate-pref", "Gate preference by phase of the selected head")}
+<figcaption>The same head's mean gate score by phase relative to a uniform share (dashed = 1×).</figcaption></figure></div>
+<p class="small" id="gate-pref-note"></p>
+</section>"""
+
+
+def gates_html(d: dict) -> str:
+    return f"""
+<section id="sec-gates"><h2>Gate plane</h2>
+<div class="controls"><label>model <select id="gates-plane"></select></label>
+<button type="button" id="gates-replay" aria-pressed="false">Replay training</button>
+<input type="range" id="gates-step" min="0" max="0" value="0" aria-label="training step"><span id="gates-step-label" class="small"></span></div>
+<figure>{_svg("fig-gates", "Gate plane")}
+<figcaption>Each point is one KV head's key gate, placed by its static effective number of offsets
+exp(H(E[α])) (horizontal) and its per-window effective number E[exp(H(α))] (vertical), both from 1 (one
+offset) to W (uniform); color marks layer depth. On the dashed diagonal a gate gives each offset the same
+score in every window. For a training run the lines trace the most statically concentrated heads from the
+first step (open circle) to the selected one (filled); replay animates them. Vector gates are omitted.</figcaption></figure></section>"""
+
+
+def cycle_html(d: dict) -> str:
+    return f"""
+<section id="sec-cycle"><h2>Gate cycling</h2>
+<div class="controls"><label>model <select id="cycle-model"></select></label>
+<input type="range" id="cycle-delta" aria-label="cycle delta"><span id="cycle-delta-label" class="small"></span></div>
+<div class="row2"><figure>{_svg("fig-cycle", "Accuracy by phase after cycling the gates")}
+<figcaption>Observed accuracy after cycling the gate parameters by δ (red, 95% band), the uncycled model (gray),
+and the prediction A₀((r−δ) mod S) (dashed); the triangle marks the boundary phase.</figcaption></figure>
+<figure>{_svg("fig-cycle-scatter", "Predicted against observed change")}
+<figcaption>Predicted against observed change per phase; the boundary phase (hollow) is excluded from R².</figcaption></figure></div>
+<p class="small">R² of observed against predicted change (boundary phase excluded) for every model and δ; select a cell.</p>
+<table class="data r2grid" id="cycle-grid" aria-label="R squared grid over models and deltas"></table></section>"""
+
+
+def theory_html(d: dict) -> str:
+    fig = ""
+    if d["runs"]:
+        fig = f"""<div class="controls"><label>run <select id="theory-run"></select></label></div>
+<figure>{_svg("fig-theory", "Theorem 2 concentration trajectories")}
+<figcaption>Log-linear gates of the idealized induction model trained from a small ball: per head, the static
+(solid) and per-window (dashed) effective number of positions of its key gate, from S (uniform) down to 1
+(one position). <span id="theory-summary"></span></figcaption></figure>"""
+    tables = ""
+    if d["sweeps"]:
+        tables = """<p class="sub">Coverage over a sweep: the fraction of runs whose heads all concentrate, the fraction
+whose concentrated heads cover all S−1 non-final positions, mean collisions, loss and accuracy.</p>"""
+    return f"""
+<section id="sec-theory"><h2>Theory</h2>{fig}{tables}<div id="theory-tables"></div></section>"""
+
+
+def compressor_html(d: dict) -> str:
+    w = d["window"]
+    return f"""
+<section id="sec-compressor"><h2>The compressor</h2>
+<div class="controls"><span>prepend tokens:</span><span id="compressor-prepend"></span>
+<button type="button" id="compressor-uniform" aria-pressed="false">Uniform gate</button></div>
+<figure>{_svg("fig-compressor", "Compressor illustration")}
+<figcaption>One window with W = S = {w}, so a token's offset is its phase; colors mark offsets. Each token gets a
+logit, a content term Z<sub>i</sub>h plus a bias b<sub>i</sub> that belongs to the offset; a softmax over the window
+turns logits into scores; each payload C<sub>i</sub>h is scaled by its score and summed into one cache entry (the
+stacked bars show how much of each channel comes from each offset). Click a token to follow it; prepending tokens
+moves it to a new offset without changing any content, and the small bars on the buttons show its score for each
+shift. Dashed chips are padding. Only keys are drawn. Source: {html.escape(d["source"])}.</figcaption></figure></section>"""
+
+
+SECTIONS = [
+    ("compressor", compressor_html),
+    ("flip", flip_html),
+    ("residues", residues_html),
+    ("knockout", knockout_html),
+    ("gates", gates_html),
+    ("cycle", cycle_html),
+    ("theory", theory_html),
+]
+
+
+def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:
+    body = "".join(render(data[key]) for key, render in SECTIONS if data.get(key))
+    notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title><style>{CSS}</style><script>{EARLY}</script></head>
+<body><main><h1>{html.escape(title)}</h1><p class="sub">{html.escape(subtitle)}</p>
+{f'<ul class="notes" id="report-notes">{notes_html}</ul>' if notes else ""}
+{body}
+<pre id="selftest-result" aria-hidden="true"></pre>
+</main>
+<script type="application/json" id="report-data">{payload}</script>
+<script>{JS}</script></body></html>
+"""
