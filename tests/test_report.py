@@ -1,0 +1,296 @@
+"""The HTML report: loading and checking result files, sections left out with a note, a
+self-contained page, PNG figures, the CLI command, and the page itself in headless Chromium
+(its built-in self-test: figures render, a model row changes the highlighted series, the fold
+toggle changes the x axis, no console errors; plus a screenshot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from conftest import randomize
+from phasekv.analysis.cycle_run import run_cycle
+from phasekv.analysis.gates_run import run_gates
+from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
+from phasekv.evaluate import run_lookup, write_results
+from phasekv.evaluate.flip import FlipOptions, run_flip
+from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
+from phasekv.report import ReportInputError, build_report, load_results
+from phasekv.report.cli import report_command
+from phasekv.scoring import PhaseKVScorer
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.tokenizer import build_word_tokenizer
+from phasekv.theory.sweep import run_sweep
+from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
+from phasekv.train.gates import gate_snapshot, write_snapshot
+
+TOKENIZER = build_word_tokenizer()
+V = len(TOKENIZER)
+LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=4)
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOT = Path("/tmp/phasekv_report_screenshot.png")
+
+
+def _model(name: str, seed: int = 0) -> PhaseKVModel:
+    torch.manual_seed(seed)
+    return randomize(PhaseKVModel(preset_config(name, "tiny", vocab_size=V)), seed=seed, std=0.1).eval()
+
+
+def _scorer(model) -> PhaseKVScorer:
+    return PhaseKVScorer(model, TOKENIZER, batch_size=64)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """Every kind of result file, written by the real code paths on tiny random models."""
+    out = tmp_path_factory.mktemp("results")
+    for name in ("full-1kv", "w8s8-1kv", "w8s4-1kv"):
+        result = run_lookup(_scorer(_model(name)), LOOKUP, n_resamples=100, progress=False)
+        result.update(run=name, label=name, preset=name, training={"final_val_loss": 2.5})
+        write_results(result, out / "results" / f"{name}.json")
+    heads = _model("w8s8-8kv")
+    knock = run_knockout(_scorer(heads), LOOKUP, KnockoutOptions(calibration_mappings=2, batch_size=64), progress=False)
+    for i, target in enumerate(knock["targets"]):  # random models retrieve nothing: plant visible changes
+        target["relative_change_by_phase"] = [((i * 7 + r * 13) % 200) - 100.0 for r in range(8)]
+        target["relative_change_by_residue"] = list(target["relative_change_by_phase"])
+    write_results(knock, out / "analysis" / "knockout.json")
+    write_results(run_gates(_scorer(heads), LOOKUP), out / "analysis" / "gates.json")
+    run_dir = out / "train_run"
+    ids = torch.randint(0, V, (4, 64), generator=torch.Generator().manual_seed(0))
+    for step in (0, 10, 20):
+        model = _model("w8s8-1kv", seed=step)
+        write_snapshot(run_dir, gate_snapshot(model, model.config.compression, ids, step))
+    cycle = run_cycle(_scorer(_model("w8s8-1kv")), [-1, 1, 2], LOOKUP, n_resamples=50, progress=False)
+    write_results(cycle, out / "analysis" / "cycle.json")
+    flip = FlipOptions(context="y = T . Cast ( FP", n_lengths=8, families=("equals", "lorem"), n_permutations=50)
+    write_results(run_flip(_scorer(_model("w8s4-1kv")), flip, progress=False), out / "flip.json")
+    small = dict(n_tokens=16, n_chunks=4, batch_size=16, n_eval_contexts=32, record_every=10)
+    write_results(train_gates(GateTrainingConfig(**small, steps=30, n_heads=3)), out / "theory" / "theorem2.json")
+    sweep = run_sweep(GateTrainingConfig(**small, steps=10), {"n_heads": [2, 3]}, [0, 1], progress=False)
+    write_results(sweep, out / "theory" / "sweep.json")
+    (out / "notes.json").write_text('{"anything": "else"}')
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(results, tmp_path_factory) -> Path:
+    ckpt = save_checkpoint(_model("w8s8-1kv"), tmp_path_factory.mktemp("ckpt"))
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    build_report(results, out, model=ckpt)
+    return out
+
+
+def _copy(results: Path, tmp_path: Path, *parts: str) -> Path:
+    target = tmp_path / "subset"
+    for part in parts:
+        src = results / part
+        dest = target / part
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest)
+    return target
+
+
+# ---------- loading and validation ----------
+
+
+def test_loader_reads_every_kind_and_ignores_other_json(results):
+    inputs = load_results(results)
+    counts = {kind: len(found) for kind, found in inputs.results.items()}
+    assert counts == {
+        "residues": 3,
+        "knockout": 1,
+        "gates": 1,
+        "cycle": 1,
+        "flip": 1,
+        "theorem2": 1,
+        "sweep": 1,
+        "gate_trajectory": 1,  # from the training run's gate snapshots
+    }
+    assert "notes.json" in inputs.ignored
+    trajectory = inputs.of("gate_trajectory")[0].data
+    assert [s["step"] for s in trajectory["steps"]] == [0, 10, 20]
+
+
+def test_malformed_json_is_a_clear_error_naming_the_file(results, tmp_path):
+    subset = _copy(results, tmp_path, "results")
+    bad = subset / "results" / "broken.json"
+    bad.write_text('{"schema": "phasekv.eval/1", "probe": ')
+    with pytest.raises(ReportInputError, match=re.escape(str(bad)) + ".*not valid JSON"):
+        load_results(subset)
+
+
+def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path):
+    subset = _copy(results, tmp_path, "results")
+    path = subset / "results" / "w8s8-1kv.json"
+    data = json.loads(path.read_text())
+    del data["summary"]["ci_low"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportInputError, match=re.escape(str(path)) + ".*'summary.ci_low'"):
+        load_results(subset)
+    knock = _copy(results, tmp_path / "k", "analysis/knockout.json") / "analysis" / "knockout.json"
+    data = json.loads(knock.read_text())
+    del data["targets"][1]["change_by_phase"]
+    knock.write_text(json.dumps(data))
+    with pytest.raises(ReportInputError, match=re.escape(str(knock)) + r".*targets\[1\] lacks 'change_by_phase'"):
+        load_results(knock.parent)
+
+
+# ---------- the page ----------
+
+
+class _Refs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for key, value in attrs:
+            if key in ("src", "href", "xlink:href", "srcset", "action", "data") and value is not None:
+                self.refs.append((tag, key, value))
+
+
+def test_html_is_self_contained_with_every_section(report):
+    text = report.read_text()
+    parser = _Refs()
+    parser.feed(text)
+    assert not [r for r in parser.refs if re.match(r"\s*(https?:)?//", r[2], re.I)], parser.refs
+    assert "link" not in parser.tags and "iframe" not in parser.tags and "img" not in parser.tags
+    assert not re.search(r"<script[^>]*\bsrc=", text) and not re.search(r"@import|url\(\s*['\"]?https?:", text)
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", text, re.I)
+    for section in ("residues", "flip", "knockout", "gates", "cycle", "theory", "compressor"):
+        assert f'id="sec-{section}"' in text
+    assert 'id="report-notes"' not in text  # nothing left out
+    figures = re.findall(r'<svg id="([\w-]+)" data-figure="1" role="img" aria-label="([^"]+)"[^>]*><title>', text)
+    assert len(figures) >= 9 and all(label for _, label in figures)
+    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)[1])
+    assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
+    assert data["knockout"]["maps"][0]["rows"][0]["gate"]["key"]  # gate preference beside the knockout row
+    assert {s["name"] for s in data["residues"]["series"]} == {"full-1kv", "w8s8-1kv", "w8s4-1kv"}
+
+
+def test_pngs_are_written_beside_the_report_and_the_write_is_atomic(report):
+    figures = report.parent / "report_figures"
+    names = sorted(p.name for p in figures.glob("*.png"))
+    assert names == ["cycle.png", "flip.png", "gate_plane.png", "knockout.png", "residues.png", "theory.png"]
+    assert all((figures / n).stat().st_size > 5000 for n in names)
+    assert [p.name for p in report.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):
+    subset = _copy(results, tmp_path, "results")
+    out = build_report(subset, tmp_path / "r.html", pngs=False)
+    text = out.html.read_text()
+    assert out.sections == ["residues", "compressor"]
+    assert 'id="sec-residues"' in text and 'id="sec-knockout"' not in text and 'id="fig-knockout"' not in text
+    for title in ("Flip probe", "Knockout map", "Gate plane", "Gate cycling", "Theory"):
+        assert sum(note.startswith(f"{title} left out:") for note in out.notes) == 1
+        assert f"{title} left out:" in text
+    empty = build_report(tmp_path / "subset" / "results" / "full-1kv.json", tmp_path / "one.html", pngs=False)
+    assert empty.sections == ["residues", "compressor"]
+
+
+def test_cli_command_writes_the_report_and_reports_bad_files(results, tmp_path):
+    app = typer.Typer()
+    app.command()(report_command)
+    runner = CliRunner()
+    out = tmp_path / "cli" / "report.html"
+    res = runner.invoke(app, [str(_copy(results, tmp_path, "results", "flip.json")), "--out", str(out), "--no-pngs"])
+    assert res.exit_code == 0, res.output
+    assert out.is_file() and "residues" in res.output and "note: Knockout map left out" in res.output
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.json").write_text("{")
+    res = runner.invoke(app, [str(bad), "--out", str(tmp_path / "bad.html")])
+    assert res.exit_code == 1 and "x.json" in res.output and "not valid JSON" in res.output
+
+
+def test_compressor_falls_back_to_illustrative_numbers_with_a_reason(results, tmp_path):
+    full = save_checkpoint(_model("full-1kv"), tmp_path / "full")
+    out = build_report(_copy(results, tmp_path, "flip.json"), tmp_path / "r.html", model=full, pngs=False)
+    assert any("illustrative numbers" in n and "no compressor" in n for n in out.notes)
+
+
+# ---------- in a real browser ----------
+
+
+def _chromium() -> str | None:
+    for name in (os.environ.get("PHASEKV_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _browser() -> str:
+    found = _chromium()
+    if found is None and (ROOT / "scripts" / "install_chromium.sh").is_file():
+        subprocess.run(["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True, timeout=600)
+        found = _chromium()
+    if found is None:
+        pytest.skip("chromium is not installed and scripts/install_chromium.sh could not install it")
+    return found
+
+
+def _run_chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-quic",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=4000",
+    ]
+    return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=90)
+
+
+def test_report_in_headless_chromium(report, tmp_path):
+    binary = _browser()
+    url = report.resolve().as_uri()
+    dom = _run_chromium(binary, tmp_path / "profile", "--dump-dom", url + "?selftest=1")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="selftest-result"[^>]*>(.*?)</pre>', dom.stdout, re.S)
+    assert found and found[1].strip(), "the page's self-test did not run:\n" + dom.stderr[-2000:]
+    outcome = json.loads(found[1].replace("&gt;", ">").replace("&lt;", "<").replace("&amp;", "&"))
+    failed = [c for c in outcome["checks"] if not c["pass"]]
+    assert not failed and outcome["ok"], failed
+    names = {c["name"] for c in outcome["checks"]}
+    for required in (
+        "clicking a model row changes the highlighted series",
+        "the fold toggle changes the x axis",
+        "no errors on the page",
+        "figure fig-residues renders",
+        "figure fig-knockout renders",
+        "figure fig-gates renders",
+        "figure fig-cycle renders",
+        "figure fig-flip renders",
+        "figure fig-theory renders",
+        "figure fig-compressor renders",
+    ):
+        assert required in names
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not console, console
+    shot = tmp_path / "report.png"
+    res = _run_chromium(
+        binary, tmp_path / "profile2", "--hide-scrollbars", "--window-size=1100,3400", f"--screenshot={shot}", url
+    )
+    assert res.returncode == 0 and shot.is_file() and shot.stat().st_size > 20000, res.stderr[-2000:]
+    try:
+        shutil.copy(shot, SCREENSHOT)
+    except OSError:
+        pass
