@@ -234,7 +234,7 @@ function initKnockout(D) {
     const n = state.fold ? m.stride : m.modulus;
     foldBtn.setAttribute('aria-pressed', state.fold ? 'true' : 'false');
     const cw = Math.max(14, Math.min(36, 600 / n)), rh = Math.max(6, Math.min(18, 420 / m.rows.length));
-    const L = 70, T = 10, W = L + cw * n + 90, H = T + rh * m.rows.length + 44;
+    const L = 70, T = 10, W = L + cw * n + 90, H = Math.max(T + rh * m.rows.length + 44, T + 164);
     resetSvg(svg, W, H, 'Knockout map of ' + m.name + ': rows are knocked-out ' + (m.mode === 'heads' ? 'KV heads' : 'layers') +
       ', columns positions mod ' + n + ', color the relative accuracy change (red lost, blue gained, clipped at ±100%)');
     svg.dataset.selectedRow = m.rows[state.row].label;

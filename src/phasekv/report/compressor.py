@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .common import model_name
+
 TOKENS = ["the", "owl", "is", "Mia", "the", "cat", "is", "Ben"]
 CHANNELS = 6
 
@@ -69,8 +71,9 @@ def from_checkpoint(path: str | Path) -> dict:
         h = h / h.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
         content = torch.einsum("td,wd->tw", h, comp.gate_weight[:, :, 0].float())  # Z_i h, key head 0
         payload = torch.einsum("td,wdc->twc", h, comp.payload[:, :, :CHANNELS].float()).abs()
+    name = model_name({"model": {"path": str(path)}}, Path(path).name)
     return {
-        "source": f"model {Path(path).name}, layer {layer}, KV head 0, key gate",
+        "source": f"model {name}, layer {layer}, KV head 0, key gate",
         "window": w,
         "tokens": [f"#{int(i)}" for i in ids],
         "bias": [round(float(b), 4) for b in comp.gate_bias[:, 0]],
