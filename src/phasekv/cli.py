@@ -14,6 +14,7 @@ app = typer.Typer(
 def _mount_subcommands() -> None:
     from .analysis.cli import cycle_command, gates_command, knockout_command
     from .evaluate.cli import eval_app
+    from .report.cli import report_command
     from .theory.cli import app as theory_app
     from .train.cli import data_app, train_command
 
@@ -29,6 +30,9 @@ def _mount_subcommands() -> None:
     )
     app.command("cycle", help="Cycle the offset-specific gate parameters and test the predicted phase shift.")(
         cycle_command
+    )
+    app.command("report", help="Render result JSON files as one self-contained interactive HTML report (+ PNGs).")(
+        report_command
     )
     app.add_typer(data_app, name="data", help="Prepare training data: tokenize text files into token files.")
     app.add_typer(eval_app, name="eval", help="Phase-controlled probes: lookup, needle, flip.")
@@ -103,7 +107,9 @@ def reproduce(
     typer.echo(
         f"\nwall time: train {wall['train']:.0f} s, evaluate {wall['evaluate']:.0f} s, total {wall['total']:.0f} s"
     )
-    typer.echo(f"written: {out}/table.md, {out}/residues.png, {out}/summary.json, {out}/results/*.json")
+    typer.echo(
+        f"written: {out}/report.html, {out}/table.md, {out}/residues.png, {out}/summary.json, {out}/results/*.json"
+    )
 
 
 def main() -> None:

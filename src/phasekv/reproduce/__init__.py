@@ -7,9 +7,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..report import build_report
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, plot_residues, table_rows
-from .runner import evaluate_all, train_all, write_json
+from .runner import evaluate_all, final_checkpoint, train_all, write_json
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
@@ -39,7 +40,16 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
         },
     }
     write_json(out / "summary.json", summary)
+    build_report(out, out / "report.html", model=_illustrated_model(profile, out))
     return {**summary, "table": table}
+
+
+def _illustrated_model(profile: Profile, out: Path) -> Path | None:
+    """The checkpoint whose gates drive the report's compressor illustration: the first W = S run."""
+    for run in profile.runs:
+        if run.preset.startswith("w8s8-1kv") and not run.preset.endswith("uniform"):
+            return final_checkpoint(out, run)
+    return None
 
 
 __all__ = ["PROFILES", "Profile", "RunSpec", "get_profile", "reproduce"]

@@ -100,13 +100,13 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
         path = out / "results" / f"{run.name}.json"
         if path.is_file():
             cached = json.loads(path.read_text())
-            if cached.get("checkpoint") == str(ckpt) and cached.get("lookup_options") == _options(profile):
+            if cached.get("checkpoint") == str(ckpt.resolve()) and cached.get("lookup_options") == _options(profile):
                 results[run.name] = cached
                 continue
         scorer = PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
         result = run_lookup(scorer, profile.lookup, progress=progress)
         result.update(
-            checkpoint=str(ckpt),
+            checkpoint=str(ckpt.resolve()),
             run=run.name,
             label=run.label,
             preset=run.preset,
