@@ -108,7 +108,8 @@ def reproduce(
         f"\nwall time: train {wall['train']:.0f} s, evaluate {wall['evaluate']:.0f} s, total {wall['total']:.0f} s"
     )
     typer.echo(
-        f"written: {out}/report.html, {out}/table.md, {out}/residues.png, {out}/summary.json, {out}/results/*.json"
+        f"written: {out}/report.html, {out}/report_figures/residues.png, {out}/table.md, {out}/summary.json, "
+        f"{out}/results/"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..evaluate.learned import learned
 from .common import num, nums, plt, save_figure
 from .load import Inputs
 
@@ -20,11 +21,9 @@ def _stride(data: dict) -> tuple[int | None, bool]:
 
 def _learned(data: dict) -> bool | None:
     try:
-        from ..reproduce.report import learned
-
-        return bool(learned(data))
-    except (KeyError, TypeError, ImportError):
-        return None
+        return learned(data)
+    except (KeyError, TypeError, IndexError):
+        return None  # not a lookup result with a mean interval: no verdict
 
 
 def section(inputs: Inputs) -> dict | None:
@@ -106,4 +105,5 @@ def _draw(ax, s: dict, color: str, dashed: bool = False) -> None:
     low = [float("nan") if v is None else v for v in s["low"]]
     high = [float("nan") if v is None else v for v in s["high"]]
     ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
-    ax.plot(x, s["accuracy"], color=color, ls="--" if dashed else "-", marker="o", ms=2.5, lw=1.2, label=s["name"])
+    label = s["name"] + (" - not learned (chance)" if s["learned"] is False else "")
+    ax.plot(x, s["accuracy"], color=color, ls="--" if dashed else "-", marker="o", ms=2.5, lw=1.2, label=label)

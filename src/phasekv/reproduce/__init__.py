@@ -9,13 +9,13 @@ from pathlib import Path
 
 from ..report import build_report
 from .profiles import PROFILES, Profile, RunSpec, get_profile
-from .report import markdown_table, plot_residues, table_rows
+from .report import markdown_table, table_rows
 from .runner import evaluate_all, final_checkpoint, train_all, write_json
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
-    """Train (or reuse) every run of `profile` in `out`, evaluate them, write table.md, residues.png and
-    summary.json; returns the summary."""
+    """Train (or reuse) every run of `profile` in `out`, evaluate them, write table.md, summary.json and
+    report.html (with report_figures/residues.png); returns the summary."""
     profile = get_profile(profile) if isinstance(profile, str) else profile
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -26,7 +26,6 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     rows = table_rows(results)
     table = markdown_table(rows)
     (out / "table.md").write_text(f"# Reproduction ({profile.name} profile)\n\n{table}\n")
-    plot_residues(results, out / "residues.png")
     summary = {
         "profile": profile.name,
         "description": profile.description,
