@@ -1,0 +1,166 @@
+"""Answer one `/v1/completions` request with a scorer: the server's logic, free of HTTP.
+
+Supported request fields: `model` (must be the served name when given), `prompt` (a string, a
+list of token ids, or a list of either), `max_tokens` (default 16, at most MAX_NEW_TOKENS; greedy
+decoding), `echo` (prepend the prompt, with its log-probs when `logprobs` is set), `logprobs` k
+(top-k per token, up to the whole vocabulary), `temperature` (absent or 0: decoding is greedy),
+`n` / `best_of` (1), `stream` (false) and `return_tokens_as_token_ids` (see `wire`). Text prompts
+are tokenised without special tokens. Every echoed prompt token after the first carries its
+log-prob given the tokens before it; every generated token is the full-vocabulary argmax.
+Top-k lists are ordered by log-prob with ties broken by the lower token id (= torch's argmax).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import torch
+
+from ..scoring import Scorer
+from .errors import RequestError
+from .wire import token_key
+
+MAX_NEW_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A validated request: token-id prompts and decoding options."""
+
+    prompts: list[list[int]]
+    max_tokens: int
+    echo: bool
+    logprobs: int | None
+    token_ids: bool
+
+
+def parse_request(body: object, served_model: str, tokenizer, vocab_size: int) -> CompletionRequest:
+    """Validate a decoded JSON body; raises RequestError (400, or 404 for another model)."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served_model:
+        raise RequestError(404, f"model {model!r} is not served here (this server serves {served_model!r})")
+    if body.get("stream"):
+        raise RequestError(400, "stream is not supported")
+    for field in ("n", "best_of"):
+        if body.get(field, 1) != 1:
+            raise RequestError(400, f"{field} must be 1")
+    if body.get("temperature") not in (None, 0, 0.0):
+        raise RequestError(400, "only greedy decoding is served: temperature must be 0 or absent")
+    max_tokens = _int_field(body, "max_tokens", 16, 0, MAX_NEW_TOKENS)
+    logprobs = None if body.get("logprobs") is None else _int_field(body, "logprobs", 0, 0, vocab_size)
+    prompts = [_prompt_ids(p, tokenizer, vocab_size) for p in _prompt_list(body.get("prompt"))]
+    return CompletionRequest(
+        prompts=prompts,
+        max_tokens=max_tokens,
+        echo=bool(body.get("echo", False)),
+        logprobs=logprobs,
+        token_ids=bool(body.get("return_tokens_as_token_ids", False)),
+    )
+
+
+def _int_field(body: dict, name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError(400, f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _prompt_list(prompt: object) -> list:
+    """One prompt (str or list of ids) or a list of prompts -> a list of prompts."""
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        return prompt
+    raise RequestError(400, "prompt must be a non-empty string, list of token ids, or list of those")
+
+
+def _prompt_ids(prompt: object, tokenizer, vocab_size: int) -> list[int]:
+    if isinstance(prompt, str):
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        ids = prompt
+    else:
+        raise RequestError(400, "each prompt must be a string or a list of integer token ids")
+    if not ids:
+        raise RequestError(400, "a prompt is empty")
+    if not all(0 <= t < vocab_size for t in ids):
+        raise RequestError(400, f"token ids must lie in [0, {vocab_size})")
+    return list(ids)
+
+
+def complete(scorer: Scorer, served_model: str, request: CompletionRequest) -> dict:
+    """The completions response body (OpenAI legacy format) for a validated request."""
+    choices = [_choice(scorer, request, ids, index) for index, ids in enumerate(request.prompts)]
+    prompt_tokens = sum(len(ids) for ids in request.prompts)
+    completion_tokens = len(request.prompts) * request.max_tokens
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": served_model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _choice(scorer: Scorer, request: CompletionRequest, ids: list[int], index: int) -> dict:
+    """Greedy continuation of one prompt, with the (echoed) tokens' log-probs."""
+    entries: list[tuple[int, float | None, torch.Tensor | None]] = []  # (token, log-prob, distribution)
+    rows = None
+    if request.echo and request.logprobs is not None:
+        rows = scorer.logprobs([ids], len(ids))[0]  # rows[p] predicts token p + 1
+        entries += [(ids[0], None, None)] + [
+            (ids[p], float(rows[p - 1, ids[p]]), rows[p - 1]) for p in range(1, len(ids))
+        ]
+    elif request.echo:
+        entries += [(t, None, None) for t in ids]
+    sequence = list(ids)
+    for step in range(request.max_tokens):
+        row = rows[-1] if step == 0 and rows is not None else scorer.next_token_logprobs([sequence])[0]
+        token = int(row.argmax())
+        entries.append((token, float(row[token]), row))
+        sequence.append(token)
+    tok = scorer.tokenizer
+    text = tok.decode([t for t, _, _ in entries]) if entries else ""
+    choice = {"index": index, "text": text, "logprobs": None, "finish_reason": "length"}
+    if request.logprobs is not None:
+        choice["logprobs"] = _logprobs_object(entries, request, tok)
+    return choice
+
+
+def _logprobs_object(entries: list, request: CompletionRequest, tok) -> dict:
+    """OpenAI's `logprobs` object: tokens, token_logprobs, top_logprobs, text_offset."""
+
+    def name(token: int) -> str:
+        return token_key(token) if request.token_ids else tok.decode([token])
+
+    tokens = [name(t) for t, _, _ in entries]
+    top = [None if row is None else _top(row, request.logprobs, name) for _, _, row in entries]
+    offsets, offset = [], 0
+    for t, _, _ in entries:
+        offsets.append(offset)
+        offset += len(tok.decode([t]))
+    return {
+        "tokens": tokens,
+        "token_logprobs": [lp for _, lp, _ in entries],
+        "top_logprobs": top,
+        "text_offset": offsets,
+    }
+
+
+def _top(row: torch.Tensor, k: int, name) -> dict[str, float]:
+    """The k most likely tokens, by log-prob then by lower id; a text piece shared by two tokens
+    keeps the likelier one."""
+    order = torch.argsort(row, descending=True, stable=True)[:k]
+    top: dict[str, float] = {}
+    for token in order.tolist():
+        top.setdefault(name(token), float(row[token]))
+    return top
