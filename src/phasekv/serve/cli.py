@@ -1,6 +1,6 @@
 """`phasekv serve MODEL` and the options that point `phasekv eval` at a served model.
 
-`ENDPOINT` is an `OptionGroup` (--endpoint, --served-model, --tokenizer, --concurrency,
+`ENDPOINT` is an `OptionGroup` (--endpoint (key "url"), --served-model, --tokenizer, --concurrency,
 --timeout, --retries, --cache, --text-prompts); `scorer_from_options` builds the scorer an eval
 command runs on: an `EndpointScorer` when --endpoint is given, else the local model directory.
 """
@@ -16,7 +16,7 @@ import typer
 from ..cli_options import OptionGroup
 
 ENDPOINT = OptionGroup(
-    endpoint=(
+    url=(
         str,
         typer.Option(None, "--endpoint", help="score through this OpenAI-compatible server (http://host:port)"),
     ),
@@ -46,7 +46,7 @@ def default_cache_path(served_model: str) -> Path:
 
 
 def endpoint_scorer_from_options(
-    endpoint: str,
+    url: str,
     served_model: str | None,
     tokenizer: Path | None,
     *,
@@ -65,7 +65,7 @@ def endpoint_scorer_from_options(
     if tokenizer is None:
         raise ScorerError("--endpoint needs --tokenizer DIR (or MODEL): the served model's tokenizer, locally")
     return EndpointScorer(
-        endpoint,
+        url,
         served_model,
         tokenizer,
         concurrency=concurrency,
@@ -77,11 +77,11 @@ def endpoint_scorer_from_options(
 
 
 def scorer_from_options(model: Path | None, scoring: dict, endpoint: dict):
-    """The scorer of an eval command: through the server when `endpoint["endpoint"]` is set (MODEL,
-    if given, is the default tokenizer directory), else `load_scorer(model, **scoring)`."""
+    """The scorer of an eval command: through the server when `endpoint["url"]` (--endpoint) is set
+    (MODEL, if given, is the default tokenizer directory), else `load_scorer(model, **scoring)`."""
     from ..scoring import ScorerError, load_scorer
 
-    if endpoint["endpoint"] is not None:
+    if endpoint["url"] is not None:
         return endpoint_scorer_from_options(**{**endpoint, "tokenizer": endpoint["tokenizer"] or model})
     if model is None:
         raise ScorerError("give MODEL (a model directory) or --endpoint URL")
