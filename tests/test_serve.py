@@ -233,3 +233,27 @@ def test_text_round_trip_refuses_shifted_positions(scorers):
 
     with pytest.raises(EndpointError, match="round trip shifts tokens .2 ids -> 1 .* at position 0"):
         text_prompt(Merging(), [0, 1])
+
+
+def test_eval_command_audits_an_endpoint_like_a_local_model(scorers, tmp_path):
+    """`phasekv eval lookup --endpoint ...` writes the same results as `phasekv eval lookup MODEL`."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+
+    scorer, directory = scorers["phasekv"]
+    options = ["--records", "12", "--demos", "3", "--modulus", "6", "--mappings", "3", "--seed", "3",
+               "--resamples", "50", "--quiet"]  # fmt: skip
+    runner = CliRunner()
+    local = runner.invoke(app, ["eval", "lookup", str(directory), *options, "--out", str(tmp_path / "local.json")])
+    assert local.exit_code == 0, local.output
+    with serving(scorer) as server:
+        remote = runner.invoke(app, ["eval", "lookup", "--endpoint", server.url + "/v1", "--served-model", "tiny",
+                                     "--tokenizer", str(directory), "--cache", str(tmp_path / "cache.jsonl"),
+                                     *options, "--out", str(tmp_path / "remote.json")])  # fmt: skip
+    assert remote.exit_code == 0, remote.output
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "remote"))
+    assert a["summary"] == b["summary"] and a["position_stats"] == b["position_stats"]
+    assert b["model"]["kind"] == "endpoint"

@@ -15,6 +15,7 @@ def _mount_subcommands() -> None:
     from .analysis.cli import cycle_command, gates_command, knockout_command
     from .evaluate.cli import eval_app
     from .report.cli import report_command
+    from .serve.cli import serve_command
     from .theory.cli import app as theory_app
     from .train.cli import data_app, train_command
 
@@ -33,6 +34,9 @@ def _mount_subcommands() -> None:
     )
     app.command("report", help="Render result JSON files as one self-contained interactive HTML report (+ PNGs).")(
         report_command
+    )
+    app.command("serve", help="Serve a model over an OpenAI-compatible /v1/completions API (127.0.0.1 by default).")(
+        serve_command
     )
     app.add_typer(data_app, name="data", help="Prepare training data: tokenize text files into token files.")
     app.add_typer(eval_app, name="eval", help="Phase-controlled probes: lookup, needle, flip.")

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from ..cli_options import OptionGroup, expand_groups
+from ..serve.cli import ENDPOINT
 
 eval_app = typer.Typer(
     help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
@@ -17,7 +18,7 @@ eval_app = typer.Typer(
     add_completion=False,
 )
 
-MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
+MODEL = typer.Argument(None, help="phasekv checkpoint or HF model directory (with --endpoint: its tokenizer)")
 SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
 SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keyword arguments
     batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
@@ -47,10 +48,10 @@ def _one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def _scorer(model: Path, scoring: dict):
-    from ..scoring import load_scorer
+def _scorer(model: Path | None, scoring: dict, remote: dict):
+    from ..serve.cli import scorer_from_options
 
-    return load_scorer(model, **scoring)
+    return scorer_from_options(model, scoring, remote)
 
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
@@ -102,6 +103,7 @@ def lookup(
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
     scoring: dict = SCORING,
+    remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -122,12 +124,12 @@ def lookup(
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
         )
-        scorer = _scorer(model, scoring)
+        scorer = _scorer(model, scoring, remote)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
         heading = (
-            f"lookup on {model}: {protocol} padding, {pairs}, {result['n_prompts']} prompts = "
+            f"lookup on {remote['url'] or model}: {protocol} padding, {pairs}, {result['n_prompts']} prompts = "
             f"{agg['n_mappings']} mappings x {modulus} residues x {agg['placements_per_mapping']} placements\n"
             "bootstrap unit: mapping (cells = means over placements); intervals: percentile per residue and "
             "mean, basic for worst/best/gap/period"
@@ -150,6 +152,7 @@ def needle(
     seed: int = SEED,
     stride: int = STRIDE,
     scoring: dict = SCORING,
+    remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -169,11 +172,11 @@ def needle(
             protocol=protocol,
             seed=seed,
         )
-        scorer = _scorer(model, scoring)
+        scorer = _scorer(model, scoring, remote)
         result = run_needle(scorer, options, stride=stride, progress=not quiet)
         heading = (
-            f"needle on {model}: {context_length} tokens, {records} records, {protocol} padding, "
-            f"{result['n_prompts']} prompts"
+            f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
+            f"{protocol} padding, {result['n_prompts']} prompts"
         )
         _finish(result, _summary_table(result, heading), out)
 
@@ -201,6 +204,7 @@ def flip(
     permutations: int = typer.Option(2000, min=1, help="shuffles for the pattern's chance level"),
     seed: int = SEED,
     scoring: dict = SCORING,
+    remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -219,7 +223,10 @@ def flip(
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
-        scorer = _scorer(model, scoring)
+        scorer = _scorer(model, scoring, remote)
         result = run_flip(scorer, options, progress=not quiet)
-        heading = f"flip on {model}: candidates {list(options.candidates)}, wall time {result['wall_time_s']:.1f} s"
+        heading = (
+            f"flip on {remote['url'] or model}: candidates {list(options.candidates)}, "
+            f"wall time {result['wall_time_s']:.1f} s"
+        )
         _finish(result, heading + "\n" + format_flip(result), out)

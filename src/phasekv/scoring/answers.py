@@ -36,6 +36,8 @@ def score_answers(scorer: Scorer, contexts: Sequence[Sequence[int]], answers: Se
     length are scored together (one `scorer.logprobs` call per answer length)."""
     if len(contexts) != len(answers):
         raise ScorerError(f"{len(contexts)} contexts but {len(answers)} answers")
+    if hasattr(scorer, "score_answers"):  # a scorer that scores answers itself (EndpointScorer: one echo request each)
+        return scorer.score_answers(contexts, answers)
     index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     keys = [(tuple(c), tuple(a)) for c, a in zip(contexts, answers, strict=True)]
     pair_of = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
