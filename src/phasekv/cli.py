@@ -118,12 +118,16 @@ def reproduce(
 
 
 def main() -> None:
-    """Console entry point: bad input ends with one clear line, not a traceback."""
+    """Console entry point: bad input ends with one clear line, not a traceback (PHASEKV_DEBUG=1 shows it)."""
+    import os
+
     from .config import ConfigError
     from .model import CheckpointError
 
     try:
         app()
     except (ConfigError, CheckpointError, FileNotFoundError, ValueError) as err:
+        if os.environ.get("PHASEKV_DEBUG"):
+            raise
         typer.echo(f"phasekv: error: {err}", err=True)
         raise SystemExit(2) from None
