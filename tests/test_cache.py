@@ -45,7 +45,9 @@ def test_decode_logits_equal_parallel_forward_for_every_preset(name):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    name=st.sampled_from(["w8s8-1kv", "w8s4-1kv", "w12s12-4kv", "dsv4", "full-4kv"]),
+    name=st.sampled_from(
+        ["w8s8-1kv", "w8s4-1kv", "w12s12-4kv", "dsv4", "full-4kv", "w8s8-1kv-stagger", "w8s8-1kv-shift"]
+    ),
     length=st.integers(1, 60),
     chunk=st.integers(1, 20),
     seed=st.integers(0, 10_000),

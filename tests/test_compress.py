@@ -16,7 +16,14 @@ PAPER_CASES = [
     dict(window=8, stride=4, pad_first_window=True),
     dict(window=5, stride=2, gate="vector", pad_first_window=True),
     dict(window=4, stride=1, gate="uniform", pad_first_window=True),
+    dict(window=8, stride=8, token_shift=True),
+    dict(window=6, stride=3, gate="vector", shared_kv=True, token_shift=True, pad_first_window=True),
 ]
+OFFSETS = {
+    "window8-stride8": 3,
+    "window8-stride4-pad_first_windowTrue": 2,
+    "window5-stride2-gatevector-pad_first_windowTrue": 1,
+}
 
 
 def test_window_geometry_follows_the_design_notes():
@@ -29,10 +36,30 @@ def test_window_geometry_follows_the_design_notes():
     assert WindowGeometry(8, 4, entry_position="last_stride_start").rope_position(torch.tensor(1)) == 8
 
 
-@pytest.mark.parametrize("kwargs", PAPER_CASES, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
+def test_window_offset_shifts_every_window_and_keeps_the_entry_count():
+    g = WindowGeometry(window=8, stride=8, offset=3)
+    assert (g.window_start(0), g.window_end(0), g.window_end(1)) == (3, 10, 18)
+    assert [g.num_complete(t) for t in (10, 11, 18, 19)] == [0, 1, 1, 2]  # tokens 0..2 are in no window
+    assert list(g.windows_ending_in(11, 27)) == [1, 2] and int(g.rope_position(torch.tensor(1))) == 11
+    for t in range(200, 216):  # asymptotically T/S entries, as without an offset
+        assert abs(g.num_complete(t) - WindowGeometry(8, 8).num_complete(t)) <= 1
+    padded = WindowGeometry(window=8, stride=8, pad_first=True, offset=3)
+    assert padded.first_index == -1 and padded.window_end(-1) == 2  # window -1 holds tokens 0..2
+    assert padded.num_complete(3) == 1 and padded.num_complete(11) == 2
+    last = WindowGeometry(8, 4, entry_position="last_stride_start", offset=1)
+    assert int(last.rope_position(torch.tensor(1))) == 9
+
+
+def _case_id(kwargs: dict) -> str:
+    return "-".join(f"{a}{b}" for a, b in kwargs.items())
+
+
+@pytest.mark.parametrize("kwargs", PAPER_CASES, ids=_case_id)
 @pytest.mark.parametrize("kv_heads", [1, 2])
-def test_paper_compressor_matches_the_formulas(kwargs, kv_heads):
-    comp = randomize(PaperCompressor(16, kv_heads, 8, CompressionConfig(**kwargs)), seed=kv_heads)
+@pytest.mark.parametrize("offset", [0, 1])
+def test_paper_compressor_matches_the_formulas(kwargs, kv_heads, offset):
+    offset = offset * OFFSETS.get(_case_id(kwargs), 0)  # offsets 0 and, for some cases, one > 0
+    comp = randomize(PaperCompressor(16, kv_heads, 8, CompressionConfig(**kwargs), offset=offset), seed=kv_heads)
     h = torch.randn(2, 29, 16, generator=torch.Generator().manual_seed(0))
     entries = comp(h)
     key, value = reference_entries(comp, h)
@@ -41,10 +68,14 @@ def test_paper_compressor_matches_the_formulas(kwargs, kv_heads):
     torch.testing.assert_close(entries.value, value, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("pad", [False, True])
-def test_dsv4_compressor_matches_the_formulas(pad):
-    cfg = CompressionConfig(window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=pad)
-    comp = randomize(DSV4Compressor(16, 2, 8, cfg), seed=3)
+@pytest.mark.parametrize(
+    "pad, offset, shift", [(False, 0, False), (True, 0, False), (True, 3, False), (False, 1, True)]
+)
+def test_dsv4_compressor_matches_the_formulas(pad, offset, shift):
+    cfg = CompressionConfig(
+        window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=pad, token_shift=shift
+    )
+    comp = randomize(DSV4Compressor(16, 2, 8, cfg, offset=offset), seed=3)
     h = torch.randn(1, 23, 16, generator=torch.Generator().manual_seed(1))
     key, _ = reference_entries(comp, h)
     torch.testing.assert_close(comp(h).key, key, rtol=1e-5, atol=1e-5)
@@ -56,16 +87,19 @@ def test_dsv4_compressor_matches_the_formulas(pad):
         CompressionConfig(8, 4),
         CompressionConfig(8, 8, gate="vector"),
         CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True),
+        CompressionConfig(8, 8, token_shift=True),
+        CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True, token_shift=True),
     ],
 )
-def test_entries_computed_piecewise_equal_entries_computed_at_once(cfg):
-    """The decode cache calls the compressor on [last W-1 hidden states || new tokens]."""
-    comp = randomize(build_compressor(16, 1, 8, cfg), seed=5)
+@pytest.mark.parametrize("offset", [0, 3])
+def test_entries_computed_piecewise_equal_entries_computed_at_once(cfg, offset):
+    """The decode cache calls the compressor on [last `context` hidden states || new tokens]."""
+    comp = randomize(build_compressor(16, 1, 8, cfg, offset=offset), seed=5)
     h = torch.randn(1, 40, 16, generator=torch.Generator().manual_seed(2))
     whole = comp(h)
     keys, start = [], 0
     for stop in (3, 4, 9, 10, 27, 40):
-        lo = max(0, start - (cfg.window - 1))
+        lo = max(0, start - comp.context)
         keys.append(comp(h[:, lo:stop], start=lo, emit_from=start).key)
         start = stop
     torch.testing.assert_close(torch.cat(keys, dim=1), whole.key)

@@ -17,6 +17,11 @@ from phasekv.model import PRESETS, PhaseKVModel, preset_config
         (dict(kind="dsv4", window=8, stride=8, gate="vector", shared_kv=True), "window must be 2*stride"),
         (dict(kind="dsv4", window=8, stride=4, gate="scalar", shared_kv=True), "gate='vector'"),
         (dict(kind="dsv4", window=8, stride=4, gate="vector"), "shared_kv=True"),
+        (dict(stagger="head"), "unknown stagger 'head'"),
+        (dict(stride=8, offsets=(0, 8)), "offsets must be integers in .0, stride=8., got (0, 8)"),
+        (dict(offsets=3), "offsets must be a list of per-layer ints"),
+        (dict(offsets=(0, 4), stagger="layer"), "give either explicit offsets or stagger='layer'"),
+        (dict(token_shift=1), "token_shift must be True or False"),
     ],
 )
 def test_bad_compression_configs_fail_with_a_clear_message(kwargs, message):
@@ -31,6 +36,7 @@ def test_bad_compression_configs_fail_with_a_clear_message(kwargs, message):
         (dict(head_dim=32, rope_dim=33), "rope_dim must be even"),
         (dict(rope_style="yarn"), "unknown rope_style"),
         (dict(hidden_size=0), "hidden_size must be an integer >= 1"),
+        (dict(num_layers=3, compression=CompressionConfig(offsets=(0, 4))), "offsets has 2 entries for 3 layers"),
     ],
 )
 def test_bad_model_configs_fail_with_a_clear_message(kwargs, message):
@@ -56,3 +62,13 @@ def test_unknown_keys_and_presets_are_named():
 def test_every_tiny_preset_builds():
     for name in PRESETS:
         assert PhaseKVModel(preset_config(name)).num_parameters() > 0
+
+
+def test_layer_offsets_follow_stagger_or_the_explicit_list():
+    stagger = CompressionConfig(8, 8, stagger="layer")
+    assert [stagger.layer_offset(i, 4) for i in range(4)] == [0, 2, 4, 6]
+    assert [stagger.layer_offset(i, 28) for i in (0, 3, 4, 27)] == [0, 0, 1, 7]
+    assert CompressionConfig(offsets=[5, 1]).layer_offset(1, 2) == 1  # lists (JSON) become tuples
+    assert [CompressionConfig().layer_offset(i, 2) for i in range(2)] == [0, 0]
+    cfg = ModelConfig(num_layers=2, compression=CompressionConfig(offsets=(5, 1), token_shift=True))
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg

@@ -13,6 +13,7 @@ GATE_KINDS = ("scalar", "vector", "uniform")
 COMPRESSOR_KINDS = ("paper", "dsv4")
 ENTRY_POSITIONS = ("window_start", "last_stride_start")
 ROPE_STYLES = ("half", "interleaved")
+STAGGERS = ("none", "layer")
 
 
 class ConfigError(ValueError):
@@ -28,9 +29,10 @@ def _require(condition: bool, message: str) -> None:
 class CompressionConfig:
     """How a layer's KV history is compressed.
 
-    Window j covers positions j*stride .. j*stride+window-1 and writes one entry, visible to a query
-    at t iff t >= j*stride+window-1. Queries also attend to the last `local_window` exact tokens
-    (their own included), in one softmax with the visible entries.
+    Window j covers positions o+j*stride .. o+j*stride+window-1 (o: the layer's window offset, 0
+    unless staggered) and writes one entry, visible to a query at t iff t >= o+j*stride+window-1.
+    Queries also attend to the last `local_window` exact tokens (their own included), in one softmax
+    with the visible entries.
 
     kind:            "paper" (per-offset gate Z_i, b_i and payload map C_i) or "dsv4" (DeepSeek-V4
                      CSA: window = 2*stride built from two halves, per-offset per-channel bias only,
@@ -43,6 +45,15 @@ class CompressionConfig:
     pad_first_window: also write the windows that start before position 0, their missing slots
                      given gate weight 0 (DeepSeek-V4 does this; off by default).
     attention_sink:  a learned per-head logit in every softmax denominator (DeepSeek-V4).
+    stagger:         window offsets per layer: "none" (every layer at offset 0, or `offsets`) or "layer"
+                     (layer l of n at offset l*stride//n). With offset o, window j covers
+                     o+j*stride .. o+j*stride+window-1, is visible from its last position on, and RoPE
+                     places it at its start (incl. o). Tokens before o belong to no complete window;
+                     with pad_first_window they fall in window -1, whose slots before 0 get weight 0.
+    offsets:         explicit per-layer offsets (one per layer, each in [0, stride)); needs stagger="none".
+    token_shift:     gates and payload maps read [h_p ; h_{p-1}] (h_{-1} = 0) instead of h_p, so a key
+                     in a window's last slot and its value in the next window's first slot are both
+                     readable at one offset. Entry count, visibility and cache bytes are unchanged.
     """
 
     window: int = 8
@@ -54,8 +65,15 @@ class CompressionConfig:
     entry_position: str = "window_start"
     pad_first_window: bool = False
     attention_sink: bool = False
+    stagger: str = "none"
+    offsets: tuple[int, ...] = ()
+    token_shift: bool = False
 
     def __post_init__(self) -> None:
+        _require(
+            isinstance(self.offsets, tuple | list), f"offsets must be a list of per-layer ints, got {self.offsets!r}"
+        )
+        object.__setattr__(self, "offsets", tuple(self.offsets))  # lists from JSON
         _require(
             isinstance(self.window, int) and self.window >= 1, f"window must be an integer >= 1, got {self.window!r}"
         )
@@ -79,6 +97,16 @@ class CompressionConfig:
             self.entry_position in ENTRY_POSITIONS,
             f"unknown entry_position {self.entry_position!r}; choose one of {ENTRY_POSITIONS}",
         )
+        _require(self.stagger in STAGGERS, f"unknown stagger {self.stagger!r}; choose one of {STAGGERS}")
+        _require(
+            all(isinstance(o, int) and 0 <= o < self.stride for o in self.offsets),
+            f"offsets must be integers in [0, stride={self.stride}), got {self.offsets}",
+        )
+        _require(
+            not (self.offsets and self.stagger != "none"),
+            f"give either explicit offsets or stagger={self.stagger!r}, not both",
+        )
+        _require(isinstance(self.token_shift, bool), f"token_shift must be True or False, got {self.token_shift!r}")
         if self.kind == "dsv4":
             _require(
                 self.window == 2 * self.stride,
@@ -91,6 +119,12 @@ class CompressionConfig:
     @property
     def overlap(self) -> bool:
         return self.stride < self.window
+
+    def layer_offset(self, layer: int, num_layers: int) -> int:
+        """The window offset of layer `layer` (0-based) in a model of `num_layers` layers."""
+        if self.offsets:
+            return self.offsets[layer]
+        return layer * self.stride // num_layers if self.stagger == "layer" else 0
 
 
 @dataclass(frozen=True)
@@ -146,6 +180,12 @@ class ModelConfig:
         _require(self.rope_theta > 0, f"rope_theta must be positive, got {self.rope_theta}")
         if isinstance(self.compression, dict):  # tolerate dicts from JSON
             object.__setattr__(self, "compression", CompressionConfig(**self.compression))
+        if self.compression is not None and self.compression.offsets:
+            _require(
+                len(self.compression.offsets) == self.num_layers,
+                f"compression.offsets has {len(self.compression.offsets)} entries for {self.num_layers} layers: "
+                "give one offset per layer",
+            )
 
     @property
     def rotary_dim(self) -> int:

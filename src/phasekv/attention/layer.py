@@ -19,7 +19,7 @@ class Attention(nn.Module):
     """Hook points: hook_z, the per-head outputs [B, T, heads, head_dim] before the output projection
     (read them, or replace them at chosen positions); the compressor's gate and entry hooks."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.cfg = cfg
         d, h, kv, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -31,7 +31,10 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
         self.rotary = Rotary(cfg.rotary_dim, cfg.rope_theta, cfg.rope_style) if cfg.rope else None
         comp = cfg.compression
-        self.compressor = build_compressor(d, kv, hd, comp, cfg.rms_norm_eps) if comp is not None else None
+        self.compressor = None
+        if comp is not None:
+            offset = comp.layer_offset(layer, cfg.num_layers)
+            self.compressor = build_compressor(d, kv, hd, comp, cfg.rms_norm_eps, offset)
         self.sink = nn.Parameter(torch.zeros(h)) if comp is not None and comp.attention_sink else None
         self.hook_z = HookPoint()
 
@@ -93,13 +96,13 @@ class Attention(nn.Module):
 
     def _trim(self, mem: LayerState) -> LayerState:
         """Drop what no later query can reach: exact tokens beyond the last L-1, hidden states of
-        finished windows. Full attention keeps everything."""
+        finished windows (beyond the compressor's context). Full attention keeps everything."""
         comp = self.compressor
         if comp is None:
             return mem
         exact_k, dropped = keep_last(mem.exact_k, comp.cfg.local_window - 1)
         exact_v, _ = keep_last(mem.exact_v, comp.cfg.local_window - 1)
-        hidden, hidden_dropped = keep_last(mem.hidden, comp.geometry.window - 1)
+        hidden, hidden_dropped = keep_last(mem.hidden, comp.context)
         return LayerState(
             exact_k=exact_k, exact_v=exact_v, exact_start=mem.exact_start + dropped,
             entry_k=mem.entry_k, entry_v=mem.entry_v, entry_end=mem.entry_end,

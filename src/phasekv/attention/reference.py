@@ -44,3 +44,27 @@ def reference_full_attention(q, k, v, q_start, k_start) -> torch.Tensor:
             logits = torch.einsum("bd,bkd->bk", q[:, step, h], k[:, :upto, h // group]) / dim**0.5
             z[:, step, h] = torch.einsum("bk,bkd->bd", torch.softmax(logits, dim=-1), v[:, :upto, h // group])
     return z
+
+
+def reference_layer(attn, x: torch.Tensor) -> torch.Tensor:
+    """A compressed `Attention` layer's output for x [B, T, d_model] (positions 0..T-1), from the
+    definitions: entries from `reference_entries`; window j starts at o+j*S (o: the layer's offset),
+    is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on."""
+    from ..compress.reference import reference_entries
+
+    cfg, comp = attn.cfg, attn.compressor
+    geometry = comp.geometry
+    batch, length, _ = x.shape
+    positions = torch.arange(length)
+    q = attn._rope(attn.q_norm(attn.q_proj(x).view(batch, length, cfg.num_heads, cfg.head_dim)), positions)
+    k = attn._rope(attn.k_norm(attn.k_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
+    v = attn.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
+    entry_k, entry_v = reference_entries(comp, x)  # [B, n, kv, hd]
+    starts = geometry.offset + geometry.stride * torch.arange(
+        geometry.first_index, geometry.first_index + entry_k.shape[1]
+    )
+    rope_at = starts if geometry.entry_position == "window_start" else starts + geometry.window - geometry.stride
+    entry_k = attn._rope(entry_k if comp.normalizes_entries else attn.k_norm(entry_k), rope_at)
+    ends = starts + geometry.window - 1
+    z = reference_compressed_attention(q, 0, entry_k, entry_v, ends, k, v, 0, comp.cfg.local_window, attn.sink)
+    return attn.o_proj(z.reshape(batch, length, -1))

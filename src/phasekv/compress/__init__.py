@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from ..config import CompressionConfig
-from .base import Entries, cut_windows
+from .base import Compressor, Entries, cut_windows
 from .dsv4 import DSV4Compressor
 from .paper import PaperCompressor
 from .windows import WindowGeometry
 
 
 def build_compressor(
-    hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6
-) -> nn.Module:
+    hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6, offset: int = 0
+) -> Compressor:
+    """The compressor `cfg` describes, its windows at `offset` (see WindowGeometry)."""
     if cfg.kind == "dsv4":
-        return DSV4Compressor(hidden_size, kv_heads, head_dim, cfg, eps)
-    return PaperCompressor(hidden_size, kv_heads, head_dim, cfg)
+        return DSV4Compressor(hidden_size, kv_heads, head_dim, cfg, eps, offset)
+    return PaperCompressor(hidden_size, kv_heads, head_dim, cfg, offset)
 
 
-__all__ = ["DSV4Compressor", "Entries", "PaperCompressor", "WindowGeometry", "build_compressor", "cut_windows"]
+__all__ = [
+    "Compressor",
+    "DSV4Compressor",
+    "Entries",
+    "PaperCompressor",
+    "WindowGeometry",
+    "build_compressor",
+    "cut_windows",
+]

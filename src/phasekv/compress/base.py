@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..config import CompressionConfig
 from .windows import WindowGeometry
 
 
@@ -15,7 +17,7 @@ class Entries:
     """Compressed entries of consecutive windows.
 
     key, value: [B, n, kv_heads, head_dim] (the same tensor when K=V is shared)
-    index:      [n] window indices j (entry j covers positions j*S .. j*S+W-1)
+    index:      [n] window indices j (entry j covers positions o+j*S .. o+j*S+W-1, o the window offset)
     """
 
     key: torch.Tensor
@@ -47,16 +49,44 @@ def cut_windows(x: torch.Tensor, geometry: WindowGeometry, start: int, emit_from
         empty = torch.zeros(0, dtype=torch.long, device=x.device)
         return Windows(x.new_zeros(batch, 0, geometry.window, feat), empty.new_ones(0, geometry.window).bool(), empty)
     index = torch.arange(js.start, js.stop, device=x.device)
-    pad = -js.start * geometry.stride if (start == 0 and js.start < 0) else 0
-    first_row = js.start * geometry.stride - start + pad
+    first = geometry.window_start(js.start)
+    pad = -first if (start == 0 and first < 0) else 0
+    first_row = first - start + pad
     if first_row < 0:
         raise ValueError(
-            f"window {js.start} starts at position {js.start * geometry.stride}, before the features given "
-            f"(which start at {start}); pass the last window-1 hidden states along"
+            f"window {js.start} starts at position {first}, before the features given "
+            f"(which start at {start}); pass the compressor's `context` hidden states along"
         )
     if pad:
         x = F.pad(x, (0, 0, pad, 0))
     span = (len(js) - 1) * geometry.stride + geometry.window
     windows = x[:, first_row : first_row + span].unfold(1, geometry.window, geometry.stride)  # [B, n, F, W]
-    positions = index[:, None] * geometry.stride + torch.arange(geometry.window, device=x.device)
+    positions = geometry.window_start(index)[:, None] + torch.arange(geometry.window, device=x.device)
     return Windows(windows.transpose(2, 3), positions >= 0, index)
+
+
+class Compressor(nn.Module):
+    """What the compressors share: config, window geometry, and the per-token features they read.
+
+    in_features: width of those features (2*d_model with token_shift: [h_p ; h_{p-1}]).
+    context:     hidden states before a call's new tokens that the call needs (the unfinished
+                 windows, plus the token before them with token_shift); the decode cache keeps them.
+    """
+
+    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, offset: int = 0):
+        super().__init__()
+        self.cfg = cfg
+        self.geometry = WindowGeometry.of(cfg, offset)
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        self.in_features = hidden_size * (2 if cfg.token_shift else 1)
+        self.context = cfg.window - 1 + int(cfg.token_shift)
+
+    def features(self, h: torch.Tensor, start: int) -> tuple[torch.Tensor, int]:
+        """h: [B, T, d_model] at positions start.. -> (features [B, T', in_features], their first position).
+
+        With token_shift the row of position p is [h_p ; h_{p-1}] (h_{-1} = 0); h's first row has no
+        previous token in h unless start == 0, so it is dropped (T' = T - 1)."""
+        if not self.cfg.token_shift:
+            return h, start
+        shifted = torch.cat([h, F.pad(h, (0, 0, 1, 0))[:, :-1]], dim=-1)  # [B, T, 2d]
+        return (shifted, 0) if start == 0 else (shifted[:, 1:], start + 1)

@@ -16,24 +16,22 @@ from torch import nn
 from ..config import CompressionConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
-from .base import Entries, cut_windows
-from .windows import WindowGeometry
+from .base import Compressor, Entries, cut_windows
 
 
-class DSV4Compressor(nn.Module):
+class DSV4Compressor(Compressor):
     """Hook points: hook_gate_key: alpha [B, n, W, kv_heads, head_dim]; hook_entry_key: the shared
     entry [B, n, kv_heads, head_dim] (after its RMSNorm)."""
 
     normalizes_entries = True
 
-    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6):
-        super().__init__()
-        self.cfg = cfg
-        self.geometry = WindowGeometry(cfg.window, cfg.stride, cfg.pad_first_window, cfg.entry_position)
-        self.kv_heads, self.head_dim = kv_heads, head_dim
+    def __init__(
+        self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6, offset: int = 0
+    ):
+        super().__init__(hidden_size, kv_heads, head_dim, cfg, offset)
         width = kv_heads * head_dim
-        self.kv_proj = nn.Linear(hidden_size, 2 * width, bias=False)  # [a-half | b-half]
-        self.gate_proj = nn.Linear(hidden_size, 2 * width, bias=False)
+        self.kv_proj = nn.Linear(self.in_features, 2 * width, bias=False)  # [a-half | b-half]
+        self.gate_proj = nn.Linear(self.in_features, 2 * width, bias=False)
         self.position_bias = nn.Parameter(torch.empty(cfg.stride, 2 * width))  # DeepSeek's `ape`
         self.kv_norm = RMSNorm(head_dim, eps)
         self.hook_gate_key = HookPoint()
@@ -53,8 +51,9 @@ class DSV4Compressor(nn.Module):
     def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0) -> Entries:
         """h: [B, T, d_model] hidden states of positions start..start+T-1 -> entries of the windows
         ending in [emit_from, start+T)."""
-        kv = cut_windows(self.kv_proj(h), self.geometry, start, emit_from)
-        gate = cut_windows(self.gate_proj(h), self.geometry, start, emit_from)
+        x, first = self.features(h, start)
+        kv = cut_windows(self.kv_proj(x), self.geometry, first, emit_from)
+        gate = cut_windows(self.gate_proj(x), self.geometry, first, emit_from)
         batch, n = kv.x.shape[:2]
         width = self.kv_heads * self.head_dim
         bias = torch.cat([self.position_bias[:, :width], self.position_bias[:, width:]], dim=0)  # [W, width]

@@ -4,6 +4,7 @@
 
 per KV head, with separate key and value branches unless K=V is shared. A scalar gate gives one
 score per offset, a vector gate one per channel, a uniform gate alpha = 1/W with no parameters.
+With token_shift, h_{j,i} is [h_p ; h_{p-1}] for the window's i-th position p.
 """
 
 from __future__ import annotations
@@ -13,30 +14,27 @@ from torch import nn
 
 from ..config import CompressionConfig
 from ..hooks import HookPoint
-from .base import Entries, cut_windows
-from .windows import WindowGeometry
+from .base import Compressor, Entries, cut_windows
 
 
-class PaperCompressor(nn.Module):
+class PaperCompressor(Compressor):
     """Hook points: hook_gate_key / hook_gate_value: alpha [B, n, W, kv_heads, g] (g = 1 for scalar and
     uniform gates, head_dim for vector gates; hook_gate_value does not fire when K=V is shared);
     hook_entry_key / hook_entry_value: entries [B, n, kv_heads, head_dim]."""
 
     normalizes_entries = False
 
-    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.geometry = WindowGeometry(cfg.window, cfg.stride, cfg.pad_first_window, cfg.entry_position)
-        self.kv_heads, self.head_dim = kv_heads, head_dim
+    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, offset: int = 0):
+        super().__init__(hidden_size, kv_heads, head_dim, cfg, offset)
         self.branches = 1 if cfg.shared_kv else 2
         self.gate_width = head_dim if cfg.gate == "vector" else 1
         w = cfg.window
-        # C_i for every offset i, stacked: [W, d_model, branches * kv_heads * head_dim]
-        self.payload = nn.Parameter(torch.empty(w, hidden_size, self.branches * kv_heads * head_dim))
+        d_in = self.in_features
+        # C_i for every offset i, stacked: [W, d_in, branches * kv_heads * head_dim]
+        self.payload = nn.Parameter(torch.empty(w, d_in, self.branches * kv_heads * head_dim))
         if cfg.gate != "uniform":
-            # Z_i and b_i for every offset i: [W, d_model, branches * kv_heads * g] and [W, ...]
-            self.gate_weight = nn.Parameter(torch.empty(w, hidden_size, self.branches * kv_heads * self.gate_width))
+            # Z_i and b_i for every offset i: [W, d_in, branches * kv_heads * g] and [W, ...]
+            self.gate_weight = nn.Parameter(torch.empty(w, d_in, self.branches * kv_heads * self.gate_width))
             self.gate_bias = nn.Parameter(torch.empty(w, self.branches * kv_heads * self.gate_width))
         self.hook_gate_key = HookPoint()
         self.hook_gate_value = HookPoint()
@@ -52,7 +50,8 @@ class PaperCompressor(nn.Module):
     def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0) -> Entries:
         """h: [B, T, d_model] hidden states of positions start..start+T-1 -> entries of the windows
         ending in [emit_from, start+T)."""
-        win = cut_windows(h, self.geometry, start, emit_from)
+        x, first = self.features(h, start)
+        win = cut_windows(x, self.geometry, first, emit_from)
         batch, n, w, d = win.x.shape
         shape = (w, batch, n, self.branches, self.kv_heads)
         x = win.x.permute(2, 0, 1, 3).reshape(w, batch * n, d)  # offsets first: one matmul per C_i

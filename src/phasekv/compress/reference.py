@@ -3,7 +3,8 @@
     s_{j,i} = Z_i h_{j,i} + b_i,   alpha_{j,.} = softmax(s_{j,.}),   K_j = sum_i alpha_{j,i} * C_i h_{j,i}
 
 Slow and plain; tests check the batched compressors against it. Slots before position 0 (padded
-first windows) are left out of the softmax, i.e. they get weight 0.
+first windows) are left out of the softmax, i.e. they get weight 0. Window j's slot i is position
+o + j*S + i (o: the geometry's offset); with token_shift its token reads [h_p ; h_{p-1}], h_{-1} = 0.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from .paper import PaperCompressor
 def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """h: [B, T, d] from position 0 -> (key, value), each [B, n, kv_heads, head_dim], for every written window."""
     geometry = comp.geometry
-    window, stride = geometry.window, geometry.stride
+    window = geometry.window
     branches = 1 if isinstance(comp, DSV4Compressor) else comp.branches
     batch, length, _ = h.shape
     out = torch.zeros(branches, batch, geometry.num_complete(length), comp.kv_heads, comp.head_dim, dtype=h.dtype)
     for n, j in enumerate(range(geometry.first_index, geometry.last_complete(length) + 1)):
-        slots = [(i, j * stride + i) for i in range(window) if j * stride + i >= 0]
+        slots = [(i, geometry.window_start(j) + i) for i in range(window) if geometry.window_start(j) + i >= 0]
         for branch in range(branches):
             for head in range(comp.kv_heads):
                 logits, payloads = [], []
                 for i, t in slots:
-                    s, c = _offset_terms(comp, h[:, t], i, branch, head)
+                    s, c = _offset_terms(comp, _token(comp, h, t), i, branch, head)
                     logits.append(s)
                     payloads.append(c)
                 alpha = torch.softmax(torch.stack(logits), dim=0)  # over offsets
@@ -36,6 +37,13 @@ def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -
                     entry = comp.kv_norm(entry)
                 out[branch, :, n, head] = entry
     return out[0], out[-1]
+
+
+def _token(comp, h: torch.Tensor, t: int) -> torch.Tensor:
+    """What the compressor reads at position t of h [B, T, d]: h_t, or [h_t ; h_{t-1}] with token_shift."""
+    if not comp.cfg.token_shift:
+        return h[:, t]
+    return torch.cat([h[:, t], h[:, t - 1] if t > 0 else torch.zeros_like(h[:, t])], dim=-1)
 
 
 def _offset_terms(comp, x: torch.Tensor, i: int, branch: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:

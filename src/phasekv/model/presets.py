@@ -2,7 +2,9 @@
 
 `tiny` fits a laptop CPU (2 layers, width 128); `paper` is the Qwen3-0.6B backbone (28 layers,
 width 1024, 16 query heads of dim 128). Names read like the paper's: w8s8-1kv is W8/S8 with one KV
-head; suffixes say what else differs (-nope: no RoPE; -uniform/-vector: gate kind; -shared: K=V).
+head; suffixes say what else differs (-nope: no RoPE; -uniform/-vector: gate kind; -shared: K=V;
+-stagger: layer l's windows start at offset l*S/n_layers; -shift: token shift). Issue #9's candidates
+without periodic weak spots at W8/S8's cache size are w8s8-1kv-stagger, w16s8-1kv and w8s8-1kv-shift.
 """
 
 from __future__ import annotations
@@ -70,6 +72,13 @@ PRESETS: dict[str, Preset] = {
     "w8s8-1kv-vector": Preset("W8/S8, 1 KV head, vector (per-channel) gates", 1, _paper_style(8, 8, gate="vector")),
     "w8s8-1kv-shared": Preset(
         "W8/S8, 1 KV head, one latent read as key and value", 1, _paper_style(8, 8, shared_kv=True)
+    ),
+    "w8s8-1kv-stagger": Preset(
+        "W8/S8, 1 KV head, windows of layer l offset by l*S/n_layers", 1, _paper_style(8, 8, stagger="layer")
+    ),
+    "w16s8-1kv": Preset("W16/S8 (overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(16, 8)),
+    "w8s8-1kv-shift": Preset(
+        "W8/S8, 1 KV head, compressor reads [h_p ; h_p-1] (token shift)", 1, _paper_style(8, 8, token_shift=True)
     ),
     "dsv4": Preset("DeepSeek-V4-style CSA kernel: W8/S4 from two halves, per-offset bias, K=V, sink", 1, DSV4_STYLE),
 }

@@ -6,6 +6,10 @@ state dict maps onto this model by dropping its "model." prefix.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,10 +36,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm block. Hook points: hook_attn_out, hook_mlp_out ([B, T, d_model])."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
+        self.self_attn = Attention(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
         self.hook_attn_out = HookPoint()
@@ -58,7 +62,7 @@ class PhaseKVModel(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.reset_parameters()
@@ -79,6 +83,26 @@ class PhaseKVModel(nn.Module):
                 nn.init.ones_(module.weight)
             elif isinstance(module, Attention) and module.compressor is not None:
                 module.compressor.reset_parameters(std)
+
+    @contextmanager
+    def window_offset(self, offset: int) -> Iterator[None]:
+        """Within the block, every compressed layer's windows start at `offset` (window j covers
+        offset+j*S ..) instead of its configured offset; the configured ones return on exit. For
+        whole calls (a training step): a cache filled under one offset must be continued under it."""
+        comp = self.config.compression
+        if comp is None:
+            raise ValueError("window_offset needs a compressed model; this one has full attention")
+        if not (isinstance(offset, int) and 0 <= offset < comp.stride):
+            raise ValueError(f"window offset must be an integer in [0, stride={comp.stride}), got {offset!r}")
+        compressors = [layer.self_attn.compressor for layer in self.layers]
+        configured = [c.geometry for c in compressors]
+        try:
+            for c in compressors:
+                c.geometry = replace(c.geometry, offset=offset)
+            yield
+        finally:
+            for c, geometry in zip(compressors, configured, strict=True):
+                c.geometry = geometry
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once

@@ -1,0 +1,118 @@
+"""Issue #9's compressor candidates at W8/S8's cache size: staggered window offsets, W16/S8 overlap,
+token shift, and the runtime window offset that randomised-offset training uses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import randomize
+from phasekv.attention.reference import reference_layer
+from phasekv.cache import KVCache
+from phasekv.cache.generate import prefill
+from phasekv.config import CompressionConfig
+from phasekv.model import PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
+
+NEW_PRESETS = ["w8s8-1kv-stagger", "w16s8-1kv", "w8s8-1kv-shift"]
+
+
+def _model(name: str = "w8s8-1kv", seed: int = 1, **overrides) -> PhaseKVModel:
+    return randomize(PhaseKVModel(preset_config(name, vocab_size=50, **overrides)), seed=seed).eval()
+
+
+def _offsets(model: PhaseKVModel) -> list[int]:
+    return [layer.self_attn.compressor.geometry.offset for layer in model.layers]
+
+
+def test_stagger_gives_each_layer_its_offset():
+    assert _offsets(_model("w8s8-1kv-stagger")) == [0, 4]
+    assert _offsets(_model("w8s8-1kv-stagger", num_layers=4)) == [0, 2, 4, 6]
+    with torch.device("meta"):
+        paper = PhaseKVModel(preset_config("w8s8-1kv-stagger", "paper"))
+    assert _offsets(paper)[:5] == [0, 0, 0, 0, 1] and _offsets(paper)[-1] == 7
+    explicit = _model(compression=CompressionConfig(8, 8, offsets=(5, 2)))
+    assert _offsets(explicit) == [5, 2]
+
+
+@pytest.mark.parametrize(
+    "compression",
+    [
+        CompressionConfig(8, 8, offsets=(3, 6)),
+        CompressionConfig(8, 4, offsets=(1, 3), pad_first_window=True, entry_position="last_stride_start"),
+        CompressionConfig(8, 8, token_shift=True, stagger="layer", gate="vector"),
+        CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True, offsets=(2, 1)),
+    ],
+    ids=["offsets", "padded-last-stride", "shift-stagger", "dsv4-offsets"],
+)
+def test_layer_matches_the_reference_built_from_the_definitions(compression):
+    model = _model(compression=compression)
+    x = torch.randn(2, 37, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for layer in model.layers:
+            attn = layer.self_attn
+            torch.testing.assert_close(attn(x), reference_layer(attn, x), rtol=1e-5, atol=1e-5)
+
+
+def test_staggered_cache_holds_the_same_number_of_entries_per_layer_up_to_one():
+    model = _model("w8s8-1kv-stagger")
+    cache = KVCache.for_model(model)
+    with torch.no_grad():
+        prefill(model, torch.randint(0, 50, (1, 207)), cache, chunk_size=17)
+    assert cache.num_entries() == [25, 25]  # offsets 0 and 4: windows end at 7, 15, .. and 11, 19, .. <= 206
+    cache = KVCache.for_model(model)
+    with torch.no_grad():
+        prefill(model, torch.randint(0, 50, (1, 203)), cache, chunk_size=17)
+    assert cache.num_entries() == [25, 24]
+    assert [s.hidden.shape[1] for s in cache.layers] == [7, 7]
+
+
+def test_token_shift_keeps_entry_count_and_cache_bytes_and_reads_the_previous_token():
+    plain, shift = _model("w8s8-1kv"), _model("w8s8-1kv-shift")
+    sizes = []
+    for model in (plain, shift):
+        cache = KVCache.for_model(model)
+        with torch.no_grad():
+            prefill(model, torch.randint(0, 50, (1, 45)), cache, chunk_size=6)
+        sizes.append((cache.num_entries(), cache.nbytes()))
+    assert sizes[0] == sizes[1]
+    assert [s.hidden.shape[1] for s in cache.layers] == [8, 8]  # the unfinished window and the token before it
+    comp = shift.layers[0].self_attn.compressor
+    h = torch.randn(1, 24, comp.in_features // 2)
+    moved = h.clone()
+    moved[:, 7] += 1.0  # last slot of window 0: window 1 (8..15) reads it through h_{p-1}
+    with torch.no_grad():
+        before, after = comp(h).key, comp(moved).key
+    assert not torch.allclose(before[:, 1], after[:, 1]) and torch.equal(before[:, 2], after[:, 2])
+
+
+def test_window_offset_overrides_every_layer_for_the_block_only():
+    model = _model("w8s8-1kv-stagger")
+    fixed = _model(compression=CompressionConfig(8, 8, offsets=(5, 5)))
+    fixed.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 50, (2, 40), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        base = model(ids)
+        with model.window_offset(5):
+            assert _offsets(model) == [5, 5]
+            shifted = model(ids)
+        assert _offsets(model) == [0, 4]
+        torch.testing.assert_close(shifted, fixed(ids), rtol=0, atol=0)
+        torch.testing.assert_close(model(ids), base, rtol=0, atol=0)
+    assert not torch.allclose(shifted, base)
+    with pytest.raises(ValueError, match=r"window offset must be an integer in \[0, stride=8\), got 8"):
+        with model.window_offset(8):
+            pass
+    with pytest.raises(ValueError, match="needs a compressed model"):
+        with _model("full-1kv").window_offset(0):
+            pass
+
+
+@pytest.mark.parametrize("name", NEW_PRESETS)
+def test_checkpoint_round_trips_the_new_options(name, tmp_path):
+    model = _model(name, seed=4)
+    save_checkpoint(model, tmp_path / "ckpt")
+    loaded = load_checkpoint(tmp_path / "ckpt").eval()
+    assert loaded.config == model.config and _offsets(loaded) == _offsets(model)
+    ids = torch.randint(0, 50, (1, 30))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), model(ids), rtol=0, atol=0)
