@@ -24,6 +24,7 @@ from phasekv.model.io import read_config
 from phasekv.train import DataConfig, MixtureConfig, ModelSpec, OptimConfig, RunConfig, RunConfigError, read_log, train
 from phasekv.train import checkpoint as ckpt
 from phasekv.train.optim import decays, make_optimizer
+from phasekv.train.regularize import capture_gates, static_concentration, step_offset
 from phasekv.train.schedule import learning_rate
 
 SMALL = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "head_dim": 16, "intermediate_size": 64}
@@ -116,8 +117,11 @@ def test_partial_checkpoints_are_ignored(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_is_bitwise_exact(tmp_path):
-    config = small_config(steps=120, checkpoint_every=10)
+@pytest.mark.parametrize(
+    "options", [{}, {"random_window_offset": True, "static_concentration_weight": 0.5}], ids=["plain", "mitigations"]
+)
+def test_resume_after_sigkill_is_bitwise_exact(tmp_path, options):
+    config = small_config(steps=120, checkpoint_every=10, **options)
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
     errors = (tmp_path / "stderr.txt").open("w")
@@ -262,3 +266,97 @@ def test_train_command(tmp_path):
     assert other.exit_code == 2 and "optim.lr" in other.output
     both = CliRunner().invoke(train_app, [*common, "--config", str(tmp_path / "run" / "run.json"), "--steps", "3"])
     assert both.exit_code == 2 and "not allowed" in both.output
+    mitigated = ["--random-window-offset", "--static-concentration-weight", "0.1"]
+    full = CliRunner().invoke(train_app, ["--out", str(tmp_path / "m"), "--no-progress", *options, *mitigated])
+    assert full.exit_code == 2 and "need a compressed model" in full.output
+
+
+def _gated_model(bias: torch.Tensor | None = None) -> PhaseKVModel:
+    """A small W8/S8 model; with `bias` [W], every gate's logits are that bias alone (no input term)."""
+    model = PhaseKVModel(small_config().model_config(50))
+    if bias is not None:
+        with torch.no_grad():
+            for layer in model.layers:
+                layer.self_attn.compressor.gate_weight.zero_()
+                layer.self_attn.compressor.gate_bias.copy_(bias[:, None])
+    return model
+
+
+def _penalty(model: PhaseKVModel, ids: torch.Tensor) -> torch.Tensor:
+    with capture_gates(model) as gates:
+        model(ids)
+    assert len(gates) == 2 * len(model.layers)  # key and value branches
+    return static_concentration(gates)
+
+
+def test_static_concentration_is_log_w_for_a_fixed_gate_and_zero_for_uniform():
+    ids = torch.randint(0, 50, (2, 40))
+    fixed = torch.full((8,), -30.0)
+    fixed[5] = 30.0
+    assert _penalty(_gated_model(fixed), ids).item() == pytest.approx(math.log(8), abs=1e-4)
+    assert _penalty(_gated_model(torch.zeros(8)), ids).item() == pytest.approx(0.0, abs=1e-6)
+    uniform = PhaseKVModel(small_config("w8s8-1kv-uniform").model_config(50))
+    assert _penalty(uniform, ids).item() == pytest.approx(0.0, abs=1e-6)
+    # concentrated in every window but on a different offset each time: statically uniform
+    cycling = torch.eye(8)[None, :, :, None, None].expand(3, 8, 8, 2, 4)  # [B, n, W, kv, g]
+    assert static_concentration([cycling]).item() == pytest.approx(0.0, abs=1e-6)
+    assert static_concentration([cycling[:, :1]]).item() == pytest.approx(math.log(8), abs=1e-6)
+
+
+def test_static_concentration_changes_the_gradient_towards_spread_gates():
+    torch.manual_seed(0)
+    model = _gated_model(torch.linspace(2.0, -2.0, 8))  # gates lean towards offset 0
+    ids = torch.randint(0, 50, (2, 40))
+    bias = model.layers[0].self_attn.compressor.gate_bias
+    penalty = _penalty(model, ids)
+    assert penalty.requires_grad  # captured with the graph
+    (grad,) = torch.autograd.grad(penalty, bias)
+    assert grad[0].sum() > 0 and grad[-1].sum() < 0  # descent lowers the favoured offset, raises the neglected one
+
+
+def test_random_window_offset_is_a_function_of_seed_and_step():
+    draws = [step_offset(7, step, 8) for step in range(400)]
+    assert draws == [step_offset(7, step, 8) for step in range(400)]
+    assert draws != [step_offset(8, step, 8) for step in range(400)]
+    assert set(draws) == set(range(8)) and max(np.bincount(draws)) < 80  # about 50 each
+    assert all(step_offset(3, step, 1) == 0 for step in range(5))
+
+
+def test_training_options_reach_the_step_and_the_log(tmp_path, monkeypatch):
+    seen = []
+    original = PhaseKVModel.window_offset
+
+    def spy(self, offset):
+        seen.append(offset)
+        return original(self, offset)
+
+    monkeypatch.setattr(PhaseKVModel, "window_offset", spy)
+    config = small_config(steps=4, random_window_offset=True, static_concentration_weight=1.0, val_every=2)
+    train(config, tmp_path / "on", progress=False)
+    assert seen == [step_offset(config.seed, step, 8) for step in range(4)]  # validation used the configured one
+    log = read_log(tmp_path / "on")
+    gaps = [r["static_concentration"] for r in log if "loss" in r]
+    assert len(gaps) == 4 and all(0 <= g <= math.log(8) for g in gaps)
+    train(small_config(steps=4, val_every=2), tmp_path / "off", progress=False)
+    assert all("static_concentration" not in r for r in read_log(tmp_path / "off"))
+    assert losses(tmp_path / "on")[1:] != losses(tmp_path / "off")[1:]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(static_concentration_weight=-1.0), "static_concentration_weight must be a finite number >= 0"),
+        (dict(static_concentration_weight=float("nan")), "static_concentration_weight must be a finite number"),
+        (dict(random_window_offset="yes"), "random_window_offset must be true or false"),
+    ],
+)
+def test_bad_training_options_fail_with_a_clear_message(changes, message):
+    with pytest.raises(RunConfigError, match=message):
+        small_config(**changes)
+
+
+def test_training_options_need_a_compressed_model(tmp_path):
+    config = small_config("full-1kv", steps=1, random_window_offset=True, static_concentration_weight=0.1)
+    with pytest.raises(RunConfigError, match="random_window_offset and static_concentration_weight need a compressed"):
+        train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()

@@ -13,7 +13,8 @@ import typer
 RUN_OPTIONS = (
     "preset size data tokens_dir tokenizer steps batch_size seq_len accum_steps lr warmup_steps min_lr_fraction "
     "weight_decay grad_clip seed data_seed records records_start curriculum_fraction max_queries precision parallel "
-    "threads checkpoint_every keep_checkpoints log_every val_every val_batches gate_every gate_steps"
+    "threads checkpoint_every keep_checkpoints log_every val_every val_batches gate_every gate_steps "
+    "random_window_offset static_concentration_weight"
 ).split()
 
 
@@ -64,6 +65,12 @@ def train_command(
     val_batches: int = typer.Option(4, min=1),
     gate_every: int = typer.Option(0, min=0, help="gate snapshot interval (0: only --gate-steps)"),
     gate_steps: str = typer.Option("", help="comma-separated steps for gate snapshots, e.g. 0,100,500"),
+    random_window_offset: bool = typer.Option(
+        False, "--random-window-offset", help="each step: every compressed layer's windows at a seeded random offset"
+    ),
+    static_concentration_weight: float = typer.Option(
+        0.0, help="lambda of the static-concentration gate regulariser (0: off)"
+    ),
 ) -> None:
     """Pretrain a model on the synthetic retrieval mixture or on token files (torchrun-ready)."""
     from phasekv.config import ConfigError
@@ -125,6 +132,8 @@ def run_config_from_options(o: dict):
         val_batches=o["val_batches"],
         gate_every=o["gate_every"],
         gate_steps=tuple(int(s) for s in o["gate_steps"].split(",") if s.strip()),
+        random_window_offset=o["random_window_offset"],
+        static_concentration_weight=o["static_concentration_weight"],
     )
 
 

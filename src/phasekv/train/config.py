@@ -8,6 +8,7 @@ fields that differ.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,13 @@ class RunConfig:
     default). Intervals are in optimiser steps (0 disables); a checkpoint is always written at the
     end, and `keep_checkpoints` (0: all) limits how many stay. `gate_steps` lists extra steps for
     gate snapshots (0 = before training). `parallel` picks DDP or FSDP when launched by torchrun.
+
+    Issue #9's training mitigations (compressed models only; `phasekv.train.regularize`):
+    `random_window_offset` runs each step with every compressed layer's windows at one offset drawn
+    from (seed, step), replacing the configured offsets for that step's forward and backward
+    (validation, gate snapshots and checkpoints keep the configured ones);
+    `static_concentration_weight` (lambda >= 0) adds lambda * (log W - H(E[alpha])) to the loss
+    and logs the unweighted value as "static_concentration".
     """
 
     model: ModelSpec | ModelConfig = field(default_factory=ModelSpec)
@@ -105,6 +113,8 @@ class RunConfig:
     val_batches: int = 4
     gate_every: int = 0
     gate_steps: tuple[int, ...] = ()
+    random_window_offset: bool = False
+    static_concentration_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("steps", "batch_size", "seq_len", "accum_steps"):
@@ -120,6 +130,11 @@ class RunConfig:
         if self.parallel not in PARALLEL:
             raise RunConfigError(f"unknown parallel mode {self.parallel!r}; choose one of {PARALLEL}")
         object.__setattr__(self, "gate_steps", tuple(sorted(set(self.gate_steps))))
+        if not isinstance(self.random_window_offset, bool):
+            raise RunConfigError(f"random_window_offset must be true or false, got {self.random_window_offset!r}")
+        weight = self.static_concentration_weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < math.inf:
+            raise RunConfigError(f"static_concentration_weight must be a finite number >= 0, got {weight!r}")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The ModelConfig for data with `vocab_size` tokens."""
@@ -128,6 +143,12 @@ class RunConfig:
         if self.model.vocab_size < vocab_size:
             raise RunConfigError(f"model vocab_size {self.model.vocab_size} < the data's vocabulary {vocab_size}")
         return self.model
+
+    def check_model(self, model: ModelConfig) -> None:
+        """Raise RunConfigError if the training options do not fit `model` (the built model config)."""
+        wanted = [k for k in ("random_window_offset", "static_concentration_weight") if getattr(self, k)]
+        if wanted and model.compression is None:
+            raise RunConfigError(f"{' and '.join(wanted)} need a compressed model; {model.name} has full attention")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (`model` holds either "spec" or "config")."""
@@ -191,7 +212,7 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def check_same_run(run_dir: Path, config: RunConfig) -> None:
     """Raise RunConfigError if run_dir's run.json describes a different run than `config`."""
-    saved = json.loads((run_dir / RUN_FILE).read_text())
+    saved = load_run_config(run_dir).to_dict()  # options added since the run was saved take their defaults
     diffs = _differences(saved, config.to_dict())
     if diffs:
         raise RunConfigError(

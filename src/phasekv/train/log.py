@@ -1,7 +1,8 @@
 """The run log: one JSON object per line in `run_dir/log.jsonl`.
 
 Training records: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tokens", "elapsed_s"} (loss and
-grad_norm averaged over the steps since the previous record). Validation records: {"step", "val_loss",
+grad_norm averaged over the steps since the previous record), plus "static_concentration" (likewise
+averaged; unweighted) when the run has a static_concentration_weight. Validation records: {"step", "val_loss",
 "val_accuracy"} (top-1 accuracy on scored tokens). On resume, records after the checkpoint's step
 (written by the killed run) are dropped, so the log reads as if the run had never stopped.
 """

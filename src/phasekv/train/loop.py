@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from phasekv.train.config import RUN_FILE, RunConfig, RunConfigError, check_same
 from phasekv.train.gates import gate_snapshot, write_snapshot
 from phasekv.train.log import RunLog
 from phasekv.train.optim import make_optimizer
+from phasekv.train.regularize import capture_gates, static_concentration, step_offset
 from phasekv.train.rng import capture_rng, restore_rng, seed_everything
 from phasekv.train.runtime import Runtime, setup_runtime
 from phasekv.train.schedule import learning_rate
@@ -128,25 +130,41 @@ class _Trainer:
             restore_rng(state["rng"])
         return model, optimizer
 
-    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> tuple[float, float, float]:
-        """One optimiser step on global batch `step`; returns (loss, grad norm, lr)."""
+    def step(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> tuple[float, float, float, float]:
+        """One optimiser step on global batch `step`; returns (loss, grad norm, lr, static concentration)
+        (the last 0 unless static_concentration_weight is set)."""
         rt, cfg = self.runtime, self.config
         lr = learning_rate(step, cfg.steps, cfg.optim)
         for group in optimizer.param_groups:
             group["lr"] = lr
         batches = [self.source.batch("train", step, s).to(rt.device) for s in self.slices]
         count = rt.all_reduce_sum(sum(b.target_mask.sum() for b in batches)).clamp(min=1).item()
-        total = torch.zeros((), dtype=torch.float64)
+        total, gap_total = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+        weight = cfg.static_concentration_weight
         for i, batch in enumerate(batches):
-            with rt.no_sync(model, sync=i == len(batches) - 1):
+            with rt.no_sync(model, sync=i == len(batches) - 1), ExitStack() as scope:
+                plain = rt.plain(model)
+                if cfg.random_window_offset:
+                    scope.enter_context(plain.window_offset(step_offset(cfg.seed, step, self.stride)))
+                gates = scope.enter_context(capture_gates(plain)) if weight else None
                 loss_sum, _, _ = masked_sums(model, batch, rt)
-                (loss_sum * (rt.world / count)).backward()  # DDP/FSDP average gradients over ranks
+                objective = loss_sum * (rt.world / count)  # DDP/FSDP average gradients over ranks
+                if gates is not None:
+                    gap = static_concentration(gates)
+                    objective = objective + weight * gap / len(batches)  # mean over micro-batches and ranks
+                    gap_total += gap.detach().double().cpu() / len(batches)
+                objective.backward()
             total += loss_sum.detach().double().cpu()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP returns a DTensor
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return rt.all_reduce_sum(total).item() / count, float(norm), lr
+        gap = rt.all_reduce_sum(gap_total).item() / rt.world
+        return rt.all_reduce_sum(total).item() / count, float(norm), lr, gap
+
+    @property
+    def stride(self) -> int:
+        return self.model_config.compression.stride
 
     @torch.no_grad()
     def validate(self, model: nn.Module) -> tuple[float, float]:
@@ -204,6 +222,7 @@ def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progr
     runtime = setup_runtime(config)
     try:
         source = build_source(config)
+        config.check_model(config.model_config(source.vocab_size))  # before anything is written
         _prepare_run_dir(run_dir, config, resume, runtime, source)
         return _run(_Trainer(config, run_dir, runtime, source), resume, progress)
     finally:
@@ -224,33 +243,35 @@ def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:
     metrics.setdefault("train_s", 0.0)
     if start == 0 and trainer.gates_due(0):
         trainer.snapshot_gates(model, 0)
-    window = {"loss": 0.0, "grad_norm": 0.0, "steps": 0, "seconds": 0.0}
+    window = {"loss": 0.0, "grad_norm": 0.0, "static_concentration": 0.0, "steps": 0, "seconds": 0.0}
     begun = time.perf_counter()
     with tqdm(total=cfg.steps, initial=start, unit="step", disable=not (progress and rt.is_main)) as bar:
         for step in range(start, cfg.steps):
             tick = time.perf_counter()
-            loss, grad_norm, lr = trainer.step(model, optimizer, step)
+            loss, grad_norm, lr, gap = trainer.step(model, optimizer, step)
             seconds = time.perf_counter() - tick
             done = step + 1
             metrics["tokens"] += tokens_per_step
             metrics["train_s"] += seconds
-            for key, value in (("loss", loss), ("grad_norm", grad_norm), ("steps", 1), ("seconds", seconds)):
+            stats = (("loss", loss), ("grad_norm", grad_norm), ("static_concentration", gap), ("steps", 1))
+            for key, value in (*stats, ("seconds", seconds)):
                 window[key] += value
             final = done == cfg.steps
             if (cfg.log_every and done % cfg.log_every == 0) or final:
                 n = window["steps"]
                 metrics["loss"] = window["loss"] / n
-                log.write(
-                    {
-                        "step": done,
-                        "loss": metrics["loss"],
-                        "lr": lr,
-                        "grad_norm": window["grad_norm"] / n,
-                        "tokens_per_s": n * tokens_per_step / window["seconds"],
-                        "tokens": metrics["tokens"],
-                        "elapsed_s": time.perf_counter() - begun,
-                    }
-                )
+                record = {
+                    "step": done,
+                    "loss": metrics["loss"],
+                    "lr": lr,
+                    "grad_norm": window["grad_norm"] / n,
+                    "tokens_per_s": n * tokens_per_step / window["seconds"],
+                    "tokens": metrics["tokens"],
+                    "elapsed_s": time.perf_counter() - begun,
+                }
+                if cfg.static_concentration_weight:
+                    record["static_concentration"] = window["static_concentration"] / n
+                log.write(record)
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
                 window = dict.fromkeys(window, 0.0)
             if (cfg.val_every and done % cfg.val_every == 0) or final:
