@@ -116,3 +116,13 @@ def test_checkpoint_round_trips_the_new_options(name, tmp_path):
     ids = torch.randint(0, 50, (1, 30))
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids), model(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NEW_PRESETS)
+def test_scoring_fast_path_equals_the_full_forward(name):
+    model = _model(name, seed=5)
+    ids = torch.randint(0, 50, (2, 41), generator=torch.Generator().manual_seed(4))
+    positions = torch.tensor([[17, 30, 40], [9, 22, 38]])
+    with torch.no_grad():
+        full = model(ids).gather(1, positions[..., None].expand(-1, -1, 50))
+        torch.testing.assert_close(model(ids, positions=positions), full, rtol=1e-5, atol=1e-5)
