@@ -72,3 +72,62 @@ def test_reproduce_end_to_end_on_a_miniature_profile(tmp_path):
     assert result["controls"] and result["stride"]["value"] == 8 and not learned(result)
     again = reproduce(mini, tmp_path, progress=False)  # reuses checkpoints and results
     assert again["train_seconds"] == {} and again["rows"] == summary["rows"]
+
+
+def _mini(name: str, runs: tuple[RunSpec, ...], **kw) -> Profile:
+    quick = get_profile("quick")
+    return replace(
+        quick,
+        name=name,
+        runs=runs,
+        optim=replace(quick.optim, warmup_steps=1),
+        lookup=replace(quick.lookup, n_mappings=4, modulus=16, n_records=8, n_demos=2),
+        batch_size=2,
+        seq_len=128,
+        **kw,
+    )
+
+
+@pytest.mark.slow
+def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(tmp_path):
+    control = RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=3)
+    baseline = RunSpec("w8s8-1kv-s42", "w8s8-1kv", "W8/S8 · 1 KV · seed 42", steps=3, design="W8/S8 · 1 KV")
+    reproduce(_mini("quick", (control, baseline)), tmp_path / "quick", progress=False)
+    designs = (
+        RunSpec("w8s8-1kv-stagger-s42", "w8s8-1kv-stagger", "stagger · seed 42", steps=3, design="stagger"),
+        RunSpec(
+            "w8s8-1kv-reg-s42",
+            "w8s8-1kv",
+            "regulariser · seed 42",
+            steps=3,
+            design="regulariser",
+            training={"static_concentration_weight": 0.5},
+        ),
+    )
+    changed = replace(baseline, steps=4)  # not identical to the finished run: trained again
+    mitigations = _mini("mit", (control, changed, *designs), reuse_from=("quick",), compare_designs=True)
+    summary = reproduce(mitigations, tmp_path / "mit", progress=False)
+    assert set(summary["train_seconds"]) == {changed.name, *(d.name for d in designs)}  # control copied
+    regularised = json.loads((tmp_path / "mit" / "configs" / "w8s8-1kv-reg-s42" / "run.json").read_text())
+    assert regularised["static_concentration_weight"] == 0.5
+    table = {d["design"]: d for d in json.loads((tmp_path / "mit" / "designs.json").read_text())["designs"]}
+    assert table["Full attention · 1 KV"]["control"] and table["W8/S8 · 1 KV"]["baseline"]
+    assert table["stagger"]["cache_bytes_per_token"] == table["W8/S8 · 1 KV"]["cache_bytes_per_token"]
+    assert table["stagger"]["meets_target"] is False and table["stagger"]["misses"]  # 3 steps: nothing learned
+    assert len(table["stagger"]["key_gate_static"]) == 2  # one effective number per layer
+    best = json.loads((tmp_path / "mit" / "designs.json").read_text())["knockout_run"]
+    assert best in {d.name for d in designs}
+    assert (tmp_path / "mit" / "analysis" / f"knockout-{best}.json").is_file()
+    assert "| stagger | 42 |" in (tmp_path / "mit" / "designs.md").read_text()
+
+
+def test_cache_bytes_per_token_counts_one_entry_per_stride():
+    from phasekv.model.presets import preset_config
+    from phasekv.reproduce.designs import cache_bytes_per_token
+
+    full, w8s8 = preset_config("full-1kv"), preset_config("w8s8-1kv")
+    assert cache_bytes_per_token(full) == 2 * 2 * 32 * 4  # layers x (K, V) x head_dim x float32
+    assert cache_bytes_per_token(w8s8) == cache_bytes_per_token(full) / 8
+    for same in ("w16s8-1kv", "w8s8-1kv-stagger", "w8s8-1kv-shift"):
+        assert cache_bytes_per_token(preset_config(same)) == cache_bytes_per_token(w8s8)
+    assert cache_bytes_per_token(preset_config("w8s4-1kv")) == 2 * cache_bytes_per_token(w8s8)

@@ -89,8 +89,12 @@ def demo(
 
 @app.command()
 def reproduce(
-    profile: str = typer.Option("quick", help="quick (CPU, minutes), control (the control trained longer) or paper"),
-    out: str = typer.Option("runs/quick", help="output directory; finished runs in it are reused"),
+    profile: str = typer.Option(
+        "quick",
+        help="quick (CPU, minutes), mitigations (issue 9's designs; reuses runs/quick), control (the control "
+        "trained longer) or paper",
+    ),
+    out: str = typer.Option(None, help="output directory (default runs/PROFILE); finished runs in it are reused"),
     jobs: int = typer.Option(0, help="training processes at a time (0: the profile's default)"),
     plan: bool = typer.Option(
         False, "--plan", help="write the run configs and print the torchrun command lines; train nothing"
@@ -102,18 +106,23 @@ def reproduce(
     from .reproduce.plan import write_plan
 
     chosen = get_profile(profile)
+    out = out or f"runs/{chosen.name}"
     if plan:
         typer.echo(write_plan(chosen, out))
         return
     summary = run_reproduction(chosen, out, jobs=jobs or None)
     typer.echo(summary["table"])
+    if "designs" in summary:
+        from .reproduce.designs import markdown
+
+        typer.echo("\n" + markdown(summary["designs"]))
     wall = summary["wall_seconds"]
     typer.echo(
         f"\nwall time: train {wall['train']:.0f} s, evaluate {wall['evaluate']:.0f} s, total {wall['total']:.0f} s"
     )
     typer.echo(
         f"written: {out}/report.html, {out}/report_figures/residues.png, {out}/table.md, {out}/summary.json, "
-        f"{out}/results/"
+        f"{out}/results/" + (f", {out}/designs.md, {out}/designs.json, {out}/analysis/" if "designs" in summary else "")
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..report import build_report
+from . import designs
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .runner import evaluate_all, final_checkpoint, train_all, write_json
@@ -38,9 +39,35 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
             "total": time.perf_counter() - started,
         },
     }
+    if profile.compare_designs:
+        summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, progress)
     write_json(out / "summary.json", summary)
     build_report(out, out / "report.html", model=_illustrated_model(profile, out))
     return {**summary, "table": table}
+
+
+def compare_designs(profile: Profile, out: Path, rows: dict[str, dict], progress: bool = True) -> list[dict]:
+    """Write designs.json/.md (every design beside W8/S8 and full attention) and the best design's
+    knockout map (analysis/knockout-<run>.json/.png); returns the design rows."""
+    from ..analysis.knockout_run import KnockoutOptions, run_knockout
+    from ..analysis.plots import plot_knockout
+    from ..evaluate import write_results
+    from ..model.io import read_config
+    from ..scoring import PhaseKVScorer
+
+    checkpoints = {run.name: final_checkpoint(out, run) for run in profile.runs}
+    configs = {name: read_config(ckpt)[0] for name, ckpt in checkpoints.items()}
+    table = designs.design_rows(profile, rows, configs, out)
+    best = designs.best_design(table)
+    knocked = None
+    if best is not None:
+        knocked = best["runs"][0]
+        scorer = PhaseKVScorer.from_checkpoint(checkpoints[knocked], threads=1, workers=2, batch_size=16)
+        result = run_knockout(scorer, profile.lookup, KnockoutOptions(), progress=progress)
+        write_results(result, out / "analysis" / f"knockout-{knocked}.json")
+        plot_knockout(result, out / "analysis" / f"knockout-{knocked}.png")
+    designs.write_designs(table, out, knocked)
+    return table
 
 
 def _illustrated_model(profile: Profile, out: Path) -> Path | None:

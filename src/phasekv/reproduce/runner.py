@@ -8,6 +8,7 @@ whose final checkpoint exists is skipped, so a rerun only evaluates; an interrup
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from ..evaluate import run_lookup, write_results
 from ..model.io import write_atomic
 from ..scoring import PhaseKVScorer
 from ..train import latest_checkpoint, read_log
-from ..train.config import save_run_config
+from ..train.config import RunConfigError, load_run_config, save_run_config
 from .profiles import Profile, RunSpec
 
 
@@ -36,8 +37,34 @@ def _last_step(directory: Path) -> int:
     return max((row.get("step", 0) for row in read_log(directory)), default=0)
 
 
+def reuse_finished(profile: Profile, out: Path) -> list[str]:
+    """Copy into `out` each unfinished run that a sibling output directory named in `profile.reuse_from`
+    (out/../<name>) has finished with exactly the same training config; returns the copied run names."""
+    copied = []
+    for run in profile.runs:
+        if final_checkpoint(out, run) is not None:
+            continue
+        wanted = profile.run_config(run).to_dict()
+        for source in profile.reuse_from:
+            other = out.parent / source
+            if other.resolve() == out.resolve() or final_checkpoint(other, run) is None:
+                continue
+            try:
+                same = load_run_config(run_dir(other, run)).to_dict() == wanted
+            except RunConfigError:
+                same = False
+            if same:
+                shutil.copytree(run_dir(other, run), run_dir(out, run), dirs_exist_ok=True)
+                copied.append(f"{run.name} (from {other})")
+                break
+    return copied
+
+
 def train_all(profile: Profile, out: Path, jobs: int, progress: bool = True) -> dict[str, float]:
-    """Train every run of `profile` under `out/runs/` (skipping finished ones); returns wall seconds per run."""
+    """Train every run of `profile` under `out/runs/` (skipping finished ones, copying identical finished
+    runs of `profile.reuse_from`); returns wall seconds per trained run."""
+    for name in reuse_finished(profile, out):
+        tqdm.write(f"reused {name}")
     pending = sorted((r for r in profile.runs if final_checkpoint(out, r) is None), key=lambda r: -r.steps)
     total = sum(r.steps for r in profile.runs)
     bar = tqdm(total=total, desc=f"train ({profile.name})", unit="step", disable=not progress)

@@ -1,0 +1,149 @@
+"""Issue #9's comparison: every design (its seeds side by side) against W8/S8 · 1 KV and full attention.
+
+A design meets the target when every seed (and the control) has learned and, averaged over its seeds, its gap is within 5 points of full attention's
+gap, its mean accuracy is at least W8/S8's, and its cache grows by the same number of bytes per token.
+The best design (smallest mean gap, then highest mean) gets a knockout map.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import fmean
+
+from ..config import ModelConfig
+from ..model.io import write_atomic
+from .profiles import Profile, RunSpec
+
+SCHEMA = "phasekv.analysis.designs/1"
+BASELINE_PRESET = "w8s8-1kv"
+GAP_MARGIN = 5.0  # points
+
+
+def cache_bytes_per_token(config: ModelConfig, dtype_bytes: int = 4) -> float:
+    """Bytes by which the decode cache grows per token, summed over layers (the fixed-size local window and
+    token-shift state excluded): one entry per S tokens per KV head, holding K and V unless they are shared."""
+    kv = config.num_kv_heads * config.head_dim * dtype_bytes
+    c = config.compression
+    per_layer = 2 * kv if c is None else (1 if c.shared_kv else 2) * kv / c.stride
+    return config.num_layers * per_layer
+
+
+def _gate_effective(run_dir: Path, steps: int) -> dict | None:
+    """Key-gate effective numbers of offsets per layer (static, per window), from the final gate snapshot."""
+    path = run_dir / "gates" / f"step_{steps:06d}.json"
+    if not path.is_file():
+        return None
+    layers = json.loads(path.read_text())["layers"]
+    return {
+        "static": [fmean(layer["key"]["static_effective"]) for layer in layers],
+        "per_window": [fmean(layer["key"]["per_window_effective"]) for layer in layers],
+    }
+
+
+def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, ModelConfig], out: Path) -> list[dict]:
+    """One row per design: its seeds' table rows (`rows`, by run name), their means, cache bytes and gates."""
+    designs: dict[str, list[RunSpec]] = {}
+    for run in profile.runs:
+        designs.setdefault(run.design_name, []).append(run)
+    table = []
+    for design, runs in designs.items():
+        seeds = [rows[r.name] for r in runs]
+        gates = [_gate_effective(out / "runs" / r.name, r.steps) for r in runs]
+        gates = [g for g in gates if g is not None]
+        table.append(
+            {
+                "design": design,
+                "preset": runs[0].preset,
+                "training": runs[0].training,
+                "runs": [r.name for r in runs],
+                "seeds": [r.seed for r in runs],
+                "control": runs[0].is_control,
+                "baseline": runs[0].preset == BASELINE_PRESET and not runs[0].training,
+                "cache_bytes_per_token": cache_bytes_per_token(configs[runs[0].name]),
+                "val_loss": [s["val_loss"] for s in seeds],
+                "mean": [s["mean"] for s in seeds],
+                "worst": [s["worst"] for s in seeds],
+                "gap": [s["gap"] for s in seeds],
+                "gap_ci": [s["gap_ci"] for s in seeds],
+                "period_diff": [s["period_diff"] for s in seeds],
+                "learned": [s["learned"] for s in seeds],
+                "key_gate_static": [fmean(v) for v in zip(*(g["static"] for g in gates), strict=True)]
+                if gates
+                else None,
+                "key_gate_per_window": (
+                    [fmean(v) for v in zip(*(g["per_window"] for g in gates), strict=True)] if gates else None
+                ),
+            }
+        )
+    _judge(table)
+    return table
+
+
+def _judge(table: list[dict]) -> None:
+    """Add `meets_target` (and why not) to every compressed design that is not the baseline."""
+    control = next((d for d in table if d["control"]), None)
+    baseline = next((d for d in table if d["baseline"]), None)
+    for d in table:
+        if d["control"] or d["baseline"] or control is None or baseline is None:
+            continue
+        misses = []
+        if not all(d["learned"]) or not all(control["learned"]):
+            misses.append(
+                "not learned (chance): flat for the wrong reason"
+                if not all(d["learned"])
+                else "the control has not learned"
+            )
+        if fmean(d["gap"]) > fmean(control["gap"]) + GAP_MARGIN:
+            misses.append(f"gap {fmean(d['gap']):.1f} > full attention's {fmean(control['gap']):.1f} + {GAP_MARGIN:g}")
+        if fmean(d["mean"]) < fmean(baseline["mean"]):
+            misses.append(f"mean {fmean(d['mean']):.1f} < W8/S8's {fmean(baseline['mean']):.1f}")
+        if d["cache_bytes_per_token"] != baseline["cache_bytes_per_token"]:
+            misses.append("cache bytes differ from W8/S8's")
+        d["meets_target"], d["misses"] = not misses, misses
+
+
+def best_design(table: list[dict]) -> dict | None:
+    """The candidate (not the control, not the baseline) with the smallest mean gap, then the highest mean."""
+    candidates = [d for d in table if not d["control"] and not d["baseline"]]
+    return min(candidates, key=lambda d: (fmean(d["gap"]), -fmean(d["mean"])), default=None)
+
+
+def _seeds(values: list[float], fmt: str = "{:.1f}") -> str:
+    return " / ".join(fmt.format(v) for v in values)
+
+
+def markdown(table: list[dict]) -> str:
+    lines = [
+        "| Design | seeds | cache B/token | val. loss | mean | worst | gap | period diff. | key gate eff. "
+        "(static; per window) | target |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for d in table:
+        gates = "-"
+        if d["key_gate_static"]:
+            gates = "; ".join(
+                f"L{i} {s:.1f}; {w:.1f}"
+                for i, (s, w) in enumerate(zip(d["key_gate_static"], d["key_gate_per_window"], strict=True))
+            )
+        target = (
+            "control" if d["control"] else "baseline" if d["baseline"] else "met" if d["meets_target"] else "missed"
+        )
+        lines.append(
+            f"| {d['design']} | {_seeds(d['seeds'], '{}')} | {d['cache_bytes_per_token']:.0f} | "
+            f"{_seeds(d['val_loss'], '{:.3f}')} | {_seeds(d['mean'])} | {_seeds(d['worst'])} | {_seeds(d['gap'])} | "
+            f"{_seeds(d['period_diff'])} | {gates} | {target} |"
+        )
+    lines.append(
+        "\nOne value per seed (seeds in the order listed), accuracies in percent, gap = best - worst residue in "
+        "points; cache B/token = float32 bytes the decode cache grows by per token (all layers); key gate eff. = "
+        f"effective number of offsets of each layer's key gate (1 = one offset, W = uniform). Target: gap within "
+        f"{GAP_MARGIN:g} points of full attention's, mean >= W8/S8's, same cache bytes (seed means)."
+    )
+    return "\n".join(lines)
+
+
+def write_designs(table: list[dict], out: Path, knockout: str | None) -> None:
+    data = {"schema": SCHEMA, "designs": table, "knockout_run": knockout}
+    write_atomic(out / "designs.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
+    write_atomic(out / "designs.md", lambda tmp: Path(tmp).write_text(f"# Designs (issue 9)\n\n{markdown(table)}\n"))
