@@ -119,6 +119,9 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     assert best in {d.name for d in designs}
     assert (tmp_path / "mit" / "analysis" / f"knockout-{best}.json").is_file()
     assert "| stagger | 42 |" in (tmp_path / "mit" / "designs.md").read_text()
+    report = (tmp_path / "mit" / "report.html").read_text()
+    assert 'id="designs-table"' in report and "not learned (chance)" in report
+    assert (tmp_path / "mit" / "report_figures" / "designs.png").stat().st_size > 10_000
 
 
 def test_cache_bytes_per_token_counts_one_entry_per_stride():

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import compressor, cycle, flip, gates, knockout, residues, theory
+from . import compressor, cycle, designs, flip, gates, knockout, residues, theory
 from .html import page
 from .load import Inputs, load_results
 
@@ -20,6 +20,7 @@ SECTIONS = {
     "gates": (gates, "no gate results or training gate snapshots", "phasekv gates ... --out DIR"),
     "cycle": (cycle, "no gate cycling results", "phasekv cycle ... --out DIR"),
     "theory": (theory, "no theory results", "phasekv theory theorem2|sweep --out"),
+    "designs": (designs, None, "phasekv reproduce --profile mitigations"),  # None: not noted when absent
 }
 TITLES = {
     "residues": "Accuracy by residue",
@@ -28,6 +29,7 @@ TITLES = {
     "gates": "Gate plane",
     "cycle": "Gate cycling",
     "theory": "Theory",
+    "designs": "Designs against the weak spots",
 }
 
 
@@ -44,9 +46,9 @@ def collect(inputs: Inputs, model: str | Path | None = None) -> tuple[dict, list
     data, notes = {}, []
     for key, (module, missing, command) in SECTIONS.items():
         block = module.section(inputs)
-        if block is None:
+        if block is None and missing is not None:
             notes.append(f"{TITLES[key]} left out: {missing} (make them with `{command}`).")
-        else:
+        elif block is not None:
             data[key] = block
     data["compressor"], note = compressor.section(model)
     if note:

@@ -130,6 +130,32 @@ moves it to a new offset without changing any content, and the small bars on the
 shift. Dashed chips are padding. Only keys are drawn. Source: {html.escape(d["source"])}.</figcaption></figure></section>"""
 
 
+def designs_html(d: dict) -> str:
+    def seeds(values) -> str:
+        return " / ".join("-" if v is None else f"{v:.1f}" for v in values)
+
+    def verdict(row) -> str:
+        if row["role"] != "candidate":
+            return row["role"]
+        return "target met" if row["meets_target"] else "missed: " + "; ".join(row["misses"])
+
+    body = "".join(
+        f"<tr><td>{html.escape(r['design'])}</td><td>{' / '.join(map(str, r['seeds']))}</td>"
+        f"<td>{r['cache_bytes_per_token']:g}</td><td>{seeds(r['mean'])}</td><td>{seeds(r['worst'])}</td>"
+        f"<td>{seeds(r['gap'])}</td><td>{seeds(r['period_diff'])}</td><td>{html.escape(verdict(r))}</td></tr>"
+        for r in d["rows"]
+    )
+    knocked = d.get("knockout_run")
+    knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
+    return f"""
+<section id="sec-designs"><h2>Designs against the weak spots</h2>
+<table class="data" id="designs-table"><thead><tr><th>design</th><th>seeds</th><th>cache B/token</th><th>mean</th>
+<th>worst</th><th>gap</th><th>period diff.</th><th>target</th></tr></thead><tbody>{body}</tbody></table>
+<p class="sub">One value per seed, accuracies in percent, gap = best - worst residue in points. Target: every seed
+learned, and on seed means a gap within 5 points of full attention's, a mean at least W8/S8's, the same cache bytes per
+token.{knock} Source: {html.escape(d["file"])}.</p></section>"""
+
+
 SECTIONS = [
     ("compressor", compressor_html),
     ("flip", flip_html),
@@ -138,6 +164,7 @@ SECTIONS = [
     ("gates", gates_html),
     ("cycle", cycle_html),
     ("theory", theory_html),
+    ("designs", designs_html),
 ]
 
 

@@ -45,6 +45,7 @@ REQUIRED = {
         "final.selected_positions",
     ],
     "sweep": ["grid", "table"],
+    "designs": ["designs"],
 }
 ROW_KEYS = {
     "knockout": (
