@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from phasekv.attention import (
+    compressed,
     compressed_attention,
     full_attention,
     reference_compressed_attention,
@@ -65,23 +66,27 @@ def test_full_attention_matches_reference_with_and_without_offset():
     torch.testing.assert_close(full_attention(q[:, 6:], k, v, 6, 0), reference_full_attention(q[:, 6:], k, v, 6, 0))
 
 
-def test_long_sequence_never_builds_a_square_score_tensor():
-    """With chunk C, the largest score block is C x (entries + C + L), far below T x T."""
+@pytest.mark.parametrize("implementation", ["flash", "blocked"])
+def test_long_sequence_never_builds_a_square_score_tensor(implementation, monkeypatch):
+    """With chunk C, the largest score block is C x G x (entries + C + L), far below T x T (forward and
+    backward)."""
     length, chunk = 4096, 128
-    q, ek, ev, end, xk, xv = _inputs(length, 0, 0, 8, 8, 16, 2, 1)
+    q, ek, ev, end, xk, xv = _inputs(length, 0, 0, 8, 8, heads=16, kv_heads=2)
+    q.requires_grad_(True)
     largest = []
-    original = torch.Tensor.masked_fill
+    original = torch.Tensor.__matmul__
 
-    def spy(self, mask, value):
-        largest.append(self.shape[-2] * self.shape[-1])
-        return original(self, mask, value)
+    def spy(self, other):
+        out = original(self, other)
+        largest.append(out.shape[-2] * out.shape[-1])
+        return out
 
-    torch.Tensor.masked_fill = spy
-    try:
-        compressed_attention(q, 0, ek, ev, end, xk, xv, 0, 16, chunk=chunk)
-    finally:
-        torch.Tensor.masked_fill = original
-    assert max(largest) <= chunk * (length // 8 + chunk + 16)
+    monkeypatch.setattr(compressed, "IMPLEMENTATION", implementation)
+    monkeypatch.setattr(torch.Tensor, "__matmul__", spy)
+    compressed_attention(q, 0, ek, ev, end, xk, xv, 0, 16, chunk=chunk).sum().backward()
+    monkeypatch.undo()
+    group = 16 // 2
+    assert max(largest) <= chunk * group * (length // 8 + chunk + 16)
     assert max(largest) < length * length / 20
 
 
@@ -98,3 +103,102 @@ def test_gradients_of_chunked_attention_match_the_reference():
         grads.append(torch.autograd.grad((out * weights).sum(), leaves))
     for fast, ref in zip(*grads, strict=True):
         torch.testing.assert_close(fast, ref)
+
+
+# The flash-style autograd function (attention/autograd.py): outputs and gradients in float64 equal the
+# plain reference and the autograd-differentiated blocked path to ~1e-10.
+FLASH_CASES = [
+    # length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk
+    (40, 0, 0, 8, 8, 16, 4, 1, False, 128),
+    (40, 0, 0, 8, 4, 5, 4, 2, True, 7),
+    (33, 0, 0, 12, 12, 1, 2, 2, False, 4),
+    (1, 57, 42, 8, 8, 16, 4, 1, True, 128),  # one decoding step
+    (9, 50, 41, 8, 4, 10, 4, 4, True, 4),  # a chunk of a chunked prefill
+    (25, 0, 0, 8, 4, 3, 8, 1, True, 6),
+    (37, 0, 0, 2, 2, 4, 8, 2, False, 16),  # S = W = 2, chunk a multiple of L
+    (50, 3, 0, 8, 8, 16, 6, 3, True, 20),  # queries after a prefix, chunk not a multiple of L
+]
+
+
+def _leaves(case, seed=0):
+    length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk = case
+    q, ek, ev, end, xk, xv = _inputs(length, q_start, exact_start, window, stride, heads, kv_heads, seed=seed)
+    sink_logits = [torch.randn(heads, generator=torch.Generator().manual_seed(seed + 1))] if sink else []
+    return end, [t.double().requires_grad_() for t in [q, ek, ev, xk, xv, *sink_logits]]
+
+
+def _output_and_grads(fn, case, end, leaves, **extra):
+    length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk = case
+    q, ek, ev, xk, xv = leaves[:5]
+    out = fn(q, q_start, ek, ev, end, xk, xv, exact_start, local, leaves[5] if sink else None, **extra)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
+    return out, torch.autograd.grad((out * weights).sum(), leaves)
+
+
+@pytest.mark.parametrize("case", FLASH_CASES)
+def test_flash_attention_outputs_and_gradients_match_reference_and_autograd_path(case):
+    from phasekv.attention.autograd import flash_compressed_attention
+    from phasekv.attention.compressed import blocked_compressed_attention
+
+    end, leaves = _leaves(case)
+    chunk = case[-1]
+    flash = _output_and_grads(flash_compressed_attention, case, end, leaves, chunk=chunk)
+    for other in (
+        _output_and_grads(reference_compressed_attention, case, end, leaves),
+        _output_and_grads(blocked_compressed_attention, case, end, leaves, chunk=chunk),
+    ):
+        torch.testing.assert_close(flash[0], other[0], rtol=1e-10, atol=1e-10)
+        for got, want in zip(flash[1], other[1], strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("case", [FLASH_CASES[1], FLASH_CASES[4]])
+def test_flash_attention_passes_gradcheck(case):
+    from phasekv.attention.autograd import flash_compressed_attention
+
+    length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk = case
+    end, leaves = _leaves(case, seed=5)
+
+    def fn(*xs):
+        q, ek, ev, xk, xv = xs[:5]
+        s = xs[5] if sink else None
+        return flash_compressed_attention(q, q_start, ek, ev, end, xk, xv, exact_start, local, s, chunk=chunk)
+
+    assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7)
+
+
+def test_flash_attention_saves_only_linear_memory():
+    """Backward keeps the inputs, the output and two floats per (query, head), not the probabilities."""
+    length, heads, kv_heads = 2048, 16, 2
+    q, ek, ev, end, xk, xv = _inputs(length, 0, 0, 8, 4, heads, kv_heads)
+    leaves = [t.requires_grad_() for t in (q, ek, ev, xk, xv)]
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = compressed_attention(q, 0, *leaves[1:3], end, *leaves[3:], 0, 16, torch.zeros(heads))
+    inputs = sum(t.numel() for t in leaves) + end.numel() + heads
+    assert sum(saved) <= inputs + out.numel() + 2 * out.shape[0] * length * heads  # + lse, lse_e
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in leaves)
+
+
+def test_flash_attention_large_logits_and_low_precision():
+    """Scores far above the local band's (a stress for the log-sum-exp bookkeeping) stay finite and exact;
+    bfloat16 inputs are computed in float32 and return bfloat16 gradients."""
+    from phasekv.attention.autograd import flash_compressed_attention
+
+    q, ek, ev, end, xk, xv = _inputs(70, 0, 0, 8, 4, 4, 2)
+    ek = ek * 40.0
+    q = q * 20.0
+    want = reference_compressed_attention(q.double(), 0, ek.double(), ev.double(), end, xk.double(), xv.double(), 0, 8)
+    got = flash_compressed_attention(q, 0, ek, ev, end, xk, xv, 0, 8, chunk=16)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+    leaves = [t.bfloat16().requires_grad_() for t in (q / 20, ek / 40, ev, xk, xv)]
+    out = flash_compressed_attention(leaves[0], 0, *leaves[1:3], end, *leaves[3:], 0, 8, torch.zeros(4))
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert all(t.grad.dtype == torch.bfloat16 and torch.isfinite(t.grad.float()).all() for t in leaves)

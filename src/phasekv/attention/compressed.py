@@ -16,6 +16,11 @@ Work is proportional to what is visible, and no T x T tensor is ever built:
 Short calls with many entries (decoding: one query against every entry) take the per-query path
 instead (`_blocks_pay` decides), which gathers the band as exactly L keys per query.
 `reference.py` holds the plain per-query version both must agree with.
+
+`compressed_attention` runs `autograd.flash_compressed_attention` by default: the same blocked
+computation as one autograd function that saves O(T) for backward and recomputes the probabilities
+chunk by chunk (FlashAttention-style). `blocked_compressed_attention` is the path above, differentiated
+by autograd (it keeps the O(T^2/S) probability tensors); `IMPLEMENTATION` selects the default.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .autograd import CHUNK, flash_compressed_attention
+
 NEG_INF = float("-inf")
 # Query chunks hold at most this many blocks of L queries: every query of a chunk scores the entries
 # visible to its last query, so shorter chunks waste fewer masked entries (8 measured best for L = 16).
 BLOCKS_PER_CHUNK = 8
+# "flash": the O(T)-memory autograd function (autograd.py); "blocked": this module's autograd path.
+IMPLEMENTATION = "flash"
 
 
 def _key_blocks(x: torch.Tensor, first_row: int, n_blocks: int, size: int, local_window: int) -> torch.Tensor:
@@ -127,8 +136,32 @@ def compressed_attention(
     exact_k/v:      [B, Tk, Hkv, hd] exact keys/values at positions exact_start .. exact_start+Tk-1;
                                     must include every position q_start-L+1 .. q_start+T-1 that is >= 0
     sink:           [H] or None     per-head logit added to each softmax denominator
+    chunk:          at most this many queries are scored at a time
     returns z:      [B, T, H, hd]   per-head outputs
     """
+    if IMPLEMENTATION == "flash":
+        args = (q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink)
+        return flash_compressed_attention(*args, chunk=min(chunk, CHUNK))
+    return blocked_compressed_attention(
+        q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink, chunk
+    )
+
+
+def blocked_compressed_attention(
+    q: torch.Tensor,
+    q_start: int,
+    entry_k: torch.Tensor,
+    entry_v: torch.Tensor,
+    entry_end: torch.Tensor,
+    exact_k: torch.Tensor,
+    exact_v: torch.Tensor,
+    exact_start: int,
+    local_window: int,
+    sink: torch.Tensor | None = None,
+    chunk: int = 512,
+) -> torch.Tensor:
+    """`compressed_attention` differentiated by autograd (blocks or per-query path, see the module
+    docstring): keeps the probability tensors of every chunk for backward."""
     kv_heads = exact_k.shape[2]
     step = min(chunk, BLOCKS_PER_CHUNK * local_window)
     args = (q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink, chunk)
