@@ -5,7 +5,9 @@ For each sequence length T, builds the layer of the issue's shape (d_model 512, 
 runs warm-up + `reps` timed forward+backward passes on the same threads, and prints the median
 time ratio compressed / full beside the ratio of visible FLOPs (projections + compressor + the
 attention work each query can see: the lower bound of the ratio). Peak memory is measured in a
-fresh subprocess per (kind, T) as the growth of the resident set.
+fresh subprocess per (kind, T) as the growth of the resident set: peak RSS during one forward+backward
+(the kernel's peak mark is reset first, where Linux allows; a 256-token pass before it loads code pages
+and thread pools) minus the RSS before it.
 
     .venv/bin/python benchmarks/bench_attention.py --lengths 1024,4096,8192,16384 --threads 2 --out bench.json
 """
@@ -21,7 +23,7 @@ import time
 
 import torch
 
-from phasekv.attention import Attention
+from phasekv.attention import Attention, compressed
 from phasekv.config import CompressionConfig, ModelConfig
 from phasekv.model.presets import DSV4_STYLE
 
@@ -71,19 +73,43 @@ def time_fwd_bwd(layer: Attention, length: int, reps: int) -> float:
     return statistics.median(times)
 
 
-def _peak_worker(kind: str, length: int, threads: int, queue) -> None:
+def _peak_worker(kind: str, length: int, threads: int, queue, implementation: str = "flash") -> None:
     torch.set_num_threads(threads)
+    compressed.IMPLEMENTATION = implementation
     layer = build(kind)
+    # a short pass first: the code pages and thread pools it loads are not the layer's memory
+    layer(torch.randn(1, 256, D_MODEL, requires_grad=True)).sum().backward()
     x = torch.randn(1, length, D_MODEL, requires_grad=True)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    reset = _reset_peak_rss()
+    before = _status_kib("VmRSS") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     layer(x).sum().backward()
-    queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)  # MiB
+    after = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    queue.put((after - before) / 1024)  # MiB
 
 
-def peak_mib(kind: str, length: int, threads: int) -> float:
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux: clear_refs 5), so the peak that follows is this pass's
+    and not an earlier one's (e.g. of the imports); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def peak_mib(kind: str, length: int, threads: int, implementation: str = "flash") -> float:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue))
+    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, implementation))
     proc.start()
     value = queue.get()
     proc.join()
@@ -97,14 +123,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--implementation",
+        default=compressed.IMPLEMENTATION,
+        choices=["flash", "blocked"],
+        help="compressed attention: flash (O(T)-memory autograd function, the default) or blocked (autograd)",
+    )
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    compressed.IMPLEMENTATION = args.implementation
     kinds = args.kinds.split(",")
     rows = []
     print(
         f"fwd+bwd, float32, d_model {D_MODEL}, {HEADS} heads x {HEAD_DIM}, {KV_HEADS} KV head, L={LOCAL}, "
-        f"{args.threads} threads, median of {args.reps}"
+        f"{args.threads} threads, median of {args.reps}, {args.implementation} compressed attention"
     )
     print(f"{'T':>6} {'kind':>5} {'full s':>8} {'comp s':>8} {'ratio':>6} {'FLOP ratio':>10} {'mem ratio':>9}")
     for length in (int(v) for v in args.lengths.split(",")):
@@ -112,7 +145,7 @@ def main() -> None:
         full_mem = None if args.no_memory else peak_mib("full", length, args.threads)
         for kind in kinds:
             comp_s = time_fwd_bwd(build(kind), length, args.reps)
-            comp_mem = None if args.no_memory else peak_mib(kind, length, args.threads)
+            comp_mem = None if args.no_memory else peak_mib(kind, length, args.threads, args.implementation)
             # growth of the resident set; too small to compare below 16 MiB
             mem = comp_mem / full_mem if comp_mem is not None and full_mem >= 16 else None
             row = dict(
@@ -132,7 +165,8 @@ def main() -> None:
             )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"threads": args.threads, "reps": args.reps, "rows": rows}, f, indent=2)
+            meta = {"threads": args.threads, "reps": args.reps, "implementation": args.implementation}
+            json.dump({**meta, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":
