@@ -20,7 +20,8 @@ instead (`_blocks_pay` decides), which gathers the band as exactly L keys per qu
 `compressed_attention` runs `autograd.flash_compressed_attention` by default: the same blocked
 computation as one autograd function that saves O(T) for backward and recomputes the probabilities
 chunk by chunk (FlashAttention-style). `blocked_compressed_attention` is the path above, differentiated
-by autograd (it keeps the O(T^2/S) probability tensors); `IMPLEMENTATION` selects the default.
+by autograd (it keeps the O(T^2/S) probability tensors); `IMPLEMENTATION` selects the default. A single
+query without gradients (a decoding step) takes `_decode_attention`, which needs no masks at all.
 """
 
 from __future__ import annotations
@@ -139,12 +140,43 @@ def compressed_attention(
     chunk:          at most this many queries are scored at a time
     returns z:      [B, T, H, hd]   per-head outputs
     """
+    args = (q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink)
+    if q.shape[1] == 1 and not (torch.is_grad_enabled() and any(_needs_grad(x) for x in args)):
+        return _decode_attention(*args)
     if IMPLEMENTATION == "flash":
-        args = (q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink)
         return flash_compressed_attention(*args, chunk=min(chunk, CHUNK))
     return blocked_compressed_attention(
         q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink, chunk
     )
+
+
+def _needs_grad(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+def _decode_attention(q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink):
+    """One query (a decoding step), no gradients: every entry up to the first with entry_end > t and the
+    exact keys t-L+1..t are visible, so nothing is masked; scores [B, Hkv, G, n_vis + L (+ 1)], one
+    softmax, two matmuls with the values. A dozen small ops: the per-step overhead is what counts here."""
+    batch, _, heads, dim = q.shape
+    kv_heads = exact_k.shape[2]
+    group = heads // kv_heads
+    acc = torch.promote_types(q.dtype, torch.float32)
+    qg = q.reshape(batch, kv_heads, group, dim) * dim**-0.5  # [B, Hkv, G, hd]
+    lo = max(q_start - local_window + 1, 0, exact_start) - exact_start
+    hi = q_start - exact_start + 1
+    band_k, band_v = exact_k[:, lo:hi].transpose(1, 2), exact_v[:, lo:hi].transpose(1, 2)  # [B, Hkv, n, hd]
+    n_vis = int(torch.searchsorted(entry_end, q_start, right=True)) if entry_end.numel() else 0
+    parts = [qg @ band_k.transpose(-1, -2)]
+    if n_vis:
+        parts.insert(0, qg @ entry_k[:, :n_vis].transpose(1, 2).transpose(-1, -2))
+    if sink is not None:  # a sink logit only adds exp(sink) to the denominator
+        parts.append(sink.to(parts[0].dtype).view(1, kv_heads, group, 1).expand(batch, -1, -1, -1))
+    probs = torch.softmax(torch.cat(parts, dim=-1).to(acc), dim=-1).to(q.dtype)
+    out = probs[..., n_vis : n_vis + hi - lo] @ band_v
+    if n_vis:
+        out = out + probs[..., :n_vis] @ entry_v[:, :n_vis].transpose(1, 2)
+    return out.reshape(batch, 1, heads, dim)
 
 
 def blocked_compressed_attention(
