@@ -202,3 +202,58 @@ def test_flash_attention_large_logits_and_low_precision():
     assert out.dtype == torch.bfloat16
     out.float().sum().backward()
     assert all(t.grad.dtype == torch.bfloat16 and torch.isfinite(t.grad.float()).all() for t in leaves)
+
+
+# Row buffers for decoding (state.append_rows / keep_last).
+
+
+def test_append_rows_equals_cat_and_appends_in_place_without_grad():
+    from phasekv.attention.state import append_rows, keep_last
+
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(2, n, 3, 4, generator=gen) for n in (5, 1, 1, 7, 1, 30, 1)]
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            held, pointers = None, set()
+            for i, new in enumerate(rows):
+                held = append_rows(held, new)
+                torch.testing.assert_close(held, torch.cat(rows[: i + 1], dim=1), rtol=0, atol=0)
+                pointers.add(held.untyped_storage().data_ptr())
+            assert len(pointers) < len(rows) - 2  # most appends went into spare capacity
+            kept, dropped = keep_last(held, 4)
+            assert dropped == held.shape[1] - 4 and torch.equal(kept, held[:, -4:])
+            assert kept.untyped_storage().nbytes() < held.untyped_storage().nbytes() / 4  # compacted
+            ends = append_rows(append_rows(torch.arange(3), torch.arange(3, 5), dim=0), torch.arange(5, 6), dim=0)
+            assert ends.tolist() == list(range(6))
+
+
+def test_append_rows_forks_never_see_each_others_rows():
+    """Two continuations of one view (KVCache.fork) each get their own rows; earlier views never change."""
+    from phasekv.attention.state import append_rows
+
+    with torch.no_grad():
+        base = append_rows(torch.zeros(1, 3, 2), torch.ones(1, 1, 2))  # a buffer with spare rows
+        snapshot = base.clone()
+        left = append_rows(base, torch.full((1, 2, 2), 2.0))
+        right = append_rows(base, torch.full((1, 1, 2), 3.0))
+        left2 = append_rows(left, torch.full((1, 1, 2), 4.0))
+    assert torch.equal(base, snapshot)
+    assert left[0, :, 0].tolist() == [0, 0, 0, 1, 2, 2]
+    assert right[0, :, 0].tolist() == [0, 0, 0, 1, 3]
+    assert left2[0, :, 0].tolist() == [0, 0, 0, 1, 2, 2, 4]
+
+
+def test_append_rows_with_gradients_is_cat():
+    from phasekv.attention.state import append_rows
+
+    with torch.no_grad():
+        held = append_rows(torch.zeros(1, 2, 2), torch.zeros(1, 1, 2))
+    new = torch.ones(1, 1, 2, requires_grad=True)
+    out = append_rows(held, new)
+    assert out.grad_fn is not None and out.untyped_storage().data_ptr() != held.untyped_storage().data_ptr()
+    out.sum().backward()
+    assert torch.equal(new.grad, torch.ones(1, 1, 2))
+    with torch.inference_mode():  # an inference buffer used outside inference mode is copied, not written
+        inf = append_rows(torch.zeros(1, 2, 2), torch.zeros(1, 1, 2))
+    with torch.no_grad():
+        assert torch.equal(append_rows(inf, torch.ones(1, 1, 2))[0, :, 0], torch.tensor([0.0, 0, 0, 1]))

@@ -38,6 +38,82 @@ class LayerState:
 
 
 def keep_last(rows: torch.Tensor, keep: int) -> tuple[torch.Tensor, int]:
-    """Keep the last `keep` rows along dim 1; returns (rows, number dropped)."""
+    """Keep the last `keep` rows along dim 1; returns (rows, number dropped).
+
+    A view of `rows`; where `rows` lives in a row buffer of `append_rows` far larger than what is kept
+    (after a long prefill chunk), the kept rows move into a small buffer of their own (no gradients
+    only), so the large one can be freed and later appends still go in place."""
     dropped = max(0, rows.shape[1] - keep)
-    return rows[:, dropped:], dropped
+    kept = rows[:, dropped:]
+    mark = getattr(kept.untyped_storage(), _MARK, None)
+    if mark is not None and not torch.is_grad_enabled() and mark[1] > 4 * max(keep, _MIN_ROWS):
+        if _writable(kept):
+            kept = _fresh(kept, kept.narrow(1, 0, 0), 1, max(keep, _MIN_ROWS))
+    return kept, dropped
+
+
+# Row buffers (decoding): the cache's tensors are views of buffers with spare capacity, so that one
+# decoding step appends its rows in place instead of copying the whole cache (`torch.cat`). The buffer's
+# storage carries (dim, capacity, rows used); only a view that ends at the last used row may append in
+# place, so forks (`KVCache.fork`) that share a view never see each other's rows: the first to append
+# claims the spare rows, the others copy. Views never change: rows are only ever written past them.
+_MARK = "_phasekv_rows"
+_MIN_ROWS = 16
+
+
+def append_rows(old: torch.Tensor | None, new: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """The same as `torch.cat([old, new], dim)` (`new` when `old` is None), without copying `old` when
+    it can: with gradients disabled (no_grad / inference_mode) the result is a view of a row buffer
+    whose capacity doubles when full, so appending one row per step costs amortised O(1) copies.
+    With gradients enabled it is `torch.cat` (in-place writes would bump version counters that
+    autograd checks)."""
+    if old is None:
+        return new
+    if torch.is_grad_enabled() or old.dtype != new.dtype or old.device != new.device:
+        return torch.cat([old, new], dim)
+    n, k = old.shape[dim], new.shape[dim]
+    mark = getattr(old.untyped_storage(), _MARK, None)
+    if mark is not None and mark[0] == dim and _writable(old) and _same_rows(old, new, dim):
+        _, capacity, used = mark
+        strides = _strides(old.shape, dim, capacity)
+        start, rem = divmod(old.storage_offset(), strides[dim])
+        if old.stride() == strides and rem == 0 and start + n == used and used + k <= capacity:
+            shape = list(old.shape)
+            shape[dim] = capacity
+            buffer = old.as_strided(shape, strides, 0)
+            buffer.narrow(dim, used, k).copy_(new)
+            setattr(old.untyped_storage(), _MARK, (dim, capacity, used + k))
+            return buffer.narrow(dim, start, n + k)
+    return _fresh(old, new, dim, 2 * (n + k))
+
+
+def _fresh(old: torch.Tensor, new: torch.Tensor, dim: int, capacity: int) -> torch.Tensor:
+    """A new row buffer of `capacity` rows (at least _MIN_ROWS) holding old then new; returns the view."""
+    n, k = old.shape[dim], new.shape[dim]
+    shape = list(new.shape)
+    shape[dim] = max(capacity, n + k, _MIN_ROWS)
+    buffer = new.new_empty(shape)
+    buffer.narrow(dim, 0, n).copy_(old)
+    buffer.narrow(dim, n, k).copy_(new)
+    setattr(buffer.untyped_storage(), _MARK, (dim, shape[dim], n + k))
+    return buffer.narrow(dim, 0, n + k)
+
+
+def _same_rows(old: torch.Tensor, new: torch.Tensor, dim: int) -> bool:
+    return old.shape[:dim] == new.shape[:dim] and old.shape[dim + 1 :] == new.shape[dim + 1 :]
+
+
+def _writable(x: torch.Tensor) -> bool:
+    """Inference tensors can only be written inside inference_mode."""
+    return torch.is_inference_mode_enabled() or not x.is_inference()
+
+
+def _strides(shape, dim: int, capacity: int) -> tuple[int, ...]:
+    """Strides of a contiguous tensor of `shape` with `capacity` rows along dim."""
+    sizes = list(shape)
+    sizes[dim] = capacity
+    strides, step = [], 1
+    for size in reversed(sizes):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
