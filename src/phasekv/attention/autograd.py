@@ -54,10 +54,13 @@ class _Chunk:
 
 def _chunk_bounds(length, q_start, entry_end, group, band, chunk) -> list[tuple[int, int]]:
     """Query ranges [a, b): at most `chunk` queries, fewer where many entries are visible, so that a
-    chunk's entry scores (queries x G x visible entries) stay within SCORE_BUDGET floats; multiples of L."""
+    chunk's entry scores (B x Hkv x queries x G x visible entries; `group` here is B x Hkv x G) stay
+    within SCORE_BUDGET floats; multiples of L."""
     chunk = max(1, chunk)
-    if length <= chunk:
-        return [(0, length)]
+    if length <= chunk:  # one chunk if it fits (decoding-like calls: no pass over every entry_end)
+        visible = int(torch.searchsorted(entry_end, q_start + length - 1, right=True)) if entry_end.numel() else 0
+        if length <= band or length * group * visible <= SCORE_BUDGET:
+            return [(0, length)]
     ends = entry_end.tolist()
     bounds, a = [], 0
     while a < length:
@@ -267,7 +270,7 @@ class CompressedAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, entry_k, entry_v, exact_k, exact_v, sink, entry_end, q_start, exact_start, band, chunk):
-        plan = _plan(q.shape[1], q_start, entry_end, exact_start, band, chunk, q.shape[2] // exact_k.shape[2])
+        plan = _plan(q.shape[1], q_start, entry_end, exact_start, band, chunk, q.shape[0] * q.shape[2])
         acc, ek, ev, xk, xv, sink_rows = _prepare(q, entry_k, entry_v, exact_k, exact_v, sink)
         sink_rows = _sink_rows(sink_rows, max(c.padded for c in plan))
         out, lse, lse_e = _forward(q, ek, ev, xk, xv, sink_rows, plan, band, acc)
@@ -280,7 +283,7 @@ class CompressedAttentionFunction(torch.autograd.Function):
     def backward(ctx, d_z):
         q, entry_k, entry_v, exact_k, exact_v, sink, entry_end, out, lse, lse_e = ctx.saved_tensors
         q_start, exact_start, band, chunk = ctx.args
-        plan = _plan(q.shape[1], q_start, entry_end, exact_start, band, chunk, q.shape[2] // exact_k.shape[2])
+        plan = _plan(q.shape[1], q_start, entry_end, exact_start, band, chunk, q.shape[0] * q.shape[2])
         acc, ek, ev, xk, xv, sink_rows = _prepare(q, entry_k, entry_v, exact_k, exact_v, sink)
         sink_rows = _sink_rows(sink_rows, max(c.padded for c in plan))
         dq, dek, dev, dxk, dxv, dsink = _backward(
