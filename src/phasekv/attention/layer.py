@@ -12,7 +12,7 @@ from ..norm import RMSNorm
 from .compressed import compressed_attention
 from .full import full_attention
 from .rope import Rotary
-from .state import LayerState, keep_last
+from .state import LayerState, append_rows, keep_last
 
 
 class Attention(nn.Module):
@@ -78,20 +78,20 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
         past = state if state is not None else LayerState()
         mem = LayerState(
-            exact_k=_extend(past.exact_k, k),
-            exact_v=_extend(past.exact_v, v),
+            exact_k=append_rows(past.exact_k, k),
+            exact_v=append_rows(past.exact_v, v),
             exact_start=start if past.exact_k is None else past.exact_start,
         )
         comp = self.compressor
         if comp is None:
             return mem
-        mem.hidden = _extend(past.hidden, x)
+        mem.hidden = append_rows(past.hidden, x)
         mem.hidden_start = start if past.hidden is None else past.hidden_start
         entries = comp(mem.hidden, mem.hidden_start, emit_from=start)  # windows completed inside x
         entry_k = entries.key if comp.normalizes_entries else self.k_norm(entries.key)
-        mem.entry_k = _extend(past.entry_k, self._rope(entry_k, comp.geometry.rope_position(entries.index)))
-        mem.entry_v = _extend(past.entry_v, entries.value)
-        mem.entry_end = torch.cat([past.entry_end.to(x.device), comp.geometry.window_end(entries.index)])
+        mem.entry_k = append_rows(past.entry_k, self._rope(entry_k, comp.geometry.rope_position(entries.index)))
+        mem.entry_v = append_rows(past.entry_v, entries.value)
+        mem.entry_end = append_rows(past.entry_end.to(x.device), comp.geometry.window_end(entries.index), dim=0)
         return mem
 
     def _trim(self, mem: LayerState) -> LayerState:
@@ -108,8 +108,3 @@ class Attention(nn.Module):
             entry_k=mem.entry_k, entry_v=mem.entry_v, entry_end=mem.entry_end,
             hidden=hidden, hidden_start=mem.hidden_start + hidden_dropped,
         )  # fmt: skip
-
-
-def _extend(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-    """Concatenate along the sequence dim (dim 1); `old` None means nothing yet."""
-    return new if old is None else torch.cat([old, new], dim=1)
