@@ -3,7 +3,7 @@
 A design meets the target when every seed (and the control) has learned and, averaged over its seeds,
 its gap is within 5 points of full attention's gap, its mean accuracy is at least W8/S8's, and its cache
 grows by the same number of bytes per token.
-The best design (smallest mean gap, then highest mean) gets a knockout map.
+The best design that learned (smallest mean gap, then highest mean) gets a knockout map.
 """
 
 from __future__ import annotations
@@ -105,8 +105,9 @@ def _judge(table: list[dict]) -> None:
 
 
 def best_design(table: list[dict]) -> dict | None:
-    """The candidate (not the control, not the baseline) with the smallest mean gap, then the highest mean."""
-    candidates = [d for d in table if not d["control"] and not d["baseline"]]
+    """The candidate (not the control, not the baseline) whose seeds all learned with the smallest mean gap,
+    then the highest mean; None when no candidate learned (a model at chance has nothing to knock out)."""
+    candidates = [d for d in table if not d["control"] and not d["baseline"] and all(d["learned"])]
     return min(candidates, key=lambda d: (fmean(d["gap"]), -fmean(d["mean"])), default=None)
 
 
