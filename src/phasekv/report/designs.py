@@ -35,15 +35,22 @@ def section(inputs: Inputs) -> dict | None:
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for row in data["rows"]:
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, row in enumerate(data["rows"]):
         marker = {"control": "s", "baseline": "D"}.get(row["role"], "o")
-        points = ax.scatter(row["mean"], row["gap"], marker=marker, s=36, label=row["design"])
-        ax.plot(fmean(row["mean"]), fmean(row["gap"]), marker="+", ms=12, color=points.get_facecolor()[0])
+        color = palette[i % len(palette)]
+        for mean, gap, learned in zip(row["mean"], row["gap"], row["learned"], strict=True):
+            # a seed at chance is drawn hollow: its small gap is flatness for the wrong reason
+            ax.scatter(mean, gap, marker=marker, s=36, edgecolors=color, facecolors=color if learned else "none")
+        ax.plot(fmean(row["mean"]), fmean(row["gap"]), marker="+", ms=12, color=color, ls="", label=row["design"])
     ax.set_xlabel("mean accuracy over residues (%)")
     ax.set_ylabel("gap: best - worst residue (points)")
     ax.set_xlim(-3, 103)
     ax.set_ylim(-3, 103)
-    ax.set_title("Designs at W8/S8's cache size: one point per seed, + = seed mean (lower right is better)", fontsize=8)
+    ax.set_title(
+        "Designs at W8/S8's cache size: one point per seed (hollow: not learned), + = seed mean; lower right is better",
+        fontsize=8,
+    )
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return [save_figure(fig, out_dir / "designs.png")]
