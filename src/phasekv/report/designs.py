@@ -48,7 +48,7 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
     ax.set_xlim(-3, 103)
     ax.set_ylim(-3, 103)
     ax.set_title(
-        "Designs at W8/S8's cache size: one point per seed (hollow: not learned), + = seed mean; lower right is better",
+        "Designs at W8/S8's cache size\none point per seed (hollow: not learned), + = seed mean; lower right is better",
         fontsize=8,
     )
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
