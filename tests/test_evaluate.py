@@ -31,7 +31,7 @@ from phasekv.tasks.tokenizer import build_word_tokenizer
 TOKENIZER = build_word_tokenizer()
 V = len(TOKENIZER)
 LOOKUP = LookupOptions(n_records=12, n_demos=3, modulus=6, n_mappings=4, seed=3)  # 4 x 6 x 9 prompts
-NEEDLE = NeedleOptions(context_length=96, n_records=6, n_haystacks=4, modulus=4, seed=3)  # 4 x 4 x 4 prompts
+NEEDLE = NeedleOptions(context_length=96, n_records=6, n_haystacks=4, modulus=4, spread_blocks=1, seed=3)  # 64 prompts
 SUMMARY_KEYS = {"accuracy", "ci_low", "ci_high", "counts", "mean", "worst", "best", "gap_points"}
 SUMMARY_KEYS |= {"period_difference_points", "uniformity", "stride"}
 RESULT_KEYS = {"schema", "probe", "model", "protocol", "seed", "options", "scoring", "stride", "summary"}
@@ -90,7 +90,9 @@ def test_needle_end_to_end(kind, qwen_dir, phasekv_dir):
     scorer = load_scorer(qwen_dir if kind == "hf" else phasekv_dir, batch_size=32)
     result = run_needle(scorer, NEEDLE, stride=2, progress=False)
     check_controls(result, NEEDLE.modulus)
-    assert result["summary"]["ci_method"] == "wilson" and result["n_prompts"] == 64
+    assert result["summary"]["design"] == "mappings x residues" and result["n_prompts"] == 64
+    assert result["summary"]["stat_intervals"]["gap_points"] and result["summary"]["n_mappings"] == 4
+    assert result["phase_test"]["period"] == 2 and result["phase_test"]["verdict"] == "not testable"
     assert result["stride"] == {"value": 2, "source": "option"}
     assert result["controls"]["query_positions"] == [NEEDLE.context_length - 1]
 
@@ -203,7 +205,8 @@ def test_cli_needle_and_flip(qwen_dir, tmp_path):
     args = ["needle", str(qwen_dir), "--context-length", "96", "--records", "6", "--haystacks", "4"]
     result = runner.invoke(eval_app, [*args, "--modulus", "4", "--quiet"])
     assert result.exit_code == 0, result.output
-    assert "wilson" in result.output and "chi-square" in result.output
+    assert "bootstrap" in result.output and "permutation within mappings" in result.output
+    assert "phase verdict at period 2:" in result.output and "placebo periods: P=3" in result.output
     context = tmp_path / "context.txt"
     context.write_text("y = T . Cast ( FP")
     args = ["flip", str(qwen_dir), "--context", f"@{context}", "--candidates", "8,32", "--lengths", "8"]

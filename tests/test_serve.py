@@ -19,7 +19,7 @@ from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 
 LOOKUP = LookupOptions(n_records=12, n_demos=3, modulus=6, n_mappings=3, seed=3)
-NEEDLE = NeedleOptions(context_length=64, n_records=4, n_haystacks=2, modulus=4, seed=3)
+NEEDLE = NeedleOptions(context_length=64, n_records=4, n_haystacks=2, modulus=4, spread_blocks=1, seed=3)
 FAST = dict(timeout=10.0, retries=2, backoff=0.01)
 
 

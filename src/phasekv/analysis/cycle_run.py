@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluate.lookup import correctness_cube
+from ..evaluate.lookup import unit_residue_cells
 from ..evaluate.record import RunClock, prompt_prefix
 from ..evaluate.scored import score_prompt_set
 from ..scoring import PhaseKVScorer
@@ -131,8 +131,7 @@ def run_cycle(
             cycled, scorer.tokenizer, batch_size=scorer.batch_size, device=str(scorer.device), dtype=scorer.dtype
         )
         scores = score_prompt_set(cycled_scorer, prompt_set.prompts, 1, f"delta {delta}", progress=False)
-        cube = correctness_cube(scores, lookup.n_mappings, lookup.modulus, per_mapping)
-        cells = cube.mean(axis=2)
+        cells = unit_residue_cells(scores, lookup.n_mappings, lookup.modulus, per_mapping)
         folded[delta] = fold_cells(cells, stride)
         shares[delta] = _key_phase_share(cycled, gate_ids)
         if delta == 0:

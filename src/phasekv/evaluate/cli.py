@@ -36,6 +36,9 @@ OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no progress bar")
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
 PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
+SPREAD = typer.Option(
+    None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
+)
 
 
 @contextmanager
@@ -81,6 +84,10 @@ def _summary_table(result: dict, heading: str) -> str:
         format_summary(ResidueSummary(**fields)),
         _controls_line(result),
     ]
+    if "phase_test" in result:
+        from ..stats import format_verdict
+
+        lines.append(format_verdict(result["phase_test"]))
     return "\n".join(lines)
 
 
@@ -95,6 +102,7 @@ def lookup(
     modulus: int = typer.Option(24, min=2, help="group targets by position mod this"),
     protocol: str = typer.Option("prefix", help=PROTOCOLS_HELP),
     padding: int = typer.Option(None, min=0, help="pad tokens per prompt (default: design span + records/4)"),
+    spread_blocks: int = SPREAD,
     seed: int = SEED,
     held_out_seed: int = typer.Option(
         None, help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)"
@@ -120,6 +128,7 @@ def lookup(
             placements_per_mapping=placements,
             protocol=protocol,
             padding=padding,
+            **({} if spread_blocks is None else {"spread_blocks": spread_blocks}),
             seed=seed,
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
@@ -149,14 +158,16 @@ def needle(
     placements: int = typer.Option(None, min=1, help="placements per haystack and residue (default: fewest exact)"),
     modulus: int = typer.Option(8, min=2, help="group targets by position mod this"),
     protocol: str = typer.Option("in-sequence", help=PROTOCOLS_HELP),
+    spread_blocks: int = SPREAD,
     seed: int = SEED,
     stride: int = STRIDE,
+    resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
-    """Position-matched needle test, accuracy by target-key position mod M, Wilson intervals."""
+    """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
     from ..tasks.needle import NeedleOptions
     from .needle import run_needle
 
@@ -170,10 +181,11 @@ def needle(
             n_haystacks=haystacks,
             placements_per_haystack=placements,
             protocol=protocol,
+            **({} if spread_blocks is None else {"spread_blocks": spread_blocks}),
             seed=seed,
         )
         scorer = _scorer(model, scoring, remote)
-        result = run_needle(scorer, options, stride=stride, progress=not quiet)
+        result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         heading = (
             f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
             f"{protocol} padding, {result['n_prompts']} prompts"

@@ -11,6 +11,10 @@ permutation test shuffles residue labels of the cells within each mapping. Count
 are prompts (n_mappings x P per residue). Intervals: percentile for per-residue accuracy and the
 mean, basic (reverse percentile) for worst, best, gap and period difference. The results say so
 under "aggregation".
+
+The verdict on phase sensitivity comes from `stats.phase_verdict` (replication of the phase
+profile across periods of consecutive target positions, robust to smooth effects of position),
+under "phase_test"; the residue summary above stays as the paper's moment-matched figure.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import asdict
 import numpy as np
 
 from ..scoring import Scorer
-from ..stats import summarize_mappings
+from ..stats import phase_verdict, summarize_mappings
 from ..tasks.lookup import LookupOptions, make_lookup
 from ..tasks.vocab import task_vocab
 from .record import RunClock, prompt_prefix
@@ -33,8 +37,19 @@ def correctness_cube(scores: PromptScores, n_mappings: int, modulus: int, placem
     cube = np.full((n_mappings, modulus, placements), np.nan)
     cube[scores.unit, scores.residue, scores.placement] = scores.correct
     if np.isnan(cube).any() or len(scores.correct) != cube.size:
-        raise ValueError("the lookup prompts do not cover every (mapping, residue, placement) exactly once")
+        raise ValueError("the prompts do not cover every (unit, residue, placement) exactly once")
     return cube
+
+
+def unit_residue_cells(scores: PromptScores, n_units: int, modulus: int, placements: int) -> np.ndarray:
+    """cells[i, r]: accuracy of unit i (mapping or haystack) over its placements at residue r."""
+    return correctness_cube(scores, n_units, modulus, placements).mean(axis=2)
+
+
+def phase_period(stride: int | None, model_stride: int | None, modulus: int) -> int:
+    """The period the phase verdict tests: the period-check stride, else the model's compression
+    stride (when it is not below the modulus), else the modulus."""
+    return stride or model_stride or modulus
 
 
 def run_lookup(
@@ -57,8 +72,7 @@ def run_lookup(
     prompt_set = make_lookup(vocab, options, prefix)
     scores = score_prompt_set(scorer, prompt_set.prompts, key_length=1, desc="lookup", progress=progress)
     per_mapping = prompt_set.options["placements_per_mapping"]
-    cube = correctness_cube(scores, options.n_mappings, options.modulus, per_mapping)
-    cells = cube.mean(axis=2)  # [n_mappings, M], fractions in [0, 1]
+    cells = unit_residue_cells(scores, options.n_mappings, options.modulus, per_mapping)  # [n_mappings, M]
     summary = summarize_mappings(
         cells,
         stride=stride,
@@ -66,6 +80,14 @@ def run_lookup(
         n_permutations=n_resamples,
         seed=options.seed,
         trials_per_cell=per_mapping,
+    )
+    verdict = phase_verdict(
+        scores.unit,
+        scores.target_position,
+        scores.correct,
+        phase_period(stride, scorer.compression_stride, options.modulus),
+        seed=options.seed,
+        n_resamples=n_resamples,
     )
     position_stats, controls = position_controls(scores, options.modulus)
     return clock.envelope(
@@ -91,6 +113,7 @@ def run_lookup(
             "n_rows": int(cells.shape[0]),
         },
         summary=summary.to_dict(),
+        phase_test=verdict.to_dict(),
         position_stats=position_stats,
         controls=controls,
         cell_accuracy=cells.round(6).tolist(),

@@ -1,7 +1,10 @@
-"""The needle probe end to end: independent prompts, Wilson intervals, chi-square test.
+"""The needle probe end to end: every haystack at every residue, so haystacks are the blocks.
 
 A prompt is correct when greedy decoding produces the whole value (every value token is the
-full-vocabulary top-1, teacher forced).
+full-vocabulary top-1, teacher forced). Each haystack is placed at every residue, so outcomes are
+paired within haystacks: the summary takes the per-(haystack, residue) cells like the lookup probe
+(bootstrap over haystacks for every interval, residue labels permuted within haystacks), and the
+verdict on phase sensitivity comes from `stats.phase_verdict` with haystacks as units.
 """
 
 from __future__ import annotations
@@ -9,16 +12,22 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..scoring import Scorer
-from ..stats import summarize_prompts
+from ..stats import phase_verdict, summarize_mappings
 from ..tasks.needle import NeedleOptions, make_needle
 from ..tasks.vocab import task_vocab
+from .lookup import phase_period, unit_residue_cells
 from .record import RunClock, prompt_prefix
 from .scored import position_controls, score_prompt_set
 from .stride import resolve_stride
 
 
 def run_needle(
-    scorer: Scorer, options: NeedleOptions = NeedleOptions(), *, stride: int | None = None, progress: bool = True
+    scorer: Scorer,
+    options: NeedleOptions = NeedleOptions(),
+    *,
+    stride: int | None = None,
+    n_resamples: int = 2000,
+    progress: bool = True,
 ) -> dict:
     """Generate, score and summarise a needle run; returns the result dict."""
     clock = RunClock()
@@ -29,7 +38,24 @@ def run_needle(
     scores = score_prompt_set(
         scorer, prompt_set.prompts, key_length=options.key_tokens, desc="needle", progress=progress
     )
-    summary = summarize_prompts(scores.correct, scores.residue, options.modulus, stride=stride)
+    per_haystack = prompt_set.options["placements_per_haystack"]
+    cells = unit_residue_cells(scores, options.n_haystacks, options.modulus, per_haystack)
+    summary = summarize_mappings(
+        cells,
+        stride=stride,
+        n_resamples=n_resamples,
+        n_permutations=n_resamples,
+        seed=options.seed,
+        trials_per_cell=per_haystack,
+    )
+    verdict = phase_verdict(
+        scores.unit,
+        scores.target_position,
+        scores.correct,
+        phase_period(stride, scorer.compression_stride, options.modulus),
+        seed=options.seed,
+        n_resamples=n_resamples,
+    )
     position_stats, controls = position_controls(scores, options.modulus)
     return clock.envelope(
         "needle",
@@ -40,7 +66,16 @@ def run_needle(
         options={**asdict(options), **prompt_set.options},
         n_prompts=len(scores.correct),
         stride={"value": stride, "source": stride_source},
+        aggregation={
+            "cell": "mean over the placements of one haystack in one residue group",
+            "bootstrap_unit": "haystack",
+            "permutation": "residue labels of the cells shuffled within each haystack",
+            "counts": "prompts = haystacks x placements per residue",
+            "n_haystacks": options.n_haystacks,
+            "placements_per_haystack": per_haystack,
+        },
         summary=summary.to_dict(),
+        phase_test=verdict.to_dict(),
         position_stats=position_stats,
         controls=controls,
         mean_answer_logprob=float(scores.logprob.mean()),

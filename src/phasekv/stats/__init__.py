@@ -1,18 +1,25 @@
 """Residue-grouped accuracy statistics: Wilson and bootstrap intervals, spread, periodicity,
-uniformity tests, a JSON-ready summary and its printed table (numpy/scipy only)."""
+uniformity tests, the phase verdict robust to smooth position effects, a JSON-ready summary and
+its printed table (numpy/scipy only)."""
 
 from .bootstrap import BootstrapIntervals, bootstrap_mappings, resample_accuracy
-from .format import format_summary
+from .format import format_summary, format_verdict
 from .intervals import wilson_interval
 from .periodicity import Fold, fold_by_stride, period_difference
+from .phase_test import PhaseDesign, PhaseTest, phase_test, placebo_periods
 from .residues import ResidueAccuracy, residue_accuracy
 from .spread import spread_stats
 from .summary import ResidueSummary, summarize_mappings, summarize_prompts
 from .uniformity import UniformityTest, chi_square_uniformity, permutation_uniformity
+from .verdict import PhaseVerdict, PositionTrend, phase_verdict, position_trend
 
 __all__ = [
     "BootstrapIntervals",
     "Fold",
+    "PhaseDesign",
+    "PhaseTest",
+    "PhaseVerdict",
+    "PositionTrend",
     "ResidueAccuracy",
     "ResidueSummary",
     "UniformityTest",
@@ -20,7 +27,12 @@ __all__ = [
     "chi_square_uniformity",
     "fold_by_stride",
     "format_summary",
+    "format_verdict",
     "period_difference",
+    "phase_test",
+    "phase_verdict",
+    "placebo_periods",
+    "position_trend",
     "permutation_uniformity",
     "resample_accuracy",
     "residue_accuracy",

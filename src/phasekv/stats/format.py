@@ -73,3 +73,22 @@ def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
     if test.note:
         lines.append(f"note: {test.note}")
     return "\n".join(lines)
+
+
+def format_verdict(verdict: dict) -> str:
+    """One block of text for a `PhaseVerdict` dict: verdict, p-values at the stride and the placebos,
+    the phase profile's amplitude and the smooth trend."""
+    test, trend = verdict["test"], verdict["trend"]
+    placebo = ", ".join(f"P={p['period']}: p={_p(p['p_value'])}" for p in verdict["placebo"]) or "none"
+    low, high = trend["ci"]
+    lines = [
+        f"phase verdict at period {verdict['period']}: {verdict['verdict'].upper()} "
+        f"(replication test p = {_p(verdict['p_value'])}, {test['n_windows']} windows of {test['window_length']} "
+        f"tokens, alpha {verdict['alpha']}); placebo periods: {placebo}",
+        f"phase profile amplitude {test['amplitude_points']:.1f} points; smooth trend "
+        f"{trend['slope_points_per_100_tokens']:+.1f} points per 100 tokens of t_K "
+        f"[{low:+.1f}, {high:+.1f}] over t_K {trend['first_position']}..{trend['last_position']}",
+    ]
+    if verdict.get("note"):
+        lines.append(f"note: {verdict['note']}")
+    return "\n".join(lines)

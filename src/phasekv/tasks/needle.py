@@ -38,6 +38,8 @@ class NeedleOptions:
 
     `context_length` counts every token of a prompt, prefix and query included;
     `placements_per_haystack` None picks the fewest that make the residue groups exact.
+    `spread_blocks` 6 makes target positions span 8 x modulus tokens, enough periods for the
+    phase verdict (`stats.phase_verdict`) to replicate a pattern across windows.
     """
 
     context_length: int = 4096
@@ -48,7 +50,7 @@ class NeedleOptions:
     n_haystacks: int = 64
     placements_per_haystack: int | None = None
     protocol: str = "in-sequence"
-    spread_blocks: int = 1
+    spread_blocks: int = 6
     record_separator: bool = True
     seed: int = 0
     split: str = "eval"
