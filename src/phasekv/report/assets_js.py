@@ -110,7 +110,7 @@ function initResidues(D) {
     if (s.learned === false) h('span', {class: 'chance'}, name, ' not learned (chance)');
     [s.stride === null ? '–' : s.stride, fmt(s.val_loss, 3), fmt(s.mean), fmt(s.worst), fmt(s.best),
      fmt(s.gap) + (s.gap_ci ? ' [' + fmt(s.gap_ci[0]) + ', ' + fmt(s.gap_ci[1]) + ']' : ''),
-     s.p_value === null ? '–' : Number(s.p_value).toPrecision(2)].forEach(v => h('td', {}, tr, String(v)));
+     s.p_value === null ? '–' : Number(s.p_value).toPrecision(2), s.verdict || '–'].forEach(v => h('td', {}, tr, String(v)));
   });
   const mark = selectRows(tbody, D.series.findIndex(s => s.id === state.sel), i => { state.sel = D.series[i].id; mark(i); draw(); });
   fold.addEventListener('click', () => { state.fold = !state.fold; draw(); });

@@ -31,10 +31,12 @@ Dashed vertical lines mark the period boundaries every S positions, triangles un
 boundary phase S−1, and the selected line is dotted where it crosses a boundary. “Fold periods” overlays
 the periods (first solid, later dashed). <span id="residue-caption-model"></span></figcaption></figure>
 <table class="data select" id="residue-table" role="listbox" aria-label="Models: select one to plot it">
-<thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th><th>gap [95% CI]</th><th>p (uniform)</th></tr></thead>
+<thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th><th>gap [95% CI]</th><th>p (uniform)</th><th>phase verdict</th></tr></thead>
 <tbody></tbody></table>
 <p class="small">Accuracies in percent; gap is best minus worst residue in percentage points; p is the uniformity
-test across residues. Models whose mean is not clearly above guessing are marked “not learned (chance)”.</p>
+test across residues (the paper's moment-matched figure, which a smooth effect of position can fool). The phase
+verdict tests whether the phase pattern at the period replicates across windows of consecutive positions
+(p beside it). Models whose mean is not clearly above guessing are marked “not learned (chance)”.</p>
 </section>"""
 
 

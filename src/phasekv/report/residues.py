@@ -26,6 +26,13 @@ def _learned(data: dict) -> bool | None:
         return None  # not a lookup result with a mean interval: no verdict
 
 
+def _verdict(test: dict | None) -> str | None:
+    """'phase-sensitive (P=8, p=0.004)' from a result's phase_test; None for results without one."""
+    if not test:
+        return None
+    return f"{test['verdict']} (P={test['period']}, p={test['p_value']:.2g})"
+
+
 def section(inputs: Inputs) -> dict | None:
     results = inputs.of("residues")
     if not results:
@@ -59,6 +66,7 @@ def section(inputs: Inputs) -> dict | None:
                 "p_value": num((s.get("uniformity") or {}).get("p_value"), 4),
                 "val_loss": num(training.get("final_val_loss"), 3),
                 "learned": _learned(d),
+                "verdict": _verdict(d.get("phase_test")),
             }
         )
     compressed = [x for x in series if x["compressed"]]

@@ -32,6 +32,7 @@ def table_rows(results: dict[str, dict]) -> list[dict]:
                 "stride": _stride(r),
                 "p_value": s["uniformity"]["p_value"],
                 "learned": learned(r),
+                "phase_test": r.get("phase_test"),
             }
         )
     return rows
@@ -39,8 +40,9 @@ def table_rows(results: dict[str, dict]) -> list[dict]:
 
 def markdown_table(rows: list[dict]) -> str:
     head = (
-        "| Model | val. loss | mean | worst | gap (95% CI) | period diff. | p (uniform) | status |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---|"
+        "| Model | val. loss | mean | worst | gap (95% CI) | period diff. | p (uniform) | phase verdict (p) "
+        "| status |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---|---|"
     )
     lines = [head]
     for row in rows:
@@ -49,12 +51,16 @@ def markdown_table(rows: list[dict]) -> str:
         period = "-" if row["stride"] is None else f"{row['period_diff']:.1f} (S={row['stride']})"
         loss = "-" if row["val_loss"] is None else f"{row['val_loss']:.3f}"
         status = "learned" if row["learned"] else "**not learned (chance)**"
+        test = row.get("phase_test")
+        verdict = "-" if not test else f"{test['verdict']} ({test['p_value']:.2g}, P={test['period']})"
         lines.append(
             f"| {row['model']} | {loss} | {row['mean']:.1f} | {row['worst']:.1f} | {gap} | {period} | "
-            f"{row['p_value']:.3g} | {status} |"
+            f"{row['p_value']:.3g} | {verdict} | {status} |"
         )
     lines.append(
         "\nAccuracies in percent (full-vocabulary top-1), gap = best - worst residue in points, "
-        "period diff. = mean |A(r) - A(r+S)|; residues are target-key positions mod the probe's modulus."
+        "period diff. = mean |A(r) - A(r+S)|; residues are target-key positions mod the probe's modulus; "
+        "p (uniform) is the paper's residue test, which a smooth effect of position can fool; the phase verdict "
+        "tests whether the pattern at period P replicates across windows of consecutive positions."
     )
     return "\n".join(lines)
