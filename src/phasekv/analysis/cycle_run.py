@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluate.lookup import unit_residue_cells
 from ..evaluate.record import RunClock, prompt_prefix
 from ..evaluate.scored import score_prompt_set
+from ..evaluate.units import unit_residue_cells
 from ..scoring import PhaseKVScorer
 from ..tasks.lookup import LookupOptions
 from .cycling import check_cyclable, cycle_gates

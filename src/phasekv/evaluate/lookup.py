@@ -21,35 +21,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import numpy as np
-
 from ..scoring import Scorer
-from ..stats import phase_verdict, summarize_mappings
 from ..tasks.lookup import LookupOptions, make_lookup
 from ..tasks.vocab import task_vocab
 from .record import RunClock, prompt_prefix
-from .scored import PromptScores, position_controls, score_prompt_set
+from .scored import position_controls, score_prompt_set
 from .stride import resolve_stride
-
-
-def correctness_cube(scores: PromptScores, n_mappings: int, modulus: int, placements: int) -> np.ndarray:
-    """correct[i, r, p] as a float array [n_mappings, M, P]; every cell must be filled once."""
-    cube = np.full((n_mappings, modulus, placements), np.nan)
-    cube[scores.unit, scores.residue, scores.placement] = scores.correct
-    if np.isnan(cube).any() or len(scores.correct) != cube.size:
-        raise ValueError("the prompts do not cover every (unit, residue, placement) exactly once")
-    return cube
-
-
-def unit_residue_cells(scores: PromptScores, n_units: int, modulus: int, placements: int) -> np.ndarray:
-    """cells[i, r]: accuracy of unit i (mapping or haystack) over its placements at residue r."""
-    return correctness_cube(scores, n_units, modulus, placements).mean(axis=2)
-
-
-def phase_period(stride: int | None, model_stride: int | None, modulus: int) -> int:
-    """The period the phase verdict tests: the period-check stride, else the model's compression
-    stride (when it is not below the modulus), else the modulus."""
-    return stride or model_stride or modulus
+from .units import summarize_units
 
 
 def run_lookup(
@@ -72,20 +50,13 @@ def run_lookup(
     prompt_set = make_lookup(vocab, options, prefix)
     scores = score_prompt_set(scorer, prompt_set.prompts, key_length=1, desc="lookup", progress=progress)
     per_mapping = prompt_set.options["placements_per_mapping"]
-    cells = unit_residue_cells(scores, options.n_mappings, options.modulus, per_mapping)  # [n_mappings, M]
-    summary = summarize_mappings(
-        cells,
+    cells, summary, verdict = summarize_units(
+        scores,
+        options.n_mappings,
+        options.modulus,
+        per_mapping,
         stride=stride,
-        n_resamples=n_resamples,
-        n_permutations=n_resamples,
-        seed=options.seed,
-        trials_per_cell=per_mapping,
-    )
-    verdict = phase_verdict(
-        scores.unit,
-        scores.target_position,
-        scores.correct,
-        phase_period(stride, scorer.compression_stride, options.modulus),
+        model_stride=scorer.compression_stride,
         seed=options.seed,
         n_resamples=n_resamples,
     )

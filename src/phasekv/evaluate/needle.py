@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..scoring import Scorer
-from ..stats import phase_verdict, summarize_mappings
 from ..tasks.needle import NeedleOptions, make_needle
 from ..tasks.vocab import task_vocab
-from .lookup import phase_period, unit_residue_cells
 from .record import RunClock, prompt_prefix
 from .scored import position_controls, score_prompt_set
 from .stride import resolve_stride
+from .units import summarize_units
 
 
 def run_needle(
@@ -39,20 +38,13 @@ def run_needle(
         scorer, prompt_set.prompts, key_length=options.key_tokens, desc="needle", progress=progress
     )
     per_haystack = prompt_set.options["placements_per_haystack"]
-    cells = unit_residue_cells(scores, options.n_haystacks, options.modulus, per_haystack)
-    summary = summarize_mappings(
-        cells,
+    _, summary, verdict = summarize_units(
+        scores,
+        options.n_haystacks,
+        options.modulus,
+        per_haystack,
         stride=stride,
-        n_resamples=n_resamples,
-        n_permutations=n_resamples,
-        seed=options.seed,
-        trials_per_cell=per_haystack,
-    )
-    verdict = phase_verdict(
-        scores.unit,
-        scores.target_position,
-        scores.correct,
-        phase_period(stride, scorer.compression_stride, options.modulus),
+        model_stride=scorer.compression_stride,
         seed=options.seed,
         n_resamples=n_resamples,
     )
