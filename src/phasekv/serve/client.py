@@ -104,7 +104,8 @@ class EndpointScorer:
         if isinstance(cache, ResultCache):
             cache.claim(self.fingerprint)
         self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache, self.fingerprint)
-        self.answers = {"from_cache": 0, "sent": 0}  # distinct requests of this session
+        self._sent: set[str] = set()  # keys of the requests this session sent
+        self._from_cache: set[str] = set()  # keys of the requests this session found in the cache
         self.logprobs_outside_top_k = 0
         self._echo = echo
         self._counts_lock = threading.Lock()
@@ -132,6 +133,11 @@ class EndpointScorer:
         }
 
     @property
+    def answers(self) -> dict[str, int]:
+        """How many distinct requests of this session were answered from the cache and how many were sent."""
+        return {"from_cache": len(self._from_cache), "sent": len(self._sent)}
+
+    @property
     def notice(self) -> str | None:
         """What loading the results cache repaired, for the user (None: nothing)."""
         return self.cache.notice
@@ -157,7 +163,7 @@ class EndpointScorer:
             "retries": self.transport.retries,
             "cache": None if self.cache.path is None else str(self.cache.path),
             "fingerprint_id": fingerprint_id(self.fingerprint),
-            "answers": dict(self.answers),
+            "answers": self.answers,
             "server_model": self.card,
         }
 
@@ -239,13 +245,13 @@ class EndpointScorer:
         raised; on Ctrl-C likewise, without further retries, as `AuditInterrupted`."""
         keys = [request_key(self.served_model, kind, ids, detail) for ids, detail in requests]
         todo = {key: request for key, request in zip(keys, requests, strict=True) if self.cache.get(key) is None}
-        self.answers["from_cache"] += len(set(keys)) - len(todo)
+        self._from_cache.update(key for key in keys if key not in todo and key not in self._sent)
 
         def answer(key: str, request: tuple) -> None:
             result = send(*request)
             self.cache.put(key, kind, result)
             with self._counts_lock:
-                self.answers["sent"] += 1
+                self._sent.add(key)
 
         pool = ThreadPoolExecutor(self.concurrency)
         try:
@@ -261,9 +267,10 @@ class EndpointScorer:
 
     def _interrupted_message(self) -> str:
         if self.cache.path is None:
-            return f"interrupted: {self.answers['sent']} answers were kept in memory only (no cache file)"
+            return f"interrupted: {len(self._sent)} answers were kept in memory only (no cache file)"
         return (
-            f"interrupted: {len(self.cache)} answers cached in {self.cache.path} ({self.answers['sent']} new), "
+            f"interrupted: {len(self._sent) + len(self._from_cache)} answers cached in {self.cache.path} "
+            f"({len(self._sent)} new), "
             "rerun the same command to resume"
         )
 
