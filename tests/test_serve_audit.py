@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
@@ -461,3 +462,48 @@ def test_faults_interruptions_and_restarts_end_with_the_uninterrupted_result(sco
     assert len(proxy.delivered) == len(set(proxy.delivered))  # no answer reached the client twice
     keys = [line["key"] for line in answer_lines(cache)]
     assert len(keys) == len(set(keys)) == len(proxy.delivered)
+
+
+# 6. The README's audit example runs as written, against the layout the quick profile writes.
+
+README_AUDIT = """\
+phasekv serve runs/quick/runs/w8s8-1kv-s42/checkpoints/final --port 8000 --served-model w8s8
+phasekv eval lookup --endpoint http://127.0.0.1:8000/v1 --served-model w8s8 --tokenizer runs/quick/runs/w8s8-1kv-s42/checkpoints/final --out lookup.json
+phasekv report lookup.json --out audit.html
+"""  # noqa: E501 (the README's lines, verbatim)
+
+
+def test_readme_audit_commands_run_against_the_quick_layout(tmp_path, monkeypatch):
+    """A tiny stand-in for the quick profile's W8/S8 run (same directory, 2 steps) gets `checkpoints/final`
+    from the trainer, and the README's three audit commands run on it as written."""
+    from phasekv.reproduce.profiles import QUICK
+    from phasekv.reproduce.runner import run_dir
+    from phasekv.train import train
+    from test_train import small_config
+
+    serve_line, eval_line, report_line = (line.split() for line in README_AUDIT.splitlines())
+    model = serve_line[2]
+    (spec,) = (run for run in QUICK.runs if run.name == "w8s8-1kv-s42")
+    assert model == f"{run_dir(Path('runs/quick'), spec)}/checkpoints/final"
+    readme = Path(__file__).parent.parent / "README.md"
+    if "checkpoints/final" in readme.read_text():  # the README shows these commands (pasted verbatim)
+        assert all(line in readme.read_text() for line in README_AUDIT.splitlines())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    result = train(small_config(steps=2), run_dir(Path("runs/quick"), spec), progress=False)
+    final = Path(model)
+    assert final.is_symlink() and final.resolve() == result.checkpoint.resolve()
+    port = str(free_port())
+    server = subprocess.Popen([*PYTHON_CLI, *[port if arg == "8000" else arg for arg in serve_line[1:]]],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_src_env())  # fmt: skip
+    try:
+        _wait_until_up(int(port))
+        args = [arg.replace(":8000", f":{port}") for arg in eval_line[1:]]
+        run = CliRunner().invoke(app, [*args, *LOOKUP_ARGS, *FAST_ARGS])  # small and quick: options appended
+        assert run.exit_code == 0, run.output
+    finally:
+        server.kill()
+        server.wait()
+    run = CliRunner().invoke(app, report_line[1:])
+    assert run.exit_code == 0, run.output
+    assert Path("audit.html").is_file() and json.loads(Path("lookup.json").read_text())["model"]["kind"] == "endpoint"
