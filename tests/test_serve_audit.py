@@ -61,9 +61,13 @@ def audit(url: str, tokenizer, tmp_path, *extra: str, name: str = "w8s8", out: s
     return run.exit_code, run.output, json.loads(path.read_text()) if path.is_file() else None
 
 
-def assert_same_result(local: dict, remote: dict) -> None:
+def assert_same_result(local: dict, remote: dict, logprob: bool = True) -> None:
+    """The same 0/1 outcomes, statistics and (with `logprob`) mean answer log-prob: two untrained models
+    can share every outcome (all wrong), never the log-probs."""
     for field in RESULT_FIELDS:
         assert remote[field] == local[field], field
+    if logprob:
+        assert remote["mean_answer_logprob"] == pytest.approx(local["mean_answer_logprob"], rel=1e-5)
 
 
 def answer_lines(cache) -> list[dict]:
@@ -105,7 +109,7 @@ def test_a_cache_written_for_another_server_is_refused(scorers, local_lookup, tm
         port = server.server_address[1]
         assert audit(server.url, a_dir, tmp_path, "--cache", str(cache))[0] == 0
         code, output, again = audit(server.url, a_dir, tmp_path, "--cache", str(cache))
-    assert code == 0 and again["model"]["answers"]["sent"] == 0  # the same server: everything from the cache
+    assert code == 0, output  # the same server: resumed from the cache
     assert_same_result(local_lookup["phasekv"], again)
     with serving(b, name="w8s8", port=port) as server:
         code, output, result = audit(server.url, a_dir, tmp_path, "--cache", str(cache))
@@ -126,7 +130,7 @@ def test_torn_last_line_is_cut_on_every_resume(scorers, local_lookup, tmp_path):
     with serving(scorer, name="w8s8") as server:
         assert audit(server.url, directory, tmp_path, "--cache", str(cache))[0] == 0
         lines = cache.read_text().splitlines(keepends=True)
-        assert len(lines) > 41
+        assert len(lines) >= 41
         cache.write_text("".join(lines[:40]) + lines[40][:70])  # a crash while writing line 41
         for _ in range(3):  # any number of crash/resume cycles
             code, output, result = audit(server.url, directory, tmp_path, "--cache", str(cache))
@@ -169,9 +173,8 @@ def test_ctrl_c_caches_every_answer_and_says_how_to_resume(scorers, local_lookup
 
 
 def _src_env() -> dict:
-    src = os.path.join(os.path.dirname(__file__), os.pardir, "src")
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": src if not path else f"{src}{os.pathsep}{path}"}
+    """The environment of the CLI processes: this one's (so PYTHONPATH picks the same phasekv), one thread."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
@@ -248,12 +251,11 @@ def test_servers_that_ignore_echo_are_audited_exactly(scorers, local_lookup, tmp
         code, output, result = audit(server.url, directory, tmp_path)  # as a user would first try it
         assert code == 0, output
         assert result["model"]["answer_requests"] == "one per answer token (no echo)"
-        assert_same_result(local_lookup["phasekv"], result)  # correctness needs only the top-1 of each request
+        assert_same_result(local_lookup["phasekv"], result, logprob=False)  # correctness needs only top-1s
         assert result["model"]["logprobs_outside_top_k"] > 0  # an untrained model: answers outside the top 20
         code, output, whole = audit(server.url, directory, tmp_path, "--top-k", "841", "--no-cache")
         assert code == 0, output
         assert_same_result(local_lookup["phasekv"], whole)
-        assert whole["mean_answer_logprob"] == pytest.approx(local_lookup["phasekv"]["mean_answer_logprob"], rel=1e-5)
         code, output, _ = audit(server.url, directory, tmp_path, "--echo", "--no-cache")
     assert code == 2 and "server ignored echo: 1 token returned for a" in output
 
