@@ -12,7 +12,7 @@ import pytest
 
 from phasekv.evaluate import run_lookup, run_needle
 from phasekv.scoring import ScorerError, load_scorer, score_answers
-from phasekv.serve import EndpointError, EndpointScorer, ResultCache, make_server
+from phasekv.serve import EndpointError, EndpointScorer, make_server
 from phasekv.serve.local import text_prompt
 from phasekv.serve.server import CompletionHandler
 from phasekv.tasks.lookup import LookupOptions
@@ -24,9 +24,9 @@ FAST = dict(timeout=10.0, retries=2, backoff=0.01)
 
 
 @contextmanager
-def serving(scorer, handler=CompletionHandler, name="tiny", api_key=None):
-    """A server on a free 127.0.0.1 port, run on a thread for the block."""
-    server = make_server(scorer, name, handler=handler, api_key=api_key)
+def serving(scorer, handler=CompletionHandler, name="tiny", api_key=None, port=0, **options):
+    """A server on 127.0.0.1 (port 0: a free port), run on a thread for the block."""
+    server = make_server(scorer, name, handler=handler, api_key=api_key, port=port, **options)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -74,6 +74,11 @@ def counting_handler(answer_limit=None, failures=0, fail_with=500, delay=0.0, bo
             self.send_json(200, response)
 
     return Handler
+
+
+def answer_lines(cache) -> list[dict]:
+    """The "answer" records of a results cache file."""
+    return [r for r in map(json.loads, cache.read_text().splitlines()) if r.get("kind") == "answer"]
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +131,15 @@ def test_interrupted_audit_resumes_from_the_cache_without_resending(scorers, tmp
     with serving(scorer, first) as server, pytest.raises(EndpointError, match="gave up"):
         endpoint = EndpointScorer(server.url, "tiny", directory, cache=cache, concurrency=2, **FAST)
         run_lookup(endpoint, LOOKUP, n_resamples=50, progress=False)
-    assert len(first.answered) == 10 == len(cache.read_text().splitlines())
+    assert len(first.answered) == 10 == len(answer_lines(cache))
     second = counting_handler()
-    with serving(scorer, second) as server:  # a restarted server, on another port
+    with serving(scorer, second, port=server.server_address[1]) as server:  # the same server, restarted
         endpoint = EndpointScorer(server.url, "tiny", directory, cache=cache, concurrency=2, **FAST)
         resumed = run_lookup(endpoint, LOOKUP, n_resamples=50, progress=False)
     sent_twice = {json.dumps(p) for p in first.answered} & {json.dumps(p) for p in second.answered}
     assert not sent_twice
-    assert len(ResultCache(cache)) == len(first.answered) + len(second.answered)
+    assert len(answer_lines(cache)) == len(first.answered) + len(second.answered)
+    assert endpoint.answers == {"from_cache": 10, "sent": len(second.answered)}
     _same_results(run_lookup(scorer, LOOKUP, n_resamples=50, progress=False), resumed)
 
 

@@ -43,12 +43,16 @@ SPREAD = typer.Option(
 
 @contextmanager
 def _one_line_errors() -> Iterator[None]:
-    """Bad input (ValueError and its subclasses, missing files) ends with one line and exit code 2."""
+    """Bad input (ValueError and its subclasses, missing files) ends with one line and exit code 2;
+    Ctrl-C with one line (an endpoint audit's says how many answers it kept) and exit code 130."""
     try:
         yield
     except (ValueError, FileNotFoundError) as err:
         typer.echo(f"phasekv eval: error: {err}", err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt as err:
+        typer.echo(f"phasekv eval: {err or 'interrupted'}", err=True)
+        raise typer.Exit(130) from None
 
 
 def _scorer(model: Path | None, scoring: dict, remote: dict):
@@ -59,6 +63,9 @@ def _scorer(model: Path | None, scoring: dict, remote: dict):
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
     typer.echo(table)
+    answers = result["model"].get("answers")  # an endpoint audit's
+    if answers is not None:
+        typer.echo(f"answers: {answers['from_cache']} from the results cache, {answers['sent']} sent")
     if out is not None:
         from .record import write_results
 

@@ -20,6 +20,7 @@ from ..evaluate import run_lookup, write_results
 from ..model.io import write_atomic
 from ..scoring import PhaseKVScorer
 from ..train import latest_checkpoint, read_log
+from ..train.checkpoint import mark_final
 from ..train.config import RunConfigError, load_run_config, save_run_config
 from .profiles import Profile, RunSpec
 
@@ -54,7 +55,7 @@ def reuse_finished(profile: Profile, out: Path) -> list[str]:
             except RunConfigError:
                 same = False
             if same:
-                shutil.copytree(run_dir(other, run), run_dir(out, run), dirs_exist_ok=True)
+                shutil.copytree(run_dir(other, run), run_dir(out, run), symlinks=True, dirs_exist_ok=True)
                 copied.append(f"{run.name} (from {other})")
                 break
     return copied
@@ -124,6 +125,7 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
         ckpt = final_checkpoint(out, run)
         if ckpt is None:
             raise FileNotFoundError(f"run {run.name} has no final checkpoint under {run_dir(out, run)}")
+        mark_final(run_dir(out, run), ckpt)  # runs trained before `final` links existed get one
         path = out / "results" / f"{run.name}.json"
         if path.is_file():
             cached = json.loads(path.read_text())

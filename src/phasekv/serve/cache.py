@@ -1,9 +1,13 @@
-"""The on-disk results cache of an endpoint audit: one JSON line per answered request.
+"""The on-disk results cache of an endpoint audit: a fingerprint header, then one JSON line per answer.
 
-Each line is `{"key": ..., "kind": ..., "result": ...}`, appended and flushed as soon as the
-answer arrives, so an interrupted audit resumes without re-sending anything answered. The key is
-a SHA-256 of (served model, request kind, token ids, request details): one file may hold several
-models. A last line cut off mid-write is ignored; any other unreadable line is an error.
+The first line is `{"fingerprint": {...}, "fingerprint_id": ...}`: what answers the requests (the
+endpoint URL, the served model name, the server's model card, the tokenizer's hash, the request
+options that change answers). A cache is only ever used for the fingerprint it was written for: on
+a mismatch `claim` refuses (never mixes two models' answers). Every further line is
+`{"key": ..., "kind": ..., "result": ...}`, appended and flushed as soon as the answer arrives, so
+an interrupted audit resumes without re-sending anything answered. A last line cut off mid-write
+(a crash) is cut from the file on loading, and `notice` says so; any other unreadable line is an
+error naming it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from pathlib import Path
 
 from .errors import EndpointError
 
+START_FRESH = "start fresh with --cache NEW_FILE (or --no-cache)"
+
 
 def request_key(served_model: str, kind: str, ids: list[int], detail: object = None) -> str:
     """The cache key of one request."""
@@ -22,28 +28,88 @@ def request_key(served_model: str, kind: str, ids: list[int], detail: object = N
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class ResultCache:
-    """Answered requests by key, in memory and (when `path` is given) in a JSONL file."""
+def fingerprint_id(fingerprint: dict) -> str:
+    """A short stable hash of a fingerprint (key order does not matter)."""
+    text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def __init__(self, path: str | Path | None = None):
+
+class ResultCache:
+    """Answered requests by key, in memory and (when `path` is given) in a JSONL file.
+
+    `fingerprint` (None: just read the file) is checked against the file's header at once, see `claim`.
+    """
+
+    def __init__(self, path: str | Path | None = None, fingerprint: dict | None = None):
         self.path = None if path is None else Path(path)
+        self.fingerprint: dict | None = None  # the header's, once read or claimed
+        self.notice: str | None = None  # what loading repaired, for the user
         self._results: dict[str, object] = {}
         self._lock = threading.Lock()
-        self._torn = False  # the file does not end with a newline (a write was cut off)
         if self.path is not None and self.path.is_file():
             self._load(self.path)
+        if fingerprint is not None:
+            self.claim(fingerprint)
 
     def _load(self, path: Path) -> None:
-        text = path.read_text()
-        self._torn = bool(text) and not text.endswith("\n")
-        lines = text.splitlines()
+        raw = path.read_bytes()
+        complete = raw[: raw.rfind(b"\n") + 1]
+        if len(complete) < len(raw):  # a write cut off by a crash: only ever the last line
+            tail = raw[len(complete) :]
+            with path.open("r+b") as f:
+                if self._parse(tail) is not None:  # the line is whole, only its newline is missing
+                    f.seek(len(raw))
+                    f.write(b"\n")
+                    complete = raw + b"\n"
+                    self.notice = f"results cache {path}: completed a last line that lacked its newline"
+                else:
+                    f.truncate(len(complete))
+                    self.notice = (
+                        f"results cache {path}: cut a torn last line ({len(tail)} bytes, a write cut off by a "
+                        "crash); its request will be sent again"
+                    )
+        lines = complete.decode(errors="replace").splitlines()
         for number, line in enumerate(lines, 1):
-            try:
-                record = json.loads(line)
+            record = self._parse(line.encode())
+            if number == 1 and record is not None and "fingerprint" in record:
+                self.fingerprint = record["fingerprint"]
+            elif record is not None and "key" in record and "result" in record:
                 self._results[record["key"]] = record["result"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                if number < len(lines):
-                    raise EndpointError(f"results cache {path} line {number} is unreadable") from None
+            else:
+                raise EndpointError(
+                    f"results cache {path} line {number} is unreadable (only a last line can be torn by a crash): "
+                    f"delete that line, or {START_FRESH}"
+                )
+
+    @staticmethod
+    def _parse(line: bytes) -> dict | None:
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def claim(self, fingerprint: dict) -> None:
+        """Use this cache for `fingerprint`: write the header into a new file, or check the file's.
+        EndpointError when the file was written for something else (or before fingerprints)."""
+        if self.fingerprint is None and self._results:
+            raise EndpointError(
+                f"results cache {self.path} has no fingerprint (written by an older phasekv): its answers cannot be "
+                f"matched to a server; {START_FRESH}"
+            )
+        if self.fingerprint is not None:
+            if fingerprint_id(self.fingerprint) != fingerprint_id(fingerprint):
+                differ = sorted(k for k in fingerprint.keys() | self.fingerprint.keys()
+                                if self.fingerprint.get(k) != fingerprint.get(k))  # fmt: skip
+                raise EndpointError(
+                    f"results cache {self.path} holds answers of another server or model (differs in: "
+                    f"{', '.join(differ)}); refusing to mix them: {START_FRESH}"
+                )
+            return
+        self.fingerprint = fingerprint
+        if self.path is not None:
+            header = {"fingerprint": fingerprint, "fingerprint_id": fingerprint_id(fingerprint)}
+            self._append(json.dumps(header) + "\n")
 
     def __len__(self) -> int:
         return len(self._results)
@@ -56,11 +122,11 @@ class ResultCache:
         """Record an answer (and append it to the file at once)."""
         with self._lock:
             self._results[key] = result
-            if self.path is None:
-                return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            line = json.dumps({"key": key, "kind": kind, "result": result}) + "\n"
-            with self.path.open("a") as f:
-                f.write("\n" + line if self._torn else line)
-                f.flush()
-            self._torn = False
+            if self.path is not None:
+                self._append(json.dumps({"key": key, "kind": kind, "result": result}) + "\n")
+
+    def _append(self, line: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(line)
+            f.flush()

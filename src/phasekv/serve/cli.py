@@ -1,8 +1,9 @@
 """`phasekv serve MODEL` and the options that point `phasekv eval` at a served model.
 
 `ENDPOINT` is an `OptionGroup` (--endpoint (key "url"), --served-model, --tokenizer, --concurrency,
---timeout, --retries, --cache, --text-prompts); `scorer_from_options` builds the scorer an eval
-command runs on: an `EndpointScorer` when --endpoint is given, else the local model directory.
+--timeout, --retries, --backoff, --cache, --no-cache, --text-prompts, --echo/--no-echo, --top-k);
+`scorer_from_options` builds the scorer an eval command runs on: an `EndpointScorer` when
+--endpoint is given, else the local model directory.
 """
 
 from __future__ import annotations
@@ -28,21 +29,39 @@ ENDPOINT = OptionGroup(
     concurrency=(int, typer.Option(4, "--concurrency", min=1, help="requests in flight at once (with --endpoint)")),
     timeout=(float, typer.Option(120.0, "--timeout", min=0.001, help="seconds per request before it is retried")),
     retries=(int, typer.Option(4, "--retries", min=0, help="retries on 429/5xx, timeouts and connection errors")),
+    backoff=(float, typer.Option(0.5, "--backoff", min=0.0, help="seconds before the first retry (doubling)")),
     cache=(
         Path,
-        typer.Option(None, "--cache", help="results cache (JSONL); default: ~/.cache/phasekv/endpoints/<served>.jsonl"),
+        typer.Option(
+            None,
+            "--cache",
+            help="results cache (JSONL); default: ~/.cache/phasekv/endpoints/<served>-<fingerprint>.jsonl",
+        ),
     ),
+    no_cache=(bool, typer.Option(False, "--no-cache", help="keep answers in memory only (no resume)")),
     text_prompts=(
         bool,
         typer.Option(False, "--text-prompts", help="send text (round trip verified token-exactly), not token ids"),
     ),
+    echo=(
+        bool,
+        typer.Option(
+            None,
+            "--echo/--no-echo",
+            help="score answers with echo (one request each) or without (one request per answer token, for "
+            "servers that ignore echo such as llama.cpp's); default: ask the server",
+        ),
+    ),
+    top_k=(int, typer.Option(20, "--top-k", min=1, help="log-probs asked per position without echo")),
 )
 
 
-def default_cache_path(served_model: str) -> Path:
-    """$XDG_CACHE_HOME (or ~/.cache)/phasekv/endpoints/<served model, made file-safe>.jsonl."""
+def default_cache_path(served_model: str, fingerprint_id: str) -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/phasekv/endpoints/<served model, made file-safe>-<fingerprint id>.jsonl:
+    one file per server, model and tokenizer, so the default never meets another model's answers."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "phasekv" / "endpoints" / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', served_model)}.jsonl"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", served_model)
+    return root / "phasekv" / "endpoints" / f"{name}-{fingerprint_id}.jsonl"
 
 
 def endpoint_scorer_from_options(
@@ -53,10 +72,15 @@ def endpoint_scorer_from_options(
     concurrency: int = 4,
     timeout: float = 120.0,
     retries: int = 4,
+    backoff: float = 0.5,
     cache: Path | None = None,
+    no_cache: bool = False,
     text_prompts: bool = False,
+    echo: bool | None = None,
+    top_k: int = 20,
 ):
-    """An `EndpointScorer` from the ENDPOINT options (API key from the environment)."""
+    """An `EndpointScorer` from the ENDPOINT options (API key from the environment); what loading
+    the results cache repaired is printed to stderr."""
     from ..scoring import ScorerError
     from .client import EndpointScorer
 
@@ -64,16 +88,24 @@ def endpoint_scorer_from_options(
         raise ScorerError("--endpoint needs --served-model NAME (the name the server serves, see GET /v1/models)")
     if tokenizer is None:
         raise ScorerError("--endpoint needs --tokenizer DIR (or MODEL): the served model's tokenizer, locally")
-    return EndpointScorer(
+    if no_cache and cache is not None:
+        raise ScorerError("give --cache FILE or --no-cache, not both")
+    scorer = EndpointScorer(
         url,
         served_model,
         tokenizer,
         concurrency=concurrency,
         timeout=timeout,
         retries=retries,
-        cache=default_cache_path(served_model) if cache is None else cache,
+        backoff=backoff,
+        cache=None if no_cache else cache or default_cache_path,
         text_prompts=text_prompts,
+        echo=echo,
+        top_k=top_k,
     )
+    if scorer.notice:
+        typer.echo(scorer.notice, err=True)
+    return scorer
 
 
 def scorer_from_options(model: Path | None, scoring: dict, endpoint: dict):
@@ -99,6 +131,7 @@ def serve_command(
     device: str = typer.Option("cpu", help="torch device, e.g. cpu or cuda"),
     dtype: str = typer.Option("float32", help="model dtype: float32, bfloat16 or float16"),
     threads: int = typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)"),
+    max_tokens: int = typer.Option(2048, "--max-tokens", min=1, help="the largest max_tokens a request may ask for"),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible /v1/completions API (token-id prompts, echo, logprobs)."""
     from ..scoring import ScorerError, load_scorer
@@ -106,7 +139,9 @@ def serve_command(
 
     try:
         scorer = load_scorer(model, device=device, dtype=dtype, threads=threads)
-        server = make_server(scorer, served_model or model.name, host=host, port=port, api_key=api_key)
+        server = make_server(
+            scorer, served_model or model.name, host=host, port=port, api_key=api_key, max_new_tokens=max_tokens
+        )
     except (ScorerError, OSError) as err:
         typer.echo(f"phasekv serve: error: {err}", err=True)
         raise typer.Exit(2) from None

@@ -1,38 +1,54 @@
 """`EndpointScorer`: the `Scorer` interface over an OpenAI-compatible `/v1/completions` server.
 
-Two request kinds, each one prompt per request, `max_tokens` 1, `temperature` 0:
+Request kinds, one prompt per request, `max_tokens` 1, `temperature` 0:
 
-- "answer" (`score_answers`, exact and cheap): the prompt is context + answer with `echo` and
-  `logprobs` 1, so the server returns each answer token's own log-prob and the top-1 token at its
-  position. An answer is correct when every answer token is that top-1 (the full-vocabulary
-  argmax). Works with any server that supports `echo` + `logprobs` (vLLM, SGLang, this package's).
+- "answer" (`score_answers` on servers that echo, exact and cheap): the prompt is context + answer
+  with `echo` and `logprobs` 1, so the server returns each answer token's own log-prob and the top-1
+  token at its position. An answer is correct when every answer token is that top-1 (the
+  full-vocabulary argmax). vLLM, SGLang and this package's server echo.
+- "top" (`score_answers` on servers that ignore `echo`, such as llama.cpp's): one request per answer
+  token, the prompt context + the answer tokens before it, no echo, `logprobs` = `top_k`: the top-1
+  there decides correctness exactly; an answer token's log-prob is known when it is among the top k
+  (else NaN, counted in `describe()`). Chosen automatically when a server is seen to ignore echo
+  (the finding is cached), or with `echo=False`.
 - "next" (`logprobs`, the generic interface): one request per prefix asks for `logprobs` = the
   whole vocabulary at the next position and rebuilds the dense distribution; servers that cap
   top-logprobs (vLLM unless `--max-logprobs` is raised) refuse, and the error says so.
 
-Prompts go as token ids; with `text_prompts=True` they go as text that is verified to
-re-tokenise to exactly the same ids (else EndpointError), and the server's prompt token count is
-checked. Token ids in answers are read from `token_id:<id>` keys (`return_tokens_as_token_ids`);
-text keys are mapped back through the tokenizer only where the mapping is unique. Requests run
-`concurrency` at a time; every answer is appended to the results cache at once (see `cache`).
+Both response shapes are read: OpenAI's legacy `logprobs.{tokens, token_logprobs, top_logprobs}` and
+the chat-style `logprobs.content[i].{id, token, logprob, top_logprobs[j].{id, token, logprob}}` that
+llama.cpp's server returns on `/v1/completions`. Prompts go as token ids; with `text_prompts=True`
+they go as text that is verified to re-tokenise to exactly the same ids (else EndpointError), and
+the server's prompt token count is checked. Token ids in legacy answers are read from
+`token_id:<id>` keys (`return_tokens_as_token_ids`); text keys are mapped back through the
+tokenizer only where the mapping is unique. Requests run `concurrency` at a time; every answer is
+appended to the results cache as it arrives (see `cache`), which is keyed on a fingerprint of what
+answers (`fingerprint`). Ctrl-C cancels what has not started, keeps what arrived, and raises
+`AuditInterrupted`.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..scoring import AnswerScores, ScorerError
-from .cache import ResultCache, request_key
-from .errors import EndpointError
-from .local import load_tokenizer, local_stride, text_prompt
+from .cache import ResultCache, fingerprint_id, request_key
+from .errors import AuditInterrupted, EchoIgnored, EndpointError
+from .local import load_tokenizer, local_stride, text_prompt, tokenizer_hash
 from .transport import Transport
 from .wire import API_KEY_VARIABLES, COMPLETIONS_PATH, MODELS_PATH, parse_token_key
+
+# One position of a response: (token id or None, its log-prob or None, top entries [(id or None, log-prob)]).
+Position = tuple[int | None, float | None, list[tuple[int | None, float]] | None]
+VOLATILE_CARD_FIELDS = ("created",)  # model-card fields that change between identical servers (vLLM: time of asking)
 
 
 def api_key_from_environment() -> str | None:
@@ -45,7 +61,8 @@ class EndpointScorer:
 
     `tokenizer_dir` holds the served model's tokenizer (a phasekv checkpoint or an HF directory);
     its config.json, when present, gives the compression stride unless the server reports one.
-    `cache` is a JSONL path (or a ResultCache; None keeps answers in memory only).
+    `cache` is a JSONL path, a ResultCache, a function (served model, fingerprint id) -> path, or
+    None (answers kept in memory only). `echo`: None decides from the server, False never asks for it.
     """
 
     def __init__(
@@ -58,20 +75,22 @@ class EndpointScorer:
         timeout: float = 120.0,
         retries: int = 4,
         backoff: float = 0.5,
-        cache: str | Path | ResultCache | None = None,
+        cache: str | Path | ResultCache | Callable[[str, str], Path] | None = None,
         text_prompts: bool = False,
         api_key: str | None = None,
+        echo: bool | None = None,
+        top_k: int = 20,
     ):
-        if concurrency < 1:
-            raise ScorerError(f"concurrency must be >= 1, got {concurrency}")
+        if concurrency < 1 or top_k < 1:
+            raise ScorerError(f"concurrency and top_k must be >= 1, got {concurrency} and {top_k}")
         self.tokenizer = load_tokenizer(tokenizer_dir)
         key = api_key if api_key is not None else api_key_from_environment()
         self.transport = Transport(url, timeout=timeout, retries=retries, backoff=backoff, api_key=key)
         self.served_model = served_model
         self.tokenizer_dir = str(tokenizer_dir)
         self.concurrency = self.batch_size = concurrency
-        self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache)
         self.text_prompts = text_prompts
+        self.top_k = top_k
         self.card = self._model_card()
         extension = self.card.get("phasekv") or {}
         self.vocab_size = int(extension.get("vocab_size") or len(self.tokenizer))
@@ -79,6 +98,17 @@ class EndpointScorer:
             self.compression_stride = extension["compression_stride"]
         else:
             self.compression_stride = local_stride(tokenizer_dir)
+        self.fingerprint = self._fingerprint()
+        if callable(cache):
+            cache = cache(served_model, fingerprint_id(self.fingerprint))
+        if isinstance(cache, ResultCache):
+            cache.claim(self.fingerprint)
+        self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache, self.fingerprint)
+        self._sent: set[str] = set()  # keys of the requests this session sent
+        self._from_cache: set[str] = set()  # keys of the requests this session found in the cache
+        self.logprobs_outside_top_k = 0
+        self._echo = echo
+        self._counts_lock = threading.Lock()
         self._text_ids: dict[str, int | None] | None = None
 
     def _model_card(self) -> dict:
@@ -92,20 +122,48 @@ class EndpointScorer:
         served = [c.get("id") for c in cards]
         raise EndpointError(f"{self.transport.url} does not serve {self.served_model!r}; it serves {served}")
 
+    def _fingerprint(self) -> dict:
+        """What answers the requests: the results cache is only ever used for exactly this."""
+        return {
+            "endpoint": self.transport.url,
+            "served_model": self.served_model,
+            "server_model": {k: v for k, v in self.card.items() if k not in VOLATILE_CARD_FIELDS},
+            "tokenizer_sha256": tokenizer_hash(self.tokenizer),
+            "request_options": {"text_prompts": self.text_prompts, "top_k": self.top_k},
+        }
+
+    @property
+    def answers(self) -> dict[str, int]:
+        """How many distinct requests of this session were answered from the cache and how many were sent."""
+        return {"from_cache": len(self._from_cache), "sent": len(self._sent)}
+
+    @property
+    def notice(self) -> str | None:
+        """What loading the results cache repaired, for the user (None: nothing)."""
+        return self.cache.notice
+
     def describe(self) -> dict:
-        """JSON-ready record: endpoint, served model, tokenizer, prompt form, the server's model card."""
+        """JSON-ready record: endpoint, served model, tokenizer, prompt form, the server's model card,
+        how answers were asked for, and how many came from the cache and how many were sent."""
         return {
             "kind": "endpoint",
             "endpoint": self.transport.url,
             "served_model": self.served_model,
             "tokenizer": self.tokenizer_dir,
             "prompts": "text (round trip verified token-exactly)" if self.text_prompts else "token ids",
+            "answer_requests": {None: "not yet decided", True: "echo", False: "one per answer token (no echo)"}[
+                self._echo
+            ],
+            "top_k": self.top_k,
+            "logprobs_outside_top_k": self.logprobs_outside_top_k,
             "compression_stride": self.compression_stride,
             "vocab_size": self.vocab_size,
             "concurrency": self.concurrency,
             "timeout_s": self.transport.timeout,
             "retries": self.transport.retries,
             "cache": None if self.cache.path is None else str(self.cache.path),
+            "fingerprint_id": fingerprint_id(self.fingerprint),
+            "answers": self.answers,
             "server_model": self.card,
         }
 
@@ -117,17 +175,51 @@ class EndpointScorer:
         if not all(answers):
             raise ScorerError("an answer is empty")
         requests = [([*c, *a], len(a)) for c, a in zip(contexts, answers, strict=True)]
-        records = self._answered("answer", requests, self._send_answer)
+        if self._echo is None:
+            self._echo = self._server_echoes(requests[0])
+        if self._echo:
+            records = self._answered("answer", requests, self._send_answer)
+        else:
+            records = self._answers_without_echo(requests)
         logprob, correct, first = (
             np.zeros(len(records)),
             np.zeros(len(records), dtype=bool),
             np.zeros(len(records), dtype=np.int64),
         )
         for i, (record, answer) in enumerate(zip(records, answers, strict=True)):
-            logprob[i] = torch.tensor(record["logprobs"], dtype=torch.float32).sum().double().item()
+            values = [math.nan if v is None else v for v in record["logprobs"]]
+            logprob[i] = torch.tensor(values, dtype=torch.float32).sum().double().item()
             correct[i] = record["top_ids"] == list(answer)
             first[i] = record["top_ids"][0]
         return AnswerScores(logprob=logprob, correct=correct, first_argmax=first)
+
+    def _server_echoes(self, request: tuple[list[int], int]) -> bool:
+        """Whether the server honours `echo` (asked once per cache, with a real request whose answer is kept)."""
+        key = request_key(self.served_model, "echoes", [], None)
+        known = self.cache.get(key)
+        if known is None:
+            try:
+                self._answered("answer", [request], self._send_answer)
+                known = True
+            except EchoIgnored:
+                known = False
+            self.cache.put(key, "echoes", known)
+        return known
+
+    def _answers_without_echo(self, requests: list[tuple[list[int], int]]) -> list[dict]:
+        """The "answer" records from "top" requests: one per answer token, shared where prefixes repeat."""
+        prefixes = [(ids[: len(ids) - n + j], self.top_k) for ids, n in requests for j in range(n)]
+        tops = iter(self._answered("top", prefixes, self._send_top))
+        records = []
+        for ids, n in requests:
+            record = {"logprobs": [], "top_ids": []}
+            for gold in ids[len(ids) - n :]:
+                top = {token: value for token, value in next(tops)}
+                record["logprobs"].append(top.get(gold))
+                record["top_ids"].append(_top1(list(top.items()))[0])
+                self.logprobs_outside_top_k += gold not in top
+            records.append(record)
+        return records
 
     def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
         """Log-probs [N, n_last, V] at the last `n_last` positions of each sequence: one
@@ -148,31 +240,42 @@ class EndpointScorer:
 
     def _answered(self, kind: str, requests: list[tuple[list[int], object]], send: Callable) -> list:
         """The result of every request, from the cache or sent (distinct requests once, `concurrency`
-        at a time, each answer cached as it arrives). On a failure the requests not yet started are
-        cancelled, the answers of those in flight are still cached, and the first failure is raised."""
+        at a time, each answer cached by its worker as it arrives). On a failure the requests not yet
+        started are cancelled, those in flight finish (their answers cached), the first failure is
+        raised; on Ctrl-C likewise, without further retries, as `AuditInterrupted`."""
         keys = [request_key(self.served_model, kind, ids, detail) for ids, detail in requests]
         todo = {key: request for key, request in zip(keys, requests, strict=True) if self.cache.get(key) is None}
-        errors: list[Exception] = []
-        with ThreadPoolExecutor(self.concurrency) as pool:
-            futures = {pool.submit(send, *request): key for key, request in todo.items()}
-            for future in as_completed(futures):
-                try:
-                    result = future.result()
-                except CancelledError:
-                    continue
-                except Exception as err:
-                    if not errors:
-                        for other in futures:
-                            other.cancel()
-                    errors.append(err)
-                    continue
-                self.cache.put(futures[future], kind, result)
-        if errors:
-            raise errors[0]
+        self._from_cache.update(key for key in keys if key not in todo and key not in self._sent)
+
+        def answer(key: str, request: tuple) -> None:
+            result = send(*request)
+            self.cache.put(key, kind, result)
+            with self._counts_lock:
+                self._sent.add(key)
+
+        pool = ThreadPoolExecutor(self.concurrency)
+        try:
+            for future in as_completed([pool.submit(answer, key, request) for key, request in todo.items()]):
+                future.result()
+        except KeyboardInterrupt:
+            self.transport.stop()  # no more retries: in-flight requests end with their current attempt
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise AuditInterrupted(self._interrupted_message()) from None
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         return [self.cache.get(key) for key in keys]
 
-    def _post(self, ids: list[int], *, echo: bool, logprobs: int) -> tuple[dict, dict]:
-        """Send one prompt; the choice's `logprobs` object and the whole body, checked."""
+    def _interrupted_message(self) -> str:
+        if self.cache.path is None:
+            return f"interrupted: {len(self._sent)} answers were kept in memory only (no cache file)"
+        return (
+            f"interrupted: {len(self._sent) + len(self._from_cache)} answers cached in {self.cache.path} "
+            f"({len(self._sent)} new), "
+            "rerun the same command to resume"
+        )
+
+    def _post(self, ids: list[int], *, echo: bool, logprobs: int) -> list[Position]:
+        """Send one prompt; the positions of the choice's `logprobs` (either shape), checked."""
         body = {
             "model": self.served_model,
             "prompt": text_prompt(self.tokenizer, ids) if self.text_prompts else ids,
@@ -187,36 +290,63 @@ class EndpointScorer:
         where = f"{self.transport.url}{COMPLETIONS_PATH}"
         try:
             lp = response["choices"][0]["logprobs"]
-            parts = (lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])
-        except (KeyError, IndexError, TypeError):
-            raise EndpointError(f"malformed response body from {where}: no choices[0].logprobs with tokens") from None
-        if not all(isinstance(part, list) and len(part) == len(parts[0]) for part in parts):
-            raise EndpointError(f"malformed response body from {where}: logprobs lists of unequal lengths")
+            positions = self._content_positions(lp["content"]) if "content" in lp else self._legacy_positions(lp)
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise EndpointError(
+                f"malformed response body from {where}: no choices[0].logprobs with tokens "
+                "(OpenAI's tokens/token_logprobs/top_logprobs, or content[i].top_logprobs)"
+            ) from None
         counted = (response.get("usage") or {}).get("prompt_tokens")
         if counted is not None and counted != len(ids):
             raise EndpointError(
                 f"{where} counted {counted} prompt tokens but {len(ids)} were meant: positions would shift"
             )
-        return lp, response
+        return positions
+
+    def _legacy_positions(self, lp: dict) -> list[Position]:
+        """OpenAI's legacy shape: parallel lists of token names, log-probs and {name: log-prob} dicts."""
+        parts = (lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])
+        if not all(isinstance(part, list) and len(part) == len(parts[0]) for part in parts):
+            raise EndpointError(f"malformed response body from {self.transport.url}: logprobs lists of unequal lengths")
+        return [
+            (
+                self._token_id(str(name)),
+                value,
+                None if top is None else [(self._token_id(k), v) for k, v in top.items()],
+            )
+            for name, value, top in zip(*parts, strict=True)
+        ]
+
+    def _content_positions(self, content: list) -> list[Position]:
+        """The chat-style shape (llama.cpp): [{id, token, logprob, top_logprobs: [{id, token, logprob}]}]."""
+
+        def token(entry: dict) -> int | None:
+            return entry["id"] if isinstance(entry.get("id"), int) else self._token_id(str(entry["token"]))
+
+        return [
+            (token(c), c["logprob"], [(token(t), t["logprob"]) for t in c.get("top_logprobs") or []]) for c in content
+        ]
 
     def _send_answer(self, ids: list[int], n_answer: int) -> dict:
         """One "answer" request: per answer token its log-prob, the top-1 id and log-prob there."""
-        lp, _ = self._post(ids, echo=True, logprobs=1)
-        if len(lp["tokens"]) < len(ids):
-            raise EndpointError(f"{self.transport.url} did not echo the prompt (echo + logprobs are needed)")
-        echoed = [parse_token_key(str(t)) for t in lp["tokens"][: len(ids)]]
-        if not self.text_prompts and echoed != ids:
+        positions = self._post(ids, echo=True, logprobs=1)
+        if len(positions) < len(ids):
+            raise EchoIgnored(
+                f"server ignored echo: {len(positions)} token{'s' * (len(positions) != 1)} returned for a "
+                f"{len(ids)}-token prompt (score without echo: --no-echo)"
+            )
+        if not self.text_prompts and [t for t, _, _ in positions[: len(ids)]] != ids:
             raise EndpointError(f"{self.transport.url} echoed other tokens than the prompt's: positions would shift")
         record = {"logprobs": [], "top_ids": [], "top_logprobs": []}
         for p in range(len(ids) - n_answer, len(ids)):
-            target, top = lp["token_logprobs"][p], lp["top_logprobs"][p]
-            if not isinstance(target, int | float) or not isinstance(top, dict) or not top:
+            _, target, top = positions[p]
+            if not isinstance(target, int | float) or not top:
                 raise EndpointError(f"malformed response body from {self.transport.url}: no log-probs at position {p}")
-            top_id, top_lp = self._top1(top)
+            top_id, top_lp = _top1(top)
             if top_id is None:
                 if float(target) < top_lp:
                     raise EndpointError(
-                        f"the top-1 token {next(iter(top))!r} at position {p} names no unique token id; "
+                        f"the top-1 token at position {p} names no unique token id; "
                         "use token-id prompts (return_tokens_as_token_ids)"
                     )
                 top_id = ids[p]
@@ -225,18 +355,28 @@ class EndpointScorer:
             record["top_logprobs"].append(top_lp)
         return record
 
+    def _send_top(self, ids: list[int], k: int) -> list[list]:
+        """One "top" request: the k most likely next tokens after `ids`, [[id, log-prob], ...]."""
+        positions = self._post(ids, echo=False, logprobs=k)
+        top = positions[-1][2] if positions else None
+        if not top:
+            raise EndpointError(f"malformed response body from {self.transport.url}: no top log-probs")
+        if any(token is None for token, _ in top):
+            raise EndpointError(
+                f"{self.transport.url} named a top token by a text that is no unique token: use token-id prompts"
+            )
+        return [[token, float(value)] for token, value in top]
+
     def _send_next(self, ids: list[int], _detail: None) -> list[float]:
         """One "next" request: the whole distribution after `ids`, dense [V]."""
-        lp, _ = self._post(ids, echo=False, logprobs=self.vocab_size)
-        top = lp["top_logprobs"][0] if lp["top_logprobs"] else None
-        if not isinstance(top, dict):
+        positions = self._post(ids, echo=False, logprobs=self.vocab_size)
+        top = positions[0][2] if positions else None
+        if not top:
             raise EndpointError(f"malformed response body from {self.transport.url}: no top_logprobs")
         row = [float("-inf")] * self.vocab_size
-        for key, value in top.items():
-            token = parse_token_key(key)
-            token = self._text_id(key) if token is None else token
+        for token, value in top:
             if token is None or not 0 <= token < self.vocab_size:
-                raise EndpointError(f"{self.transport.url} returned a log-prob for {key!r}, which names no token id")
+                raise EndpointError(f"{self.transport.url} returned a log-prob for a token that names no token id")
             row[token] = float(value)
         if len(top) < self.vocab_size:
             raise EndpointError(
@@ -245,22 +385,22 @@ class EndpointScorer:
             )
         return row
 
-    def _top1(self, top: dict) -> tuple[int | None, float]:
-        """(token id, log-prob) of the most likely entry, ties to the lower id; id None if unknown."""
-        entries = [
-            (float(v), parse_token_key(k) if parse_token_key(k) is not None else self._text_id(k))
-            for k, v in top.items()
-        ]
-        best = max(v for v, _ in entries)
-        ids = [t for v, t in entries if v == best]
-        return (None if None in ids else min(ids)), best
-
-    def _text_id(self, text: str) -> int | None:
-        """The token whose text is `text` when exactly one token's is, else None."""
+    def _token_id(self, name: str) -> int | None:
+        """The id a token name gives: `token_id:<id>`, else the token whose text is `name` when exactly one's is."""
+        token = parse_token_key(name)
+        if token is not None:
+            return token
         if self._text_ids is None:
             table: dict[str, int | None] = {}
             for token in range(len(self.tokenizer)):
                 piece = self.tokenizer.decode([token])
                 table[piece] = None if piece in table else token
             self._text_ids = table
-        return self._text_ids.get(text)
+        return self._text_ids.get(name)
+
+
+def _top1(top: list[tuple[int | None, float]]) -> tuple[int | None, float]:
+    """(token id, log-prob) of the most likely entry, ties to the lower id; id None if unknown."""
+    best = max(float(v) for _, v in top)
+    ids = [t for t, v in top if float(v) == best]
+    return (None if None in ids else min(ids)), best

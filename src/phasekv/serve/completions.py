@@ -1,13 +1,16 @@
 """Answer one `/v1/completions` request with a scorer: the server's logic, free of HTTP.
 
 Supported request fields: `model` (must be the served name when given), `prompt` (a string, a
-list of token ids, or a list of either), `max_tokens` (default 16, at most MAX_NEW_TOKENS; greedy
-decoding), `echo` (prepend the prompt, with its log-probs when `logprobs` is set), `logprobs` k
-(top-k per token, up to the whole vocabulary), `temperature` (absent or 0: decoding is greedy),
-`n` / `best_of` (1), `stream` (false) and `return_tokens_as_token_ids` (see `wire`). Text prompts
-are tokenised without special tokens. Every echoed prompt token after the first carries its
-log-prob given the tokens before it; every generated token is the full-vocabulary argmax.
-Top-k lists are ordered by log-prob with ties broken by the lower token id (= torch's argmax).
+list of token ids, or a list of either), `max_tokens` (default 16, at most the server's cap,
+DEFAULT_MAX_NEW_TOKENS unless told; greedy decoding), `stop` (a string or list of strings: the
+generated text ends before the first one, finish_reason "stop"), `echo` (prepend the prompt, with
+its log-probs when `logprobs` is set), `logprobs` k (top-k per token, up to the whole vocabulary),
+`temperature` (absent or 0: decoding is greedy), `n` / `best_of` (1), `stream` (false) and
+`return_tokens_as_token_ids` (see `wire`). `logit_bias` and `suffix` are refused (HTTP 400 naming
+the field) rather than ignored. Text prompts are tokenised without special tokens. Every echoed
+prompt token after the first carries its log-prob given the tokens before it; every generated token
+is the full-vocabulary argmax. Top-k lists are ordered by log-prob with ties broken by the lower
+token id (= torch's argmax). `text_offset[i]` is where token i's text starts in the returned text.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from ..scoring import Scorer
 from .errors import RequestError
 from .wire import token_key
 
-MAX_NEW_TOKENS = 64
+DEFAULT_MAX_NEW_TOKENS = 2048
+UNSUPPORTED_FIELDS = ("logit_bias", "suffix")
 
 
 @dataclass(frozen=True)
@@ -31,12 +35,15 @@ class CompletionRequest:
 
     prompts: list[list[int]]
     max_tokens: int
+    stop: tuple[str, ...]
     echo: bool
     logprobs: int | None
     token_ids: bool
 
 
-def parse_request(body: object, served_model: str, tokenizer, vocab_size: int) -> CompletionRequest:
+def parse_request(
+    body: object, served_model: str, tokenizer, vocab_size: int, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+) -> CompletionRequest:
     """Validate a decoded JSON body; raises RequestError (400, or 404 for another model)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
@@ -45,28 +52,42 @@ def parse_request(body: object, served_model: str, tokenizer, vocab_size: int) -
         raise RequestError(404, f"model {model!r} is not served here (this server serves {served_model!r})")
     if body.get("stream"):
         raise RequestError(400, "stream is not supported")
+    for field in UNSUPPORTED_FIELDS:
+        if body.get(field):
+            raise RequestError(400, f"{field} is not supported by this server (send the request without it)")
     for field in ("n", "best_of"):
         if body.get(field, 1) != 1:
             raise RequestError(400, f"{field} must be 1")
     if body.get("temperature") not in (None, 0, 0.0):
         raise RequestError(400, "only greedy decoding is served: temperature must be 0 or absent")
-    max_tokens = _int_field(body, "max_tokens", 16, 0, MAX_NEW_TOKENS)
+    max_tokens = _int_field(body, "max_tokens", 16, 0, max_new_tokens, "; the cap is phasekv serve --max-tokens")
     logprobs = None if body.get("logprobs") is None else _int_field(body, "logprobs", 0, 0, vocab_size)
     prompts = [_prompt_ids(p, tokenizer, vocab_size) for p in _prompt_list(body.get("prompt"))]
     return CompletionRequest(
         prompts=prompts,
         max_tokens=max_tokens,
+        stop=_stop_strings(body.get("stop")),
         echo=bool(body.get("echo", False)),
         logprobs=logprobs,
         token_ids=bool(body.get("return_tokens_as_token_ids", False)),
     )
 
 
-def _int_field(body: dict, name: str, default: int, low: int, high: int) -> int:
+def _int_field(body: dict, name: str, default: int, low: int, high: int, hint: str = "") -> int:
     value = body.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RequestError(400, f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        raise RequestError(400, f"{name} must be an integer in [{low}, {high}], got {value!r}{hint}")
     return value
+
+
+def _stop_strings(stop: object) -> tuple[str, ...]:
+    """`stop`: absent, a string, or a list of strings -> a tuple of non-empty strings."""
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise RequestError(400, "stop must be a non-empty string or a list of non-empty strings")
+    return tuple(stops)
 
 
 def _prompt_list(prompt: object) -> list:
@@ -112,7 +133,7 @@ def complete(scorer: Scorer, served_model: str, request: CompletionRequest) -> d
 
 
 def _choice(scorer: Scorer, request: CompletionRequest, ids: list[int], index: int) -> dict:
-    """Greedy continuation of one prompt, with the (echoed) tokens' log-probs."""
+    """Greedy continuation of one prompt (ended by `stop`), with the (echoed) tokens' log-probs."""
     entries: list[tuple[int, float | None, torch.Tensor | None]] = []  # (token, log-prob, distribution)
     rows = None
     if request.echo and request.logprobs is not None:
@@ -122,36 +143,55 @@ def _choice(scorer: Scorer, request: CompletionRequest, ids: list[int], index: i
         ]
     elif request.echo:
         entries += [(t, None, None) for t in ids]
-    sequence = list(ids)
+    n_echoed, sequence, stopped = len(entries), list(ids), False
+    tok = scorer.tokenizer
     for step in range(request.max_tokens):
         row = rows[-1] if step == 0 and rows is not None else scorer.next_token_logprobs([sequence])[0]
         token = int(row.argmax())
         entries.append((token, float(row[token]), row))
         sequence.append(token)
-    tok = scorer.tokenizer
-    text = tok.decode([t for t, _, _ in entries]) if entries else ""
-    choice = {"index": index, "text": text, "logprobs": None, "finish_reason": "length"}
+        generated = tok.decode(sequence[len(ids) :])
+        if any(s in generated for s in request.stop):
+            stopped = True
+            break
+    text, offsets = _text_and_offsets([t for t, _, _ in entries], tok)
+    if stopped:  # the text ends before the first stop string; tokens that start after that end are dropped
+        start = offsets[n_echoed]
+        cut = start + min(i for i in (text[start:].find(s) for s in request.stop) if i >= 0)
+        text = text[:cut]
+        kept = n_echoed + sum(1 for offset in offsets[n_echoed:] if offset < cut)
+        entries, offsets = entries[:kept], offsets[:kept]
+    choice = {"index": index, "text": text, "logprobs": None, "finish_reason": "stop" if stopped else "length"}
     if request.logprobs is not None:
-        choice["logprobs"] = _logprobs_object(entries, request, tok)
+        choice["logprobs"] = _logprobs_object(entries, offsets, request, tok)
     return choice
 
 
-def _logprobs_object(entries: list, request: CompletionRequest, tok) -> dict:
+def _text_and_offsets(tokens: list[int], tok) -> tuple[str, list[int]]:
+    """The decoded text of `tokens` and where each token's own text starts in it (the token's piece
+    searched from where the previous one ended; a piece that does not occur as such, e.g. a part of a
+    multi-byte character, starts there)."""
+    text = tok.decode(tokens) if tokens else ""
+    offsets, cursor = [], 0
+    for token in tokens:
+        piece = tok.decode([token])
+        found = text.find(piece, cursor) if piece else -1
+        start = found if found >= 0 else cursor
+        offsets.append(start)
+        cursor = start + len(piece) if found >= 0 else cursor
+    return text, offsets
+
+
+def _logprobs_object(entries: list, offsets: list[int], request: CompletionRequest, tok) -> dict:
     """OpenAI's `logprobs` object: tokens, token_logprobs, top_logprobs, text_offset."""
 
     def name(token: int) -> str:
         return token_key(token) if request.token_ids else tok.decode([token])
 
-    tokens = [name(t) for t, _, _ in entries]
-    top = [None if row is None else _top(row, request.logprobs, name) for _, _, row in entries]
-    offsets, offset = [], 0
-    for t, _, _ in entries:
-        offsets.append(offset)
-        offset += len(tok.decode([t]))
     return {
-        "tokens": tokens,
+        "tokens": [name(t) for t, _, _ in entries],
         "token_logprobs": [lp for _, lp, _ in entries],
-        "top_logprobs": top,
+        "top_logprobs": [None if row is None else _top(row, request.logprobs, name) for _, _, row in entries],
         "text_offset": offsets,
     }
 

@@ -7,6 +7,14 @@ class EndpointError(ScorerError):
     """A completions endpoint is unusable or answered something unusable; the message says why."""
 
 
+class EchoIgnored(EndpointError):
+    """The server answered an `echo` request without the prompt's tokens (llama.cpp's server and others)."""
+
+
+class AuditInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an endpoint audit, after the answers that arrived were cached; the message says how many."""
+
+
 class RequestError(ValueError):
     """A completions request the server refuses: `status` is the HTTP status to answer with."""
 

@@ -76,3 +76,12 @@ def text_prompt(tokenizer, ids: Sequence[int]) -> str:
             "accepts token-id prompts"
         )
     return text
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """SHA-256 (16 hex digits) of the tokenizer's full definition (its tokenizer.json), so a cache
+    written with one tokenizer is never read with another."""
+    import hashlib
+
+    text = tokenizer.backend_tokenizer.to_str()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

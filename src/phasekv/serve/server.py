@@ -17,7 +17,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..scoring import Scorer
-from .completions import complete, parse_request
+from .completions import DEFAULT_MAX_NEW_TOKENS, complete, parse_request
 from .errors import RequestError
 from .wire import COMPLETIONS_PATH, MODELS_PATH
 
@@ -29,8 +29,17 @@ class CompletionServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler, scorer: Scorer, served_model: str, api_key: str | None):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler,
+        scorer: Scorer,
+        served_model: str,
+        api_key: str | None,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    ):
         super().__init__(address, handler)
+        self.max_new_tokens = max_new_tokens
         self.scorer = scorer
         self.served_model = served_model
         self.api_key = api_key
@@ -61,7 +70,7 @@ class CompletionServer(ThreadingHTTPServer):
 
     def completion_body(self, body: object) -> dict:
         """The `/v1/completions` response for a decoded JSON body (RequestError if refused)."""
-        request = parse_request(body, self.served_model, self.scorer.tokenizer, self.vocab_size)
+        request = parse_request(body, self.served_model, self.scorer.tokenizer, self.vocab_size, self.max_new_tokens)
         with self.model_lock:
             return complete(self.scorer, self.served_model, request)
 
@@ -133,6 +142,8 @@ def make_server(
     port: int = 0,
     api_key: str | None = None,
     handler: type[CompletionHandler] = CompletionHandler,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
 ) -> CompletionServer:
-    """A bound server (port 0: a free port, see `.url`); call `serve_forever()` to run it."""
-    return CompletionServer((host, port), handler, scorer, served_model, api_key)
+    """A bound server (port 0: a free port, see `.url`); call `serve_forever()` to run it.
+    `max_new_tokens` caps a request's `max_tokens`."""
+    return CompletionServer((host, port), handler, scorer, served_model, api_key, max_new_tokens)

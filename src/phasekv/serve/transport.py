@@ -1,7 +1,9 @@
 """JSON over HTTP with timeouts, retries and exponential backoff (urllib, standard library).
 
-Retried: HTTP 429 and 5xx, refused or dropped connections, timeouts. Not retried: other 4xx
-(the server's message is passed on) and a 200 whose body is not the JSON object expected.
+Retried: HTTP 408, 429 and 5xx, refused or dropped connections, timeouts, and a 200 whose body is
+cut off or not JSON (a proxy's page). Not retried, as no retry can heal them: other 4xx (the server's
+message is passed on), a TLS handshake with a server that speaks plain HTTP, and a JSON body that is
+not an object.
 Attempt i (from 0) that fails waits `backoff * 2**i` seconds (at most MAX_WAIT_S, or the
 server's Retry-After) before the next; after `retries` retries the last failure is raised.
 """
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
+import ssl
+import threading
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
@@ -18,7 +21,7 @@ from urllib.parse import urlsplit
 from .errors import EndpointError
 
 MAX_WAIT_S = 30.0
-RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
 def base_url(url: str) -> str:
@@ -46,6 +49,11 @@ class Transport:
         self.retries = retries
         self.backoff = backoff
         self.api_key = api_key
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        """Make no more attempts (Ctrl-C): a request in flight ends with its current attempt."""
+        self._stopped.set()
 
     def get(self, path: str) -> dict:
         """GET `path`, decoded JSON object."""
@@ -73,19 +81,29 @@ class Transport:
                     raise EndpointError(f"{request.full_url} refused the request (HTTP {err.code}): {detail}") from None
                 failure = f"HTTP {err.code}: {detail}"
                 wait = max(wait, _retry_after(err))
+            except NotJSON as err:
+                failure = str(err)
             except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
                 reason = getattr(err, "reason", err)
+                if isinstance(reason, ssl.SSLError):
+                    raise EndpointError(
+                        f"{request.full_url}: TLS failed ({reason}); if the server speaks plain HTTP, use http://"
+                    ) from None
                 failure = f"timed out after {self.timeout} s" if isinstance(reason, TimeoutError) else str(reason)
-            if attempt < self.retries:
-                time.sleep(min(wait, MAX_WAIT_S))
-        raise EndpointError(f"{request.full_url}: gave up after {self.retries + 1} attempts; last: {failure}")
+            if attempt < self.retries and self._stopped.wait(min(wait, MAX_WAIT_S)):
+                break
+        raise EndpointError(f"{request.full_url}: gave up after {attempt + 1} attempts; last: {failure}")
+
+
+class NotJSON(EndpointError):
+    """A 200 whose body is not JSON: cut off or a proxy's page, worth another attempt."""
 
 
 def _decode(raw: bytes, url: str) -> dict:
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise EndpointError(f"malformed response body from {url} (not JSON): {raw[:200]!r}") from None
+        raise NotJSON(f"malformed response body from {url} (not JSON): {raw[:200]!r}") from None
     if not isinstance(body, dict):
         raise EndpointError(f"malformed response body from {url}: expected a JSON object, got {raw[:200]!r}")
     return body

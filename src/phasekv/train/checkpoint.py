@@ -5,7 +5,9 @@ A checkpoint directory holds the model (`config.json` + `model.safetensors`, via
 state, schedule step, RNG states, data position, metrics). Everything is written into a hidden
 temporary directory beside it and renamed into place in one `os.rename`, so a kill at any moment
 leaves either the complete checkpoint or none; `latest_checkpoint` ignores hidden and incomplete
-directories, and `remove_partial` deletes the leftovers of a killed save.
+directories, and `remove_partial` deletes the leftovers of a killed save. A finished run also has
+`checkpoints/final`, a relative symbolic link to its last checkpoint (`mark_final`), so commands and
+examples can name a run's trained model without knowing its step count.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ TRAINER_FILE = "trainer.pt"
 REQUIRED = (CONFIG_FILE, WEIGHTS_FILE, TRAINER_FILE)
 _NAME = re.compile(r"^step_(\d{6,})$")
 _TMP_PREFIX = ".tmp-"
+FINAL_LINK = "final"
 
 
 def checkpoint_name(step: int) -> str:
@@ -55,7 +58,10 @@ def remove_partial(run_dir: str | Path) -> None:
     root = Path(run_dir) / CHECKPOINT_DIR
     if root.is_dir():
         for path in root.glob(f"{_TMP_PREFIX}*"):
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_symlink():  # a `final` link that was not renamed into place
+                path.unlink()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def save_training_checkpoint(
@@ -81,6 +87,18 @@ def save_training_checkpoint(
         for _, old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old)
     return final
+
+
+def mark_final(run_dir: str | Path, checkpoint: str | Path) -> Path:
+    """Point `run_dir/checkpoints/final` at `checkpoint` (one of that run's checkpoints) by a relative
+    symbolic link, replaced atomically (a link made beside it, then renamed over it); returns the link."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    link = root / FINAL_LINK
+    tmp = root / f"{_TMP_PREFIX}{FINAL_LINK}-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(Path(checkpoint).name, tmp)
+    os.replace(tmp, link)
+    return link
 
 
 def load_trainer_state(checkpoint: str | Path) -> dict:

@@ -37,6 +37,7 @@ from phasekv.train.checkpoint import (
     checkpoint_name,
     latest_checkpoint,
     load_trainer_state,
+    mark_final,
     remove_partial,
     save_training_checkpoint,
 )
@@ -234,6 +235,8 @@ def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:
     checkpoint = latest_checkpoint(run_dir) if resume else None
     state = load_trainer_state(checkpoint) if checkpoint else None
     if state and state["step"] >= cfg.steps:
+        if rt.is_main:
+            mark_final(run_dir, checkpoint)  # runs finished before `final` links existed get one
         return TrainResult(run_dir, checkpoint, state["step"], state["metrics"])
     model, optimizer = trainer.start(checkpoint, state)
     start, metrics = (state["step"], dict(state["metrics"])) if state else (0, {})
@@ -285,6 +288,7 @@ def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:
             bar.update(1)
     result = TrainResult(run_dir, checkpoint, cfg.steps, metrics)
     if rt.is_main:
+        mark_final(run_dir, checkpoint)
         record = {"checkpoint": str(checkpoint), "step": cfg.steps, "metrics": metrics}
         write_atomic(run_dir / RESULT_FILE, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=2) + "\n"))
     return result
