@@ -24,6 +24,7 @@ import time
 import torch
 
 from phasekv.attention import Attention, compressed
+from phasekv.compress import paper
 from phasekv.config import CompressionConfig, ModelConfig
 from phasekv.model.presets import DSV4_STYLE
 
@@ -73,9 +74,10 @@ def time_fwd_bwd(layer: Attention, length: int, reps: int) -> float:
     return statistics.median(times)
 
 
-def _peak_worker(kind: str, length: int, threads: int, queue, implementation: str = "flash") -> None:
+def _peak_worker(kind: str, length: int, threads: int, queue, implementation: str, pooling: str) -> None:
     torch.set_num_threads(threads)
     compressed.IMPLEMENTATION = implementation
+    paper.POOLING = pooling
     layer = build(kind)
     # a short pass first: the code pages and thread pools it loads are not the layer's memory
     layer(torch.randn(1, 256, D_MODEL, requires_grad=True)).sum().backward()
@@ -106,10 +108,10 @@ def _status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def peak_mib(kind: str, length: int, threads: int, implementation: str = "flash") -> float:
+def peak_mib(kind: str, length: int, threads: int, implementation: str = "flash", pooling: str = "fused") -> float:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, implementation))
+    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, implementation, pooling))
     proc.start()
     value = queue.get()
     proc.join()
@@ -129,15 +131,23 @@ def main() -> None:
         choices=["flash", "blocked"],
         help="compressed attention: flash (O(T)-memory autograd function, the default) or blocked (autograd)",
     )
+    parser.add_argument(
+        "--pooling",
+        default=paper.POOLING,
+        choices=["fused", "plain"],
+        help="paper compressor: fused (no window copy, the default) or plain (autograd over a window copy)",
+    )
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     compressed.IMPLEMENTATION = args.implementation
+    paper.POOLING = args.pooling
     kinds = args.kinds.split(",")
     rows = []
     print(
         f"fwd+bwd, float32, d_model {D_MODEL}, {HEADS} heads x {HEAD_DIM}, {KV_HEADS} KV head, L={LOCAL}, "
-        f"{args.threads} threads, median of {args.reps}, {args.implementation} compressed attention"
+        f"{args.threads} threads, median of {args.reps}, {args.implementation} compressed attention, "
+        f"{args.pooling} pooling"
     )
     print(f"{'T':>6} {'kind':>5} {'full s':>8} {'comp s':>8} {'ratio':>6} {'FLOP ratio':>10} {'mem ratio':>9}")
     for length in (int(v) for v in args.lengths.split(",")):
@@ -145,7 +155,7 @@ def main() -> None:
         full_mem = None if args.no_memory else peak_mib("full", length, args.threads)
         for kind in kinds:
             comp_s = time_fwd_bwd(build(kind), length, args.reps)
-            comp_mem = None if args.no_memory else peak_mib(kind, length, args.threads, args.implementation)
+            comp_mem = None if args.no_memory else peak_mib(kind, length, args.threads, args.implementation, args.pooling)
             # growth of the resident set; too small to compare below 16 MiB
             mem = comp_mem / full_mem if comp_mem is not None and full_mem >= 16 else None
             row = dict(
@@ -166,6 +176,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             meta = {"threads": args.threads, "reps": args.reps, "implementation": args.implementation}
+            meta["pooling"] = args.pooling
             json.dump({**meta, "rows": rows}, f, indent=2)
 
 
