@@ -155,7 +155,9 @@ def main() -> None:
         full_mem = None if args.no_memory else peak_mib("full", length, args.threads)
         for kind in kinds:
             comp_s = time_fwd_bwd(build(kind), length, args.reps)
-            comp_mem = None if args.no_memory else peak_mib(kind, length, args.threads, args.implementation, args.pooling)
+            comp_mem = None
+            if not args.no_memory:
+                comp_mem = peak_mib(kind, length, args.threads, args.implementation, args.pooling)
             # growth of the resident set; too small to compare below 16 MiB
             mem = comp_mem / full_mem if comp_mem is not None and full_mem >= 16 else None
             row = dict(

@@ -85,7 +85,8 @@ def main() -> None:
     base_f, base_fb = measure(k_proj, lambda m, x: (m(x),), args.length, args.reps, args.warmup)
     print(
         f"compressor alone, T = {args.length}, d_model {D_MODEL}, {KV_HEADS} KV head x {HEAD_DIM}, float32, "
-        f"{args.threads} threads, median of {args.reps}, {args.pooling} pooling; baseline nn.Linear({D_MODEL}, {HEAD_DIM}): "
+        f"{args.threads} threads, median of {args.reps}, {args.pooling} pooling; "
+        f"baseline nn.Linear({D_MODEL}, {HEAD_DIM}): "
         f"fwd {1e3 * base_f:.2f} ms, fwd+bwd {1e3 * base_fb:.2f} ms"
     )
     print(f"{'kind':>12} {'fwd ms':>8} {'fwd ratio':>9} {'f+b ms':>8} {'f+b ratio':>9} {'madd ratio':>10}")

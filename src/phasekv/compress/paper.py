@@ -17,7 +17,6 @@ from ..hooks import HookPoint
 from .base import Compressor, Entries, cut_windows, window_rows
 from .pooling import SlotLayout, gate_dtype, gated_pooling
 
-
 # "fused": the gated pooling as one autograd function that saves no window copy (pooling.py), used when
 # autograd records and no hook reads the gates; "plain": always the autograd path (`_pool_plain`).
 POOLING = "fused"

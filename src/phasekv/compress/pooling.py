@@ -1,6 +1,7 @@
 """The paper compressor's gated pooling as one autograd function that never copies the windows.
 
-    y_{j,i} = x_{j,i} @ [C_i | Z_i] (+ [0 | b_i])      alpha_{j,.} = softmax_i(gate part)      entry_j = sum_i alpha_{j,i} * payload part
+    y_{j,i} = x_{j,i} @ [C_i | Z_i] + [0 | b_i]        alpha_{j,.} = softmax_i(gate columns of y_{j,i})
+    K_j = sum_i alpha_{j,i} * (payload columns of y_{j,i})
 
 The plain path (`PaperCompressor._pool_plain`) cuts windows with `unfold`, permutes them slot-first into
 a [W, windows, d] copy (W/S x the features) and lets autograd save that copy, the payloads and the
@@ -37,7 +38,7 @@ class SlotLayout:
         return max(0, -((self.first_row + slot) // self.stride))
 
     def rows(self, x: torch.Tensor, slot: int) -> torch.Tensor:
-        """x: [B, Tx, F] -> the rows `slot` reads in windows first_valid(slot).. : [B, count - first_valid, F] (a view)."""
+        """x: [B, Tx, F] -> the rows `slot` reads in windows first_valid(slot).. (a view [B, count - lo, F])."""
         lo = self.first_valid(slot)
         row = self.first_row + lo * self.stride + slot
         return x[:, row :: self.stride][:, : self.count - lo]
