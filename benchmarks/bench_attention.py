@@ -9,7 +9,13 @@ fresh subprocess per (kind, T) as the growth of the resident set: peak RSS durin
 (the kernel's peak mark is reset first, where Linux allows; a 256-token pass before it loads code pages
 and thread pools) minus the RSS before it.
 
+On CUDA (`--device cuda`) the times are synchronised and peak memory is the growth of
+`torch.cuda.max_memory_allocated` during one forward+backward, in the same process. `--size paper` is the
+Qwen3-0.6B attention shape (d_model 1024, 16 heads x 128, 1 KV head); `--flex` routes the compressed layer
+through flex_attention (`phasekv.attention.flex.USE_ON_CUDA`); lengths that run out of memory print "oom".
+
     .venv/bin/python benchmarks/bench_attention.py --lengths 1024,4096,8192,16384 --threads 2 --out bench.json
+    python benchmarks/bench_attention.py --device cuda --dtype bfloat16 --size paper --lengths 8192,32768 --flex
 """
 
 from __future__ import annotations
@@ -23,11 +29,22 @@ import time
 
 import torch
 
-from phasekv.attention import Attention, compressed
+from phasekv.attention import Attention, compressed, flex
+from phasekv.compress import paper
 from phasekv.config import CompressionConfig, ModelConfig
 from phasekv.model.presets import DSV4_STYLE
 
-D_MODEL, HEADS, HEAD_DIM, KV_HEADS, LOCAL = 512, 8, 64, 1, 16
+LOCAL = 16
+# (d_model, heads, head_dim, KV heads): the issue-7 layer, and the paper's (Qwen3-0.6B) attention
+SIZES = {"issue": (512, 8, 64, 1), "paper": (1024, 16, 128, 1)}
+D_MODEL, HEADS, HEAD_DIM, KV_HEADS = SIZES["issue"]
+
+
+def use_size(size: str) -> None:
+    global D_MODEL, HEADS, HEAD_DIM, KV_HEADS
+    D_MODEL, HEADS, HEAD_DIM, KV_HEADS = SIZES[size]
+
+
 KINDS = {
     "full": None,
     "w8s8": CompressionConfig(8, 8, local_window=LOCAL),
@@ -36,13 +53,13 @@ KINDS = {
 }
 
 
-def build(kind: str) -> Attention:
+def build(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Attention:
     torch.manual_seed(0)
     extra = dict(rope_dim=HEAD_DIM // 2, rope_style="interleaved") if kind == "dsv4" else {}
     cfg = ModelConfig(
         hidden_size=D_MODEL, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, compression=KINDS[kind], **extra
     )
-    return Attention(cfg)
+    return Attention(cfg).to(device, dtype)
 
 
 def visible_flops(kind: str, length: int) -> float:
@@ -63,19 +80,44 @@ def visible_flops(kind: str, length: int) -> float:
 
 
 def time_fwd_bwd(layer: Attention, length: int, reps: int) -> float:
-    x = torch.randn(1, length, D_MODEL, requires_grad=True)
+    param = next(layer.parameters())
+    x = torch.randn(1, length, D_MODEL, device=param.device, dtype=param.dtype, requires_grad=True)
     times = []
-    for i in range(reps + 1):  # the first pass warms up
+    for i in range(reps + 1):  # the first pass warms up (and compiles, with flex)
+        _sync(param.device)
         start = time.perf_counter()
         layer(x).sum().backward()
+        _sync(param.device)
         if i:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def _peak_worker(kind: str, length: int, threads: int, queue, implementation: str = "flash") -> None:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cuda_peak_mib(layer: Attention, length: int) -> float:
+    """Growth of the CUDA allocator's peak during one forward+backward (after a warm pass)."""
+    param = next(layer.parameters())
+    x = torch.randn(1, length, D_MODEL, device=param.device, dtype=param.dtype, requires_grad=True)
+    layer(x).sum().backward()
+    layer.zero_grad(set_to_none=False)
+    x.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    layer(x).sum().backward()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def _peak_worker(kind: str, length: int, threads: int, queue, implementation: str, pooling: str, size: str) -> None:
     torch.set_num_threads(threads)
+    use_size(size)
     compressed.IMPLEMENTATION = implementation
+    paper.POOLING = pooling
     layer = build(kind)
     # a short pass first: the code pages and thread pools it loads are not the layer's memory
     layer(torch.randn(1, 256, D_MODEL, requires_grad=True)).sum().backward()
@@ -106,10 +148,12 @@ def _status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def peak_mib(kind: str, length: int, threads: int, implementation: str = "flash") -> float:
+def peak_mib(
+    kind: str, length: int, threads: int, implementation: str = "flash", pooling: str = "fused", size: str = "issue"
+) -> float:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, implementation))
+    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, implementation, pooling, size))
     proc.start()
     value = queue.get()
     proc.join()
@@ -129,44 +173,75 @@ def main() -> None:
         choices=["flash", "blocked"],
         help="compressed attention: flash (O(T)-memory autograd function, the default) or blocked (autograd)",
     )
+    parser.add_argument(
+        "--pooling",
+        default=paper.POOLING,
+        choices=["fused", "plain"],
+        help="paper compressor: fused (no window copy, the default) or plain (autograd over a window copy)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--size", default="issue", choices=list(SIZES), help="issue: 512 wide; paper: Qwen3-0.6B")
+    parser.add_argument("--flex", action="store_true", help="compressed layers on flex_attention (CUDA only)")
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     compressed.IMPLEMENTATION = args.implementation
-    kinds = args.kinds.split(",")
-    rows = []
+    paper.POOLING = args.pooling
+    flex.USE_ON_CUDA = args.flex
+    use_size(args.size)
+    dtype = getattr(torch, args.dtype)
+    cuda = args.device.startswith("cuda")
+    attention = "flex" if args.flex and cuda else f"{args.implementation} compressed attention"
     print(
-        f"fwd+bwd, float32, d_model {D_MODEL}, {HEADS} heads x {HEAD_DIM}, {KV_HEADS} KV head, L={LOCAL}, "
-        f"{args.threads} threads, median of {args.reps}, {args.implementation} compressed attention"
+        f"fwd+bwd, {args.dtype} on {args.device}, d_model {D_MODEL}, {HEADS} heads x {HEAD_DIM}, {KV_HEADS} KV head, "
+        f"L={LOCAL}, {args.threads} threads, median of {args.reps}, {attention}, {args.pooling} pooling"
     )
     print(f"{'T':>6} {'kind':>5} {'full s':>8} {'comp s':>8} {'ratio':>6} {'FLOP ratio':>10} {'mem ratio':>9}")
+    rows = []
     for length in (int(v) for v in args.lengths.split(",")):
-        full_s = time_fwd_bwd(build("full"), length, args.reps)
-        full_mem = None if args.no_memory else peak_mib("full", length, args.threads)
-        for kind in kinds:
-            comp_s = time_fwd_bwd(build(kind), length, args.reps)
-            comp_mem = None if args.no_memory else peak_mib(kind, length, args.threads, args.implementation)
+        full_s, full_mem = measure("full", length, args, dtype)
+        for kind in args.kinds.split(","):
+            comp_s, comp_mem = measure(kind, length, args, dtype)
             # growth of the resident set; too small to compare below 16 MiB
-            mem = comp_mem / full_mem if comp_mem is not None and full_mem >= 16 else None
+            mem = comp_mem / full_mem if comp_mem is not None and full_mem is not None and full_mem >= 16 else None
+            ratio = comp_s / full_s if comp_s is not None and full_s is not None else None
             row = dict(
-                T=length,
-                kind=kind,
-                full_s=full_s,
-                compressed_s=comp_s,
-                ratio=comp_s / full_s,
-                flop_ratio=visible_flops(kind, length) / visible_flops("full", length),
-                memory_ratio=mem,
-            )
+                T=length, kind=kind, full_s=full_s, compressed_s=comp_s, ratio=ratio,
+                flop_ratio=visible_flops(kind, length) / visible_flops("full", length), memory_ratio=mem,
+                full_mib=full_mem, compressed_mib=comp_mem,
+            )  # fmt: skip
             rows.append(row)
-            mem_text = "-" if mem is None else f"{mem:.2f}"
             print(
-                f"{length:>6} {kind:>5} {full_s:>8.3f} {comp_s:>8.3f} {row['ratio']:>6.2f} "
-                f"{row['flop_ratio']:>10.2f} {mem_text:>9}"
+                f"{length:>6} {kind:>5} {_fmt(full_s, 8, 3)} {_fmt(comp_s, 8, 3)} {_fmt(ratio, 6, 2)} "
+                f"{row['flop_ratio']:>10.2f} {_fmt(mem, 9, 2)}",
+                flush=True,
             )
     if args.out:
         with open(args.out, "w") as f:
-            meta = {"threads": args.threads, "reps": args.reps, "implementation": args.implementation}
-            json.dump({**meta, "rows": rows}, f, indent=2)
+            meta = {k: getattr(args, k) for k in ("threads", "reps", "implementation", "pooling", "device", "dtype")}
+            json.dump({**meta, "size": args.size, "flex": args.flex, "rows": rows}, f, indent=2)
+
+
+def measure(kind: str, length: int, args, dtype: torch.dtype) -> tuple[float | None, float | None]:
+    """(median fwd+bwd seconds, peak MiB or None); (None, None) when CUDA runs out of memory."""
+    if not args.device.startswith("cuda"):
+        seconds = time_fwd_bwd(build(kind), length, args.reps)
+        if args.no_memory:
+            return seconds, None
+        return seconds, peak_mib(kind, length, args.threads, args.implementation, args.pooling, args.size)
+    try:
+        layer = build(kind, args.device, dtype)
+        seconds = time_fwd_bwd(layer, length, args.reps)
+        return seconds, None if args.no_memory else cuda_peak_mib(layer, length)
+    except torch.cuda.OutOfMemoryError:
+        return None, None
+    finally:
+        torch.cuda.empty_cache()
+
+
+def _fmt(value: float | None, width: int, digits: int) -> str:
+    return f"{'oom/-' if value is None else f'{value:.{digits}f}':>{width}}"
 
 
 if __name__ == "__main__":

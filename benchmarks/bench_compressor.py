@@ -20,7 +20,7 @@ import time
 import torch
 from torch import nn
 
-from phasekv.compress import build_compressor
+from phasekv.compress import build_compressor, paper
 from phasekv.config import CompressionConfig
 from phasekv.model.presets import DSV4_STYLE
 
@@ -73,15 +73,20 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: see README, shared machine)")
+    parser.add_argument(
+        "--pooling", default=paper.POOLING, choices=["fused", "plain"], help="paper compressor's fwd+bwd path"
+    )
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    paper.POOLING = args.pooling
     torch.manual_seed(0)
     k_proj = nn.Linear(D_MODEL, KV_HEADS * HEAD_DIM, bias=False)
     base_f, base_fb = measure(k_proj, lambda m, x: (m(x),), args.length, args.reps, args.warmup)
     print(
         f"compressor alone, T = {args.length}, d_model {D_MODEL}, {KV_HEADS} KV head x {HEAD_DIM}, float32, "
-        f"{args.threads} threads, median of {args.reps}; baseline nn.Linear({D_MODEL}, {HEAD_DIM}): "
+        f"{args.threads} threads, median of {args.reps}, {args.pooling} pooling; "
+        f"baseline nn.Linear({D_MODEL}, {HEAD_DIM}): "
         f"fwd {1e3 * base_f:.2f} ms, fwd+bwd {1e3 * base_fb:.2f} ms"
     )
     print(f"{'kind':>12} {'fwd ms':>8} {'fwd ratio':>9} {'f+b ms':>8} {'f+b ratio':>9} {'madd ratio':>10}")

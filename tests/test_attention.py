@@ -66,6 +66,28 @@ def test_full_attention_matches_reference_with_and_without_offset():
     torch.testing.assert_close(full_attention(q[:, 6:], k, v, 6, 0), reference_full_attention(q[:, 6:], k, v, 6, 0))
 
 
+def _expanded_heads_attention(q, k, v, q_start, k_start):
+    """The previous full_attention: each KV head copied for its query heads, an explicit causal mask."""
+    group = q.shape[2] // k.shape[2]
+    kt, vt = (x.transpose(1, 2).repeat_interleave(group, dim=1) for x in (k, v))
+    q_pos = torch.arange(q_start, q_start + q.shape[1])
+    k_pos = torch.arange(k_start, k_start + k.shape[1])
+    mask = k_pos[None, :] <= q_pos[:, None]
+    return torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kt, vt, attn_mask=mask).transpose(1, 2)
+
+
+@pytest.mark.parametrize("k_start", [0, 3])
+@pytest.mark.parametrize("first, length", [(0, 10), (6, 4), (9, 1)])  # prefill, a cached chunk, a decoding step
+def test_grouped_query_full_attention_equals_the_expanded_heads_path(k_start, first, length):
+    gen = torch.Generator().manual_seed(4)
+    q = torch.randn(2, length, 6, 8, generator=gen)
+    k, v = torch.randn(2, 10, 2, 8, generator=gen), torch.randn(2, 10, 2, 8, generator=gen)
+    q_start = k_start + first
+    got = full_attention(q, k, v, q_start, k_start)
+    torch.testing.assert_close(got, _expanded_heads_attention(q, k, v, q_start, k_start))
+    torch.testing.assert_close(got, reference_full_attention(q, k, v, q_start, k_start))
+
+
 @pytest.mark.parametrize("implementation", ["flash", "blocked"])
 def test_long_sequence_never_builds_a_square_score_tensor(implementation, monkeypatch):
     """With chunk C, the largest score block is C x G x (entries + C + L), far below T x T (forward and

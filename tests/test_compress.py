@@ -2,10 +2,11 @@ import pytest
 import torch
 
 from conftest import randomize, tiny_dsv4_config
-from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor
+from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor, paper
+from phasekv.compress.pooling import SlotLayout, gated_pooling
 from phasekv.compress.reference import reference_entries
 from phasekv.config import CompressionConfig
-from phasekv.hooks import capture
+from phasekv.hooks import capture, hooks
 
 PAPER_CASES = [
     dict(window=8, stride=8),
@@ -158,3 +159,56 @@ def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
         worst = max(worst, (got[:, :, 0] - expected).abs().max().item())
     print(f"dsv4 vs transformers DeepseekV4CSACompressor: max abs diff {worst:.2e}")
     assert worst < 1e-5
+
+
+def _entries_and_gradients(comp, h, start, emit_from):
+    """Entries of comp(h[:, start:]) and the gradients of a random linear function of them (float64)."""
+    comp.zero_grad()
+    x = h[:, start:].clone().requires_grad_(True)
+    entries = comp(x, start, emit_from)
+    gen = torch.Generator().manual_seed(9)
+    loss = (entries.key * torch.randn(entries.key.shape, generator=gen, dtype=h.dtype)).sum()
+    loss = loss + (entries.value * torch.randn(entries.value.shape, generator=gen, dtype=h.dtype)).sum()
+    loss.backward()
+    return [entries.key, entries.value, x.grad] + [p.grad for p in comp.parameters()]
+
+
+@pytest.mark.parametrize("kwargs", PAPER_CASES, ids=_case_id)
+@pytest.mark.parametrize("piecewise", [False, True])
+def test_fused_pooling_matches_the_plain_path_in_values_and_gradients(kwargs, piecewise, monkeypatch):
+    """The fused autograd function (no window copy) against the plain autograd path, float64."""
+    offset = OFFSETS.get(_case_id(kwargs), 0)
+    comp = randomize(PaperCompressor(16, 2, 8, CompressionConfig(**kwargs), offset=offset), seed=4).double()
+    h = torch.randn(2, 37, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    start = 9 if piecewise else 0  # a cached call: features from `start`, entries of windows ending after it
+    emit_from = start + comp.context if piecewise else 0
+    results = {}
+    for pooling in ("plain", "fused"):
+        monkeypatch.setattr(paper, "POOLING", pooling)
+        results[pooling] = _entries_and_gradients(comp, h, start, emit_from)
+    assert results["plain"][0].shape[1] > 0
+    for want, got in zip(results["plain"], results["fused"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("gate_width", [0, 1, 3])
+def test_fused_pooling_passes_gradcheck(gate_width):
+    """Overlapping windows (W=4, S=2), two padded slots in the first window, two branches."""
+    gen = torch.Generator().manual_seed(0)
+    layout = SlotLayout(first_row=-2, count=6, stride=2, window=4, groups=(2, 1, 3, gate_width))
+    x = torch.randn(2, 13, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(4, 5, 2 * 3 + 2 * gate_width, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, 2 * gate_width, generator=gen, dtype=torch.float64, requires_grad=True)
+    inputs = (x, weight, bias if gate_width else None)
+    assert torch.autograd.gradcheck(lambda *a: gated_pooling(*a, layout), inputs)
+
+
+def test_gate_hooks_select_the_plain_path_so_a_replacement_takes_effect():
+    comp = randomize(PaperCompressor(16, 1, 8, CompressionConfig(8, 8)), seed=2)
+    h = torch.randn(1, 16, 16, requires_grad=True)
+    uniform = PaperCompressor(16, 1, 8, CompressionConfig(8, 8, gate="uniform"))
+    uniform.payload = comp.payload
+    with hooks(comp, {"hook_gate_key": lambda alpha, _name: torch.full_like(alpha, 1 / 8)}):
+        replaced = comp(h).key
+    torch.testing.assert_close(replaced, uniform(h).key)
+    assert not torch.allclose(comp(h).key, replaced)

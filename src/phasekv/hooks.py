@@ -23,6 +23,11 @@ class HookPoint(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
+    @property
+    def has_hooks(self) -> bool:
+        """Whether a hook is attached (fast paths that bypass this point must not run then)."""
+        return bool(self._forward_hooks or self._forward_pre_hooks)
+
 
 def hook_names(model: nn.Module) -> list[str]:
     """All hook point names in `model`, in module order."""

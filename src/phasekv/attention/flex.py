@@ -1,4 +1,4 @@
-"""Compressed attention with torch's flex_attention: the CUDA path (not wired into the model yet).
+"""Compressed attention with torch's flex_attention: the CUDA path, opt-in until checked on a GPU.
 
 Keys and values are [compressed entries || exact tokens] (one tensor each), and a block mask says
 what each query sees: entry j iff entry_end[j] <= t, exact token p iff t-L+1 <= p <= t. flex_attention
@@ -7,12 +7,17 @@ so the work is proportional to what is visible, forward and backward, in one fus
 The sink (a per-head logit added to the softmax denominator) scales the output by
 sigmoid(logsumexp - sink), as in `compressed.py`.
 
-`compressed_attention_auto` picks this path for CUDA tensors and `compressed_attention` elsewhere.
-Off CUDA flex_attention runs unfused in eager mode (correct, slow): tests use it to check the mask on
-any machine; the CUDA parity test is skipped where no GPU is present.
+`compressed_attention_auto` (what the model's layers call) picks this path only when it is switched on
+(`PHASEKV_FLEX=1` in the environment, or `phasekv.attention.flex.USE_ON_CUDA = True`), for CUDA tensors
+and calls of at least FLEX_MIN_QUERIES queries (training, prefill); everything else, and every call by
+default, runs the pure-PyTorch `compressed_attention`. It stays opt-in until the CUDA tests
+(tests/test_cuda.py, run by benchmarks/gpu_check.sh) have passed on a GPU. Off CUDA flex_attention runs
+unfused in eager mode (correct, slow): tests use it to check the mask on any machine.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -65,6 +70,11 @@ def flex_compressed_attention(
     return out.transpose(1, 2)
 
 
+# Opt-in (see the module's docstring). Shorter calls (decoding steps, small cached chunks) keep the
+# PyTorch path: flex would compile a kernel for every new shape.
+USE_ON_CUDA = os.environ.get("PHASEKV_FLEX", "0") == "1"
+FLEX_MIN_QUERIES = 128
+
 _COMPILED = {}
 
 
@@ -80,9 +90,10 @@ def _flex(cuda: bool):
 
 
 def compressed_attention_auto(*args, **kwargs) -> torch.Tensor:
-    """`flex_compressed_attention` on CUDA, `compressed_attention` elsewhere (same arguments)."""
+    """`flex_compressed_attention` where it is switched on and pays (CUDA, >= FLEX_MIN_QUERIES queries),
+    `compressed_attention` otherwise (same arguments)."""
     q = args[0] if args else kwargs["q"]
-    if q.is_cuda:
+    if USE_ON_CUDA and q.is_cuda and q.shape[1] >= FLEX_MIN_QUERIES:
         kwargs.pop("chunk", None)
         return flex_compressed_attention(*args, **kwargs)
     return compressed_attention(*args, **kwargs)

@@ -9,7 +9,7 @@ from ..compress import build_compressor
 from ..config import ModelConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
-from .compressed import compressed_attention
+from .flex import compressed_attention_auto
 from .full import full_attention
 from .rope import Rotary
 from .state import LayerState, append_rows, keep_last
@@ -54,7 +54,7 @@ class Attention(nn.Module):
         if self.compressor is None:
             z = full_attention(q, mem.exact_k, mem.exact_v, start, mem.exact_start)
         else:
-            z = compressed_attention(
+            z = compressed_attention_auto(
                 q, start, mem.entry_k, mem.entry_v, mem.entry_end, mem.exact_k, mem.exact_v, mem.exact_start,
                 self.compressor.cfg.local_window, self.sink,
             )  # fmt: skip

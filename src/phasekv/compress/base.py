@@ -37,30 +37,41 @@ class Windows:
     index: torch.Tensor
 
 
-def cut_windows(x: torch.Tensor, geometry: WindowGeometry, start: int, emit_from: int) -> Windows:
-    """Cut per-token features into the windows whose last position lies in [emit_from, start + T).
+def window_rows(geometry: WindowGeometry, length: int, start: int, emit_from: int) -> tuple[range, int]:
+    """The windows j whose last position lies in [emit_from, start + length) of features x [B, length, F]
+    at positions start.., and the row of x where the first of them begins (negative when it begins before
+    position 0: a padded window, possible only when start == 0).
 
-    x: [B, T, F], the features of positions start .. start+T-1. Every needed window must begin at or
-    after `start`, except windows before position 0 when `start == 0` and the geometry pads them.
-    """
-    batch, length, feat = x.shape
+    Every needed window must begin at or after `start`, except windows before position 0 when `start == 0`
+    and the geometry pads them."""
     js = geometry.windows_ending_in(emit_from, start + length)
     if len(js) == 0:
-        empty = torch.zeros(0, dtype=torch.long, device=x.device)
-        return Windows(x.new_zeros(batch, 0, geometry.window, feat), empty.new_ones(0, geometry.window).bool(), empty)
-    index = torch.arange(js.start, js.stop, device=x.device)
+        return js, 0
     first = geometry.window_start(js.start)
-    pad = -first if (start == 0 and first < 0) else 0
-    first_row = first - start + pad
-    if first_row < 0:
+    if first < start and not (start == 0 and first < 0):
         raise ValueError(
             f"window {js.start} starts at position {first}, before the features given "
             f"(which start at {start}); pass the compressor's `context` hidden states along"
         )
+    return js, first - start
+
+
+def cut_windows(x: torch.Tensor, geometry: WindowGeometry, start: int, emit_from: int) -> Windows:
+    """Cut per-token features into the windows whose last position lies in [emit_from, start + T).
+
+    x: [B, T, F], the features of positions start .. start+T-1 (see `window_rows` for what they must cover).
+    """
+    batch, length, feat = x.shape
+    js, first_row = window_rows(geometry, length, start, emit_from)
+    if len(js) == 0:
+        empty = torch.zeros(0, dtype=torch.long, device=x.device)
+        return Windows(x.new_zeros(batch, 0, geometry.window, feat), empty.new_ones(0, geometry.window).bool(), empty)
+    index = torch.arange(js.start, js.stop, device=x.device)
+    pad = max(0, -first_row)
     if pad:
         x = F.pad(x, (0, 0, pad, 0))
     span = (len(js) - 1) * geometry.stride + geometry.window
-    windows = x[:, first_row : first_row + span].unfold(1, geometry.window, geometry.stride)  # [B, n, F, W]
+    windows = x[:, first_row + pad : first_row + pad + span].unfold(1, geometry.window, geometry.stride)  # [B, n, F, W]
     positions = geometry.window_start(index)[:, None] + torch.arange(geometry.window, device=x.device)
     return Windows(windows.transpose(2, 3), positions >= 0, index)
 

@@ -14,7 +14,12 @@ from torch import nn
 
 from ..config import CompressionConfig
 from ..hooks import HookPoint
-from .base import Compressor, Entries, cut_windows
+from .base import Compressor, Entries, cut_windows, window_rows
+from .pooling import SlotLayout, gate_dtype, gated_pooling
+
+# "fused": the gated pooling as one autograd function that saves no window copy (pooling.py), used when
+# autograd records and no hook reads the gates; "plain": always the autograd path (`_pool_plain`).
+POOLING = "fused"
 
 
 class PaperCompressor(Compressor):
@@ -51,6 +56,38 @@ class PaperCompressor(Compressor):
         """h: [B, T, d_model] hidden states of positions start..start+T-1 -> entries of the windows
         ending in [emit_from, start+T)."""
         x, first = self.features(h, start)
+        js, first_row = window_rows(self.geometry, x.shape[1], first, emit_from)
+        if POOLING == "fused" and len(js) and self._records_gradients(x) and not self._gates_hooked():
+            layout = SlotLayout(first_row, len(js), self.cfg.stride, self.cfg.window, self._groups())
+            pooled = gated_pooling(x, *self._slot_weights(), layout)  # [B, n, br, kv, hd]
+            index = torch.arange(js.start, js.stop, device=x.device)
+        else:
+            pooled, index = self._pool_plain(x, first, emit_from)
+        key = self.hook_entry_key(pooled[:, :, 0])  # [B, n, kv, hd]
+        value = key if self.branches == 1 else self.hook_entry_value(pooled[:, :, 1])
+        return Entries(key, value, index)
+
+    def _records_gradients(self, x: torch.Tensor) -> bool:
+        """Whether autograd keeps this call's intermediates (the fused pooling exists to shrink them)."""
+        return torch.is_grad_enabled() and (x.requires_grad or self.payload.requires_grad)
+
+    def _gates_hooked(self) -> bool:
+        """A hook on the gate scores may replace them: only the plain path routes alpha through its hook."""
+        return self.hook_gate_key.has_hooks or self.hook_gate_value.has_hooks
+
+    def _groups(self) -> tuple[int, int, int, int]:
+        gate_width = 0 if self.cfg.gate == "uniform" else self.gate_width
+        return self.branches, self.kv_heads, self.head_dim, gate_width
+
+    def _slot_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-slot [C_i | Z_i] as one matrix [W, d_in, cols] (one matmul per slot) and b_i (None: uniform)."""
+        if self.cfg.gate == "uniform":
+            return self.payload, None
+        return torch.cat([self.payload, self.gate_weight], dim=2), self.gate_bias
+
+    def _pool_plain(self, x: torch.Tensor, first: int, emit_from: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows cut as a slot-first copy, one batched matmul, autograd throughout; the gate hooks fire
+        here. -> (pooled entries [B, n, br, kv, hd], window indices [n])."""
         win = cut_windows(x, self.geometry, first, emit_from)
         batch, n, w, d = win.x.shape
         shape = (w, batch, n, self.branches, self.kv_heads)
@@ -61,13 +98,12 @@ class PaperCompressor(Compressor):
         else:
             logits = (torch.bmm(x, self.gate_weight) + self.gate_bias[:, None, :]).view(*shape, self.gate_width)
         logits = logits.masked_fill(~win.valid.T[:, None, :, None, None, None], float("-inf"))
-        alpha = torch.softmax(logits.float(), dim=0).to(payload.dtype)  # over the W offsets
+        alpha = torch.softmax(logits.to(gate_dtype(logits.dtype)), dim=0).to(payload.dtype)  # over the W offsets
         alpha = alpha.permute(1, 2, 0, 3, 4, 5)  # [B, n, W, br, kv, g]
         key_alpha = self.hook_gate_key(alpha[:, :, :, 0])
         value_alpha = key_alpha if self.branches == 1 else self.hook_gate_value(alpha[:, :, :, 1])
         payload = payload.permute(1, 2, 0, 3, 4, 5)  # [B, n, W, br, kv, hd]
         key = (key_alpha * payload[:, :, :, 0]).sum(2)  # [B, n, kv, hd]
-        value = key if self.branches == 1 else (value_alpha * payload[:, :, :, 1]).sum(2)
-        key = self.hook_entry_key(key)
-        value = key if self.branches == 1 else self.hook_entry_value(value)
-        return Entries(key, value, win.index)
+        if self.branches == 1:
+            return key[:, :, None], win.index
+        return torch.stack([key, (value_alpha * payload[:, :, :, 1]).sum(2)], dim=2), win.index
