@@ -120,6 +120,123 @@ def test_cached_decoding_equals_transformers_caches(kind):
         parallel = ours(x)
     expected, got = torch.cat(expected, 1), torch.cat(got, 1)
     worst = (expected - got).abs().max().item()
-    print(f"dsv4 {kind} cached decoding vs transformers: max abs diff {worst:.2e} ({type(cache.layers[list(TYPES).index(kind)]).__name__})")
+    print(
+        f"dsv4 {kind} cached decoding vs transformers: max abs diff {worst:.2e} ({type(cache.layers[list(TYPES).index(kind)]).__name__})"
+    )
     assert worst < PARITY_TOLERANCE
     torch.testing.assert_close(got, parallel, rtol=1e-5, atol=1e-5)
+
+
+def test_top_k_selection_equals_its_per_query_reference():
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randn(2, 30, 9, generator=gen).relu()  # ReLU: ties at 0, as the indexer's scores have
+    ends = torch.arange(9) * 4 + 3
+    visible = ends[None, None, :] <= torch.arange(30)[None, :, None]
+    for k in (1, 3, 9, 12):
+        picks = select_top_k(scores, visible, k)
+        assert picks.shape == (2, 30, min(k, 9))
+        expected = reference_select_top_k(scores, visible, k)
+        for b in range(2):
+            for t in range(30):
+                got = {int(j) for j in picks[b, t] if int(j) != NO_ENTRY}
+                assert len(got) == len(expected[b][t]) and all(visible[0, t, j] for j in got)
+                if got != expected[b][t]:  # only ties at the cut may differ: same multiset of scores
+                    assert sorted(scores[b, t, list(got)].tolist()) == sorted(
+                        scores[b, t, list(expected[b][t])].tolist()
+                    )
+    assert (select_top_k(scores, visible, 3)[:, :3] == NO_ENTRY).all()  # nothing visible before position 3
+
+
+def test_gathered_attention_equals_its_reference_and_compressed_attention_when_every_entry_is_picked():
+    from phasekv.attention import reference_compressed_attention
+
+    gen = torch.Generator().manual_seed(6)
+    q, entries = torch.randn(2, 12, 4, 8, generator=gen), torch.randn(2, 7, 8, generator=gen)
+    exact, sink = torch.randn(2, 20, 8, generator=gen), torch.randn(4, generator=gen)
+    start, exact_start, window = 8, 3, 6
+    ends = torch.arange(7) * 3 + 2
+    visible = ends[None, :] <= (start + torch.arange(12))[:, None]
+    every = torch.where(visible, torch.arange(7), NO_ENTRY).expand(2, 12, 7)
+    some = select_top_k(torch.randn(2, 12, 7, generator=gen), visible[None], 2)
+    for picks in (every, some):
+        z, probs = gathered_attention(q, start, entries, picks, exact, exact_start, window, sink)
+        torch.testing.assert_close(
+            z, reference_gathered_attention(q, start, entries, picks, exact, exact_start, window, sink)
+        )
+        assert probs.shape == (2, 12, 4, picks.shape[-1] + window) and (probs.sum(-1) < 1).all()  # the sink's share
+    ek, ex = entries[:, :, None], exact[:, :, None]
+    expected = reference_compressed_attention(q, start, ek, ek, ends, ex, ex, exact_start, window, sink)
+    torch.testing.assert_close(
+        gathered_attention(q, start, entries, every, exact, exact_start, window, sink)[0], expected
+    )
+    with pytest.raises(ValueError, match="need earlier ones"):
+        gathered_attention(q, start, entries, every, exact[:, 5:], exact_start + 5, window, sink)
+
+
+def test_top_k_changes_what_a_csa_layer_reads():
+    """With fewer picks than visible entries the output differs from reading every entry (the test above
+    pins what it equals); a hook that replaces the picks is what the layer attends to."""
+    _, cfg = _configs()
+    layer = randomize(DSV4Attention(cfg, 1), seed=7).eval()
+    x = torch.randn(1, 41, 64, generator=torch.Generator().manual_seed(8))
+    from phasekv.hooks import capture, hooks
+
+    with torch.no_grad(), capture(layer, ["indexer.hook_index_selection", "indexer.hook_index_scores"]) as seen:
+        base = layer(x)
+    picks, scores = seen["indexer.hook_index_selection"][0], seen["indexer.hook_index_scores"][0]
+    assert picks.shape == (1, 41, TOP_K) and scores.shape == (1, 41, 10)
+    assert torch.isinf(scores[0, 2]).all() and torch.isfinite(scores[0, 40]).all()  # padded window -1: from 3 on
+    visible = layer.compressor.geometry.window_end(torch.arange(-1, 9))[None, :] <= torch.arange(41)[:, None]
+    every = torch.where(visible, torch.arange(10), NO_ENTRY)[None]
+    with torch.no_grad(), hooks(layer, {"indexer.hook_index_selection": lambda picks, name: every}):
+        read_all = layer(x)
+    torch.testing.assert_close(read_all[:, : 4 * TOP_K + 3], base[:, : 4 * TOP_K + 3])  # <= k entries visible
+    assert (read_all[:, -1] - base[:, -1]).abs().max() > 1e-4
+
+
+def test_indexer_learns_from_its_kl_loss_only():
+    """The LM loss does not reach the indexer (picks are not differentiable); its KL to the attention does,
+    and the rest of the layer gets no gradient from that KL (detached inputs)."""
+    torch.manual_seed(9)
+    model = PhaseKVModel(preset_config("dsv4-csa", vocab_size=40)).train()
+    ids = torch.randint(0, 40, (2, 48))
+    index = [n for n, _ in model.named_parameters() if ".indexer." in n]
+    model(ids).logsumexp(-1).mean().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(grads[n] is not None and grads[n].abs().sum() > 0 for n in index)
+    model.zero_grad()
+    off = preset_config("dsv4-csa", vocab_size=40)
+    quiet = PhaseKVModel(
+        type(off).from_dict({**off.to_dict(), "dsv4": {**off.to_dict()["dsv4"], "indexer_loss_weight": 0}})
+    )
+    quiet.load_state_dict(model.state_dict())
+    quiet.train()(ids).logsumexp(-1).mean().backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for n, p in quiet.named_parameters() if ".indexer." in n)
+    others = {n: p.grad for n, p in quiet.named_parameters() if ".indexer." not in n}
+    torch.testing.assert_close({n: g for n, g in grads.items() if n in others}, others)  # the KL adds nothing there
+
+
+def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
+    from phasekv.analysis.topk import target_picked, topk_hits_by_phase
+    from phasekv.hooks import hooks
+    from phasekv.tasks.prompts import Prompt
+
+    torch.manual_seed(10)
+    model = PhaseKVModel(preset_config("dsv4-mix", vocab_size=40)).eval()
+    ids = torch.randint(0, 40, (1, 40)).tolist()[0]
+    prompts = [Prompt(ids, [1], target, 39, target % 4, 0, 0) for target in (4, 5, 9, 30)]
+    # Pin the picks at the query: entry rows 2 and 3 (windows 1 and 2, positions 4..11 and 8..15).
+    pinned = torch.tensor([2, 3, NO_ENTRY] + [NO_ENTRY] * (8 - 3))
+
+    def pin(picks, name):
+        picks = picks.clone()
+        picks[:, 39] = pinned[: picks.shape[-1]]
+        return picks
+
+    with hooks(model, {"layers.1.self_attn.indexer.hook_index_selection": pin}):
+        hit = target_picked(model, prompts)
+        rows = topk_hits_by_phase(model, prompts)
+    assert list(hit) == [1] and hit[1].tolist() == [True, True, True, False]
+    phase = {r["value"]: r["rate"] for r in rows if r["group"] == "phase"}
+    assert phase == {0: 1.0, 1: 1.0, 2: 0.0}
+    assert topk_hits_by_phase(PhaseKVModel(preset_config("w8s4-1kv", vocab_size=40)), prompts) == []
