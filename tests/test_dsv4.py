@@ -239,3 +239,14 @@ def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
     phase = {r["value"]: r["rate"] for r in rows if r["group"] == "phase"}
     assert phase == {0: 1.0, 1: 1.0, 2: 0.0}
     assert topk_hits_by_phase(PhaseKVModel(preset_config("w8s4-1kv", vocab_size=40)), prompts) == []
+
+
+def test_gate_plot_takes_layers_of_different_strides(tmp_path):
+    from phasekv.analysis.plots import plot_gates
+
+    rows = [
+        {"layer": i, "kv_head": 0, "branch": "key", "window": w, "static_offsets": 2.0, "per_window_offsets": 1.5,
+         "phase_share": [1.0] * s}
+        for i, (w, s) in enumerate([(8, 4), (16, 16)])
+    ]  # fmt: skip
+    assert plot_gates(rows, tmp_path / "gates.png").stat().st_size > 1000
