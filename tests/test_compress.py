@@ -70,11 +70,13 @@ def test_paper_compressor_matches_the_formulas(kwargs, kv_heads, offset):
 
 
 @pytest.mark.parametrize(
-    "pad, offset, shift", [(False, 0, False), (True, 0, False), (True, 3, False), (False, 1, True)]
+    "pad, offset, shift, window",
+    [(False, 0, False, 8), (True, 0, False, 8), (True, 3, False, 8), (False, 1, True, 8), (False, 0, False, 4)],
 )
-def test_dsv4_compressor_matches_the_formulas(pad, offset, shift):
+def test_dsv4_compressor_matches_the_formulas(pad, offset, shift, window):
+    """CSA (W = 2S, two halves) and HCA (W = S, one half)."""
     cfg = CompressionConfig(
-        window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=pad, token_shift=shift
+        window=window, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=pad, token_shift=shift
     )
     comp = randomize(DSV4Compressor(16, 2, 8, cfg, offset=offset), seed=3)
     h = torch.randn(1, 23, 16, generator=torch.Generator().manual_seed(1))

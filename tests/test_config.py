@@ -14,7 +14,7 @@ from phasekv.model import PRESETS, PhaseKVModel, preset_config
         (dict(gate="softmax"), "unknown gate kind 'softmax'"),
         (dict(kind="nsa"), "unknown compressor kind 'nsa'"),
         (dict(entry_position="middle"), "unknown entry_position"),
-        (dict(kind="dsv4", window=8, stride=8, gate="vector", shared_kv=True), "window must be 2*stride"),
+        (dict(kind="dsv4", window=12, stride=4, gate="vector", shared_kv=True), "(CSA: window = 2*stride)"),
         (dict(kind="dsv4", window=8, stride=4, gate="scalar", shared_kv=True), "gate='vector'"),
         (dict(kind="dsv4", window=8, stride=4, gate="vector"), "shared_kv=True"),
         (dict(stagger="head"), "unknown stagger 'head'"),

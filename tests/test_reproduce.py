@@ -160,3 +160,4 @@ def test_cache_bytes_per_token_counts_one_entry_per_stride():
     for same in ("w16s8-1kv", "w8s8-1kv-stagger", "w8s8-1kv-shift"):
         assert cache_bytes_per_token(preset_config(same)) == cache_bytes_per_token(w8s8)
     assert cache_bytes_per_token(preset_config("w8s4-1kv")) == 2 * cache_bytes_per_token(w8s8)
+    assert cache_bytes_per_token(preset_config("dsv4-mix")) == 0 + (32 + 16) * 4 / 4 + 32 * 4 / 16  # sliding, CSA, HCA

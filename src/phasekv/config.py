@@ -14,6 +14,7 @@ COMPRESSOR_KINDS = ("paper", "dsv4")
 ENTRY_POSITIONS = ("window_start", "last_stride_start")
 ROPE_STYLES = ("half", "interleaved")
 STAGGERS = ("none", "layer")
+DSV4_LAYER_TYPES = ("sliding", "csa", "hca")
 
 
 class ConfigError(ValueError):
@@ -109,9 +110,9 @@ class CompressionConfig:
         _require(isinstance(self.token_shift, bool), f"token_shift must be True or False, got {self.token_shift!r}")
         if self.kind == "dsv4":
             _require(
-                self.window == 2 * self.stride,
-                f"dsv4 compression builds each window from two stride-blocks: window must be 2*stride, "
-                f"got window={self.window}, stride={self.stride}",
+                self.window in (self.stride, 2 * self.stride),
+                f"dsv4 compression builds each window from two stride-blocks (CSA: window = 2*stride) or one "
+                f"(HCA: window = stride), got window={self.window}, stride={self.stride}",
             )
             _require(self.gate == "vector", "dsv4 compression has a per-channel gate: set gate='vector'")
             _require(self.shared_kv, "dsv4 compression reads one latent as key and value: set shared_kv=True")
@@ -125,6 +126,55 @@ class CompressionConfig:
         if self.offsets:
             return self.offsets[layer]
         return layer * self.stride // num_layers if self.stagger == "layer" else 0
+
+
+@dataclass(frozen=True)
+class DSV4Layers:
+    """DeepSeek-V4's attention family (transformers' `DeepseekV4Attention`), one layer type per layer.
+
+    Every layer: low-rank queries (q_a_proj -> RMSNorm -> q_b_proj -> per-head unweighted RMSNorm), one
+    shared K=V head (kv_proj -> RMSNorm), partial interleaved RoPE on the trailing `rope_dim` channels
+    (the rotation is undone on the output at the query position), a per-head sink, a grouped low-rank
+    output projection, and the last `sliding_window` exact tokens. "csa" layers add the model's
+    `compression` entries (W = 2S, S = csa stride) of which each query reads only the `index_topk` that the
+    lightning indexer scores highest; "hca" layers add every visible entry of non-overlapping windows of
+    `hca_rate` tokens. Compressed layers rotate with `compress_rope_theta`, sliding ones with `rope_theta`.
+    The indexer learns from `indexer_loss_weight` x KL(attention over its picks || its softmax), with
+    its inputs detached (DeepSeek-V3.2's sparse-stage objective).
+    """
+
+    layer_types: tuple[str, ...] = ("sliding", "csa")
+    q_lora_rank: int = 32
+    o_groups: int = 2
+    o_lora_rank: int = 32
+    hca_rate: int = 16
+    index_heads: int = 4
+    index_head_dim: int = 16
+    index_topk: int = 8
+    compress_rope_theta: float = 160_000.0
+    indexer_loss_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.layer_types, tuple | list) and len(self.layer_types) > 0,
+            f"layer_types must be a non-empty list, got {self.layer_types!r}",
+        )
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))  # lists from JSON
+        bad = [t for t in self.layer_types if t not in DSV4_LAYER_TYPES]
+        _require(not bad, f"unknown dsv4 layer types {bad}; choose from {DSV4_LAYER_TYPES}")
+        for key in (
+            "q_lora_rank",
+            "o_groups",
+            "o_lora_rank",
+            "hca_rate",
+            "index_heads",
+            "index_head_dim",
+            "index_topk",
+        ):
+            value = getattr(self, key)
+            _require(isinstance(value, int) and value >= 1, f"dsv4 {key} must be an integer >= 1, got {value!r}")
+        _require(self.compress_rope_theta > 0, f"compress_rope_theta must be positive, got {self.compress_rope_theta}")
+        _require(self.indexer_loss_weight >= 0, f"indexer_loss_weight must be >= 0, got {self.indexer_loss_weight}")
 
 
 @dataclass(frozen=True)
@@ -152,6 +202,7 @@ class ModelConfig:
     attention_bias: bool = False
     init_std: float = 0.02
     compression: CompressionConfig | None = None
+    dsv4: DSV4Layers | None = None
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -180,12 +231,38 @@ class ModelConfig:
         _require(self.rope_theta > 0, f"rope_theta must be positive, got {self.rope_theta}")
         if isinstance(self.compression, dict):  # tolerate dicts from JSON
             object.__setattr__(self, "compression", CompressionConfig(**self.compression))
+        if isinstance(self.dsv4, dict):
+            object.__setattr__(self, "dsv4", DSV4Layers(**self.dsv4))
+        if self.dsv4 is not None:
+            self._check_dsv4()
         if self.compression is not None and self.compression.offsets:
             _require(
                 len(self.compression.offsets) == self.num_layers,
                 f"compression.offsets has {len(self.compression.offsets)} entries for {self.num_layers} layers: "
                 "give one offset per layer",
             )
+
+    def _check_dsv4(self) -> None:
+        layers, comp = self.dsv4, self.compression
+        _require(
+            len(layers.layer_types) == self.num_layers,
+            f"dsv4.layer_types has {len(layers.layer_types)} entries for {self.num_layers} layers: give one per layer",
+        )
+        _require(
+            self.num_kv_heads == 1, f"dsv4 layers read one shared K=V head: set num_kv_heads=1, not {self.num_kv_heads}"
+        )
+        _require(
+            comp is not None and comp.kind == "dsv4" and comp.window == 2 * comp.stride and comp.pad_first_window,
+            "dsv4 layers need compression=kind 'dsv4' with window = 2*stride and pad_first_window (the CSA windows)",
+        )
+        _require(
+            (self.num_heads * self.head_dim) % layers.o_groups == 0,
+            f"dsv4 o_groups ({layers.o_groups}) must divide num_heads*head_dim ({self.num_heads * self.head_dim})",
+        )
+        _require(
+            self.rotary_dim <= layers.index_head_dim,
+            f"the indexer rotates rope_dim={self.rotary_dim} channels: index_head_dim must be >= it",
+        )
 
     @property
     def rotary_dim(self) -> int:
@@ -210,4 +287,10 @@ class ModelConfig:
             bad = sorted(set(comp) - comp_known)
             _require(not bad, f"unknown compression keys {bad}; known keys are {sorted(comp_known)}")
             data["compression"] = CompressionConfig(**comp)
+        if data.get("dsv4") is not None:
+            layers = data["dsv4"]
+            layers_known = {f.name for f in fields(DSV4Layers)}
+            bad = sorted(set(layers) - layers_known)
+            _require(not bad, f"unknown dsv4 keys {bad}; known keys are {sorted(layers_known)}")
+            data["dsv4"] = DSV4Layers(**layers)
         return cls(**data)

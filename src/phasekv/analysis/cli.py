@@ -114,6 +114,7 @@ def gates_command(
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
     from .gates_run import format_gates, is_run_dir, run_gate_trajectory, run_gates
     from .plots import plot_gate_trajectory, plot_gates
+    from .topk import format_topk_hits
 
     with _one_line_errors("gates"):
         lookup = _lookup(**prompts)
@@ -127,6 +128,8 @@ def gates_command(
         result = run_gates(_scorer(model, scoring), lookup, scoring["batch_size"])
         typer.echo(f"gates of {model} over the windows of {result['n_windows_from']['prompts']} prompts")
         typer.echo(format_gates(result["rows"]))
+        if "topk_hits" in result:
+            typer.echo(format_topk_hits(result["topk_hits"]))
         _write(result, out, "gates", lambda path: plot_gates(result["rows"], path))
 
 

@@ -12,7 +12,9 @@ sequences; they hold no raw alphas, so vector-gate channels count as windows the
 checkpoints when the run has any.
 
 Results (JSON): `schema` "phasekv.analysis.gates/1" with the envelope, `options`, `n_windows_from`
-(prompts), `rows`; trajectories: `schema` "phasekv.analysis.gate_trajectory/1", `run_dir`,
+(prompts), `rows`, and for models with a lightning indexer (DeepSeek-V4 CSA layers) `topk_hits`: how often
+its picks at the query include the target record's entry, by phase and residue (`topk.topk_hits_by_phase`);
+trajectories: `schema` "phasekv.analysis.gate_trajectory/1", `run_dir`,
 `source`, `steps` [{step, rows}].
 """
 
@@ -32,6 +34,7 @@ from .gates import gate_metrics
 from .hf_gates import hf_gate_metrics
 from .hf_layers import is_phasekv
 from .probe_prompts import batches, lookup_prompts, unique_ids
+from .topk import topk_hits_by_phase
 
 SCHEMA = "phasekv.analysis.gates/1"
 TRAJECTORY_SCHEMA = "phasekv.analysis.gate_trajectory/1"
@@ -63,6 +66,9 @@ def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int =
         n_windows_from={"prompts": int(ids.shape[0]), "prompt_length": int(ids.shape[1])},
         rows=rows,
     )
+    hits = topk_hits_by_phase(scorer.model, prompts.prompts, batch_size) if is_phasekv(scorer.model) else []
+    if hits:
+        result["topk_hits"] = hits
     result["schema"] = SCHEMA
     result["analysis"] = "gates"
     return result

@@ -86,7 +86,8 @@ def plot_gates(rows: list[dict], path: str | Path) -> Path:
     if values:
         shares.append((axes[2], values, "value gate, shifted back by one"))
     for ax, group, title in shares:
-        data = np.array([r["phase_share"] for r in group])
+        width = max(len(r["phase_share"]) for r in group)  # layers of different strides (DeepSeek-V4 CSA / HCA)
+        data = np.array([r["phase_share"] + [np.nan] * (width - len(r["phase_share"])) for r in group])
         image = ax.imshow(data, cmap="magma", aspect="auto", interpolation="nearest", vmin=0)
         ax.set_yticks(range(len(group)), [f"L{r['layer']}H{r['kv_head']}" for r in group], fontsize=6)
         ax.set_xlabel("phase")

@@ -16,6 +16,7 @@ class LayerState:
     entry_k, entry_v: every compressed entry written so far (keys normalised and RoPE'd).
     entry_end:        [N] position from which each entry is visible.
     hidden:           compressor inputs of the last W-1 positions (the unfinished windows).
+    index_k:          [B, n, index_head_dim] the lightning indexer's keys of the entries (DeepSeek-V4 CSA).
     """
 
     exact_k: torch.Tensor | None = None
@@ -26,6 +27,7 @@ class LayerState:
     entry_end: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     hidden: torch.Tensor | None = None
     hidden_start: int = 0
+    index_k: torch.Tensor | None = None
 
     @property
     def num_entries(self) -> int:
@@ -33,7 +35,7 @@ class LayerState:
 
     def nbytes(self) -> int:
         """Bytes of key/value memory held (exact tokens and entries; not the compressor's hidden buffer)."""
-        tensors = (self.exact_k, self.exact_v, self.entry_k, self.entry_v)
+        tensors = (self.exact_k, self.exact_v, self.entry_k, self.entry_v, self.index_k)
         return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 

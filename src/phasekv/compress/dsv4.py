@@ -1,11 +1,13 @@
-"""DeepSeek-V4's CSA compressor (the compressed part, before the lightning indexer).
+"""DeepSeek-V4's CSA and HCA compressors (the compressed part, before the lightning indexer).
 
-Window j (W = 2S) is built from two stride-blocks: its first S slots read the first half of the
+CSA: window j (W = 2S) is built from two stride-blocks: its first S slots read the first half of the
 per-token projections ("a"), its last S slots the second half ("b"). Only the bias `position_bias`
 ([S, 2*kv_heads*head_dim], per offset and per channel) depends on the offset; the matrices take one
 value per half. The gate is a per-channel softmax over the W slots; keys and values share one latent,
 which is RMS-normalised. Given the same weights, the entries equal transformers'
 `DeepseekV4CSACompressor` (with pad_first_window and entry_position="last_stride_start").
+HCA (W = S): one block, one half, the same gate and norm; equal to `DeepseekV4HCACompressor`
+(entry_position="window_start").
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ class DSV4Compressor(Compressor):
     ):
         super().__init__(hidden_size, kv_heads, head_dim, cfg, offset)
         width = kv_heads * head_dim
-        self.kv_proj = nn.Linear(self.in_features, 2 * width, bias=False)  # [a-half | b-half]
-        self.gate_proj = nn.Linear(self.in_features, 2 * width, bias=False)
-        self.position_bias = nn.Parameter(torch.empty(cfg.stride, 2 * width))  # DeepSeek's `ape`
+        self.halves = cfg.window // cfg.stride  # 2 (CSA) or 1 (HCA)
+        self.kv_proj = nn.Linear(self.in_features, self.halves * width, bias=False)  # [a-half | b-half]
+        self.gate_proj = nn.Linear(self.in_features, self.halves * width, bias=False)
+        self.position_bias = nn.Parameter(torch.empty(cfg.stride, self.halves * width))  # DeepSeek's `ape`
         self.kv_norm = RMSNorm(head_dim, eps)
         self.hook_gate_key = HookPoint()
         self.hook_entry_key = HookPoint()
@@ -44,8 +47,10 @@ class DSV4Compressor(Compressor):
         nn.init.ones_(self.kv_norm.weight)
 
     def _slots(self, per_token: torch.Tensor) -> torch.Tensor:
-        """[B, n, W, 2*width] windows of per-token features -> [B, n, W, width]: a-half, then b-half."""
+        """[B, n, W, halves*width] windows of per-token features -> [B, n, W, width]: a-half, then b-half."""
         s, width = self.cfg.stride, self.kv_heads * self.head_dim
+        if self.halves == 1:
+            return per_token
         return torch.cat([per_token[:, :, :s, :width], per_token[:, :, s:, width:]], dim=2)
 
     def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0) -> Entries:
@@ -56,7 +61,7 @@ class DSV4Compressor(Compressor):
         gate = cut_windows(self.gate_proj(x), self.geometry, first, emit_from)
         batch, n = kv.x.shape[:2]
         width = self.kv_heads * self.head_dim
-        bias = torch.cat([self.position_bias[:, :width], self.position_bias[:, width:]], dim=0)  # [W, width]
+        bias = torch.cat(self.position_bias.split(width, dim=1), dim=0)  # [W, width]
         logits = self._slots(gate.x) + bias
         logits = logits.masked_fill(~kv.valid[None, :, :, None], float("-inf"))
         alpha = torch.softmax(logits.float(), dim=2).to(h.dtype)  # per channel, over the W slots

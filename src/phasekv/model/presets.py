@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..config import CompressionConfig, ConfigError, ModelConfig
+from ..config import CompressionConfig, ConfigError, DSV4Layers, ModelConfig
 
 SIZES = {
     "tiny": dict(
@@ -41,6 +41,7 @@ class Preset:
     kv_heads: int
     compression: CompressionConfig | None = None
     rope: bool = True
+    dsv4_layers: str = ""  # DeepSeek-V4 attention layers: "sliding", "csa", "hca" or "mix" (see dsv4_layers)
 
 
 def _paper_style(window: int, stride: int, **kw) -> CompressionConfig:
@@ -57,6 +58,26 @@ DSV4_STYLE = CompressionConfig(
     pad_first_window=True,
     attention_sink=True,
 )
+
+# DeepSeek-V4's attention family (transformers' DeepseekV4Attention) at each size: low-rank q and grouped
+# output projections, indexer sizes, the HCA rate (128 in V4; 16 at tiny size so a 192-token sequence has
+# some HCA entries). "mix" opens with a sliding-only layer, then alternates CSA and HCA like V4.
+DSV4_SIZES = {
+    "tiny": dict(q_lora_rank=32, o_groups=2, o_lora_rank=32, hca_rate=16, index_heads=4, index_head_dim=16),
+    "paper": dict(q_lora_rank=256, o_groups=4, o_lora_rank=256, hca_rate=128, index_heads=8, index_head_dim=64),
+}
+DSV4_TOP_K = 8  # entries each CSA query reads: 8 of the ~48 of a 192-token sequence
+
+
+def dsv4_layers(pattern: str, size: str, num_layers: int) -> DSV4Layers:
+    """The DSV4Layers of preset pattern `pattern` for a model of `num_layers` layers."""
+    if pattern == "mix":
+        types = ["sliding"] + ["csa" if i % 2 == 0 else "hca" for i in range(num_layers - 1)]
+    else:
+        types = [pattern] * num_layers
+    top_k = DSV4_TOP_K if size == "tiny" else 512
+    return DSV4Layers(layer_types=tuple(types), index_topk=top_k, **DSV4_SIZES[size])
+
 
 PRESETS: dict[str, Preset] = {
     "full-1kv": Preset("full attention, 1 KV head", 1),
@@ -81,6 +102,20 @@ PRESETS: dict[str, Preset] = {
         "W8/S8, 1 KV head, compressor reads [h_p ; h_p-1] (token shift)", 1, _paper_style(8, 8, token_shift=True)
     ),
     "dsv4": Preset("DeepSeek-V4-style CSA kernel: W8/S4 from two halves, per-offset bias, K=V, sink", 1, DSV4_STYLE),
+    "dsv4-sliding": Preset("DeepSeek-V4 attention, sliding-only layers", 1, DSV4_STYLE, dsv4_layers="sliding"),
+    "dsv4-csa": Preset(
+        "DeepSeek-V4 attention, CSA layers: each query reads the lightning indexer's top 8 W8/S4 entries",
+        1,
+        DSV4_STYLE,
+        dsv4_layers="csa",
+    ),
+    "dsv4-hca": Preset("DeepSeek-V4 attention, HCA layers: every W16/S16 entry", 1, DSV4_STYLE, dsv4_layers="hca"),
+    "dsv4-mix": Preset(
+        "a small DeepSeek-V4: a sliding-only layer, then CSA (indexer top 8) and HCA alternating (3 layers at tiny)",
+        1,
+        DSV4_STYLE,
+        dsv4_layers="mix",
+    ),
 }
 
 
@@ -98,6 +133,11 @@ def preset_config(name: str, size: str = "tiny", vocab_size: int | None = None, 
     if preset.compression is not None and preset.compression.kind == "dsv4":
         # DeepSeek-V4 rotates only a trailing slice of each head, pairing channels interleaved.
         extra = dict(rope_dim=base["head_dim"] // 2, rope_style="interleaved")
+    if preset.dsv4_layers:
+        overrides = dict(overrides)
+        default_layers = 3 if preset.dsv4_layers == "mix" and size == "tiny" else base["num_layers"]
+        base["num_layers"] = overrides.pop("num_layers", default_layers)
+        extra["dsv4"] = dsv4_layers(preset.dsv4_layers, size, base["num_layers"])
     cfg = ModelConfig(
         name=f"{name}@{size}",
         num_kv_heads=preset.kv_heads,

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, LayerState
+from ..attention.dsv4_layer import DSV4Attention
 from ..config import ModelConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
@@ -39,7 +40,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer)
+        self.self_attn = DSV4Attention(cfg, layer) if cfg.dsv4 is not None else Attention(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
         self.hook_attn_out = HookPoint()
@@ -83,6 +84,8 @@ class PhaseKVModel(nn.Module):
                 nn.init.ones_(module.weight)
             elif isinstance(module, Attention) and module.compressor is not None:
                 module.compressor.reset_parameters(std)
+            elif isinstance(module, DSV4Attention):
+                module.reset_parameters(std)
 
     @contextmanager
     def window_offset(self, offset: int) -> Iterator[None]:
@@ -92,6 +95,8 @@ class PhaseKVModel(nn.Module):
         comp = self.config.compression
         if comp is None:
             raise ValueError("window_offset needs a compressed model; this one has full attention")
+        if self.config.dsv4 is not None:
+            raise ValueError("window_offset is not supported for DeepSeek-V4 layers (their indexer has windows too)")
         if not (isinstance(offset, int) and 0 <= offset < comp.stride):
             raise ValueError(f"window offset must be an integer in [0, stride={comp.stride}), got {offset!r}")
         compressors = [layer.self_attn.compressor for layer in self.layers]

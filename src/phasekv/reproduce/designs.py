@@ -26,6 +26,11 @@ def cache_bytes_per_token(config: ModelConfig, dtype_bytes: int = 4) -> float:
     token-shift state excluded): one entry per S tokens per KV head, holding K and V unless they are shared."""
     kv = config.num_kv_heads * config.head_dim * dtype_bytes
     c = config.compression
+    if config.dsv4 is not None:  # K=V entries: CSA's (with the indexer's key) every S tokens, HCA's every hca_rate
+        layers = config.dsv4
+        csa = (kv + layers.index_head_dim * dtype_bytes) / c.stride
+        per_type = {"sliding": 0.0, "csa": csa, "hca": kv / layers.hca_rate}
+        return sum(per_type[kind] for kind in layers.layer_types)
     per_layer = 2 * kv if c is None else (1 if c.shared_kv else 2) * kv / c.stride
     return config.num_layers * per_layer
 

@@ -170,6 +170,22 @@ MITIGATIONS = _register(
     )
 )
 
+# The DeepSeek-V4 attention family (`dsv4-mix`: sliding, CSA with the indexer's top 8, HCA) beside W8/S4
+# (the same CSA windows without top-k, in every layer), both trained exactly like the quick profile's runs.
+DSV4 = _register(
+    replace(
+        QUICK,
+        name="dsv4",
+        description="a small DeepSeek-V4 (sliding, CSA with lightning-indexer top-k, HCA) beside W8/S4, seed 42",
+        runs=(
+            RunSpec("dsv4-mix-s42", "dsv4-mix", "DeepSeek-V4 mix · CSA top-8 · seed 42", steps=COMPRESSED_STEPS),
+            QUICK.runs[3],
+        ),
+        jobs=1,
+        reuse_from=("quick",),
+    )
+)
+
 _PAPER_SWEEP = (
     ("full-1kv", "Full attention · 1 KV"),
     ("full-4kv", "Full attention · 4 KV"),

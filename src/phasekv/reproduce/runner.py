@@ -16,6 +16,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..analysis.probe_prompts import lookup_prompts
+from ..analysis.topk import topk_hits_by_phase
 from ..evaluate import run_lookup, write_results
 from ..model.io import write_atomic
 from ..scoring import PhaseKVScorer
@@ -134,6 +136,9 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
                 continue
         scorer = PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
         result = run_lookup(scorer, profile.lookup, progress=progress)
+        hits = topk_hits_by_phase(scorer.model, lookup_prompts(scorer.tokenizer, profile.lookup).prompts)
+        if hits:  # DeepSeek-V4 CSA layers: how often the indexer picks the target's entry, by phase
+            result["topk_hits"] = hits
         result.update(
             checkpoint=str(ckpt.resolve()),
             run=run.name,

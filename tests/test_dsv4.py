@@ -1,0 +1,252 @@
+"""DeepSeek-V4 attention layers: parity with transformers' DeepseekV4Attention (parallel and cached), the
+indexer's top-k against its per-query twin, the gathered attention against its reference, indexer training."""
+
+import pytest
+import torch
+
+from conftest import randomize
+from phasekv.attention.dsv4_indexer import NO_ENTRY, reference_select_top_k, select_top_k
+from phasekv.attention.dsv4_layer import (
+    DSV4Attention,
+    gathered_attention,
+    reference_gathered_attention,
+    transformers_state_dict,
+)
+from phasekv.config import CompressionConfig, DSV4Layers, ModelConfig
+from phasekv.model import PhaseKVModel, preset_config
+
+TYPES = {"sliding": "sliding_attention", "csa": "compressed_sparse_attention", "hca": "heavily_compressed_attention"}
+TOP_K, HCA_RATE, WINDOW = 3, 8, 16
+PARITY_TOLERANCE = 1e-5  # fp32, outputs of size ~1
+
+
+def _has_deepseek_v4() -> bool:
+    try:
+        import transformers.models.deepseek_v4.modeling_deepseek_v4  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_hf = pytest.mark.skipif(not _has_deepseek_v4(), reason="the installed transformers has no deepseek_v4 model")
+
+
+def _configs():
+    """A transformers DeepseekV4Config and the phasekv ModelConfig with the same attention (3 layer types)."""
+    from transformers import DeepseekV4Config
+
+    hf = DeepseekV4Config(
+        vocab_size=64, hidden_size=64, head_dim=32, num_attention_heads=4, q_lora_rank=16, num_hidden_layers=3,
+        index_n_heads=4, index_head_dim=16, index_topk=TOP_K, partial_rotary_factor=0.5, o_groups=2, o_lora_rank=16,
+        sliding_window=WINDOW, layer_types=list(TYPES.values()), mlp_layer_types=["moe"] * 3,
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": HCA_RATE},
+    )  # fmt: skip
+    windows = CompressionConfig(
+        window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, entry_position="last_stride_start",
+        pad_first_window=True, attention_sink=True, local_window=WINDOW,
+    )  # fmt: skip
+    layers = DSV4Layers(
+        layer_types=tuple(TYPES), q_lora_rank=16, o_groups=2, o_lora_rank=16, hca_rate=HCA_RATE, index_heads=4,
+        index_head_dim=16, index_topk=TOP_K, compress_rope_theta=hf.compress_rope_theta,
+    )  # fmt: skip
+    ours = ModelConfig(
+        hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=1, head_dim=32, rope_dim=16, rope_style="interleaved",
+        rope_theta=hf.rope_theta, rms_norm_eps=hf.rms_norm_eps, compression=windows, dsv4=layers,
+    )  # fmt: skip
+    return hf, ours
+
+
+def _pair(kind: str, seed: int = 0):
+    """(transformers' DeepseekV4Attention, our DSV4Attention) of layer type `kind` with the same random weights."""
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Attention
+
+    hf_cfg, cfg = _configs()
+    layer = list(TYPES).index(kind)
+    hf = randomize(DeepseekV4Attention(hf_cfg, layer), seed=seed).eval()
+    ours = DSV4Attention(cfg, layer).eval()
+    ours.load_state_dict(transformers_state_dict(hf.state_dict()))
+    return hf, ours, hf_cfg
+
+
+def _hf_call(hf, hf_cfg, x, start, cache=None):
+    """transformers' layer on x [B, T, d] at positions start.. (the model's masks and rotary embeddings)."""
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4RotaryEmbedding
+
+    batch, length, _ = x.shape
+    positions = torch.arange(start, start + length)[None].expand(batch, -1)
+    rotary = DeepseekV4RotaryEmbedding(hf_cfg)
+    embeddings = {kind: rotary(x, positions, layer_type=kind) for kind in ("main", "compress")}
+    past = 0 if cache is None or not cache.layers[hf.layer_idx].is_initialized else cache.layers[hf.layer_idx].keys
+    past = past if isinstance(past, int) else past.shape[2]
+    key_positions = torch.arange(start - past, start + length)
+    distance = positions[0, :, None] - key_positions[None, :]
+    allowed = (distance >= 0) & (distance < WINDOW)
+    mask = torch.zeros(batch, 1, length, key_positions.numel()).masked_fill(~allowed, float("-inf"))
+    return hf(x, embeddings, positions, mask, cache=cache)[0]
+
+
+@needs_hf
+@pytest.mark.parametrize("kind", list(TYPES))
+def test_layer_equals_transformers_deepseek_v4_attention(kind):
+    hf, ours, hf_cfg = _pair(kind)
+    gen = torch.Generator().manual_seed(1)
+    worst = 0.0
+    for length in (1, 5, 8, 23, 41):
+        x = torch.randn(2, length, 64, generator=gen)
+        with torch.no_grad():
+            expected, got = _hf_call(hf, hf_cfg, x, 0), ours(x)
+        assert expected.abs().max() > 0.1
+        worst = max(worst, (expected - got).abs().max().item())
+    print(f"dsv4 {kind} layer vs transformers DeepseekV4Attention (parallel): max abs diff {worst:.2e}")
+    assert worst < PARITY_TOLERANCE
+
+
+@needs_hf
+@pytest.mark.parametrize("kind", list(TYPES))
+def test_cached_decoding_equals_transformers_caches(kind):
+    """Prefill 13 tokens, then one at a time, against DeepseekV4CSACache / HCACache / the sliding cache."""
+    from transformers import DynamicCache
+
+    from phasekv.attention import LayerState
+
+    hf, ours, hf_cfg = _pair(kind, seed=3)
+    x = torch.randn(2, 37, 64, generator=torch.Generator().manual_seed(2))
+    cache, state = DynamicCache(config=hf_cfg), LayerState()
+    expected, got = [], []
+    with torch.no_grad():
+        for start, stop in [(0, 13)] + [(t, t + 1) for t in range(13, 37)]:
+            expected.append(_hf_call(hf, hf_cfg, x[:, start:stop], start, cache))
+            got.append(ours(x[:, start:stop], start, state))
+        parallel = ours(x)
+    expected, got = torch.cat(expected, 1), torch.cat(got, 1)
+    worst = (expected - got).abs().max().item()
+    layer_cache = type(cache.layers[list(TYPES).index(kind)]).__name__
+    print(f"dsv4 {kind} cached decoding vs transformers ({layer_cache}): max abs diff {worst:.2e}")
+    assert worst < PARITY_TOLERANCE
+    torch.testing.assert_close(got, parallel, rtol=1e-5, atol=1e-5)
+
+
+def test_top_k_selection_equals_its_per_query_reference():
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randn(2, 30, 9, generator=gen).relu()  # ReLU: ties at 0, as the indexer's scores have
+    ends = torch.arange(9) * 4 + 3
+    visible = ends[None, None, :] <= torch.arange(30)[None, :, None]
+    for k in (1, 3, 9, 12):
+        picks = select_top_k(scores, visible, k)
+        assert picks.shape == (2, 30, min(k, 9))
+        expected = reference_select_top_k(scores, visible, k)
+        for b in range(2):
+            for t in range(30):
+                got = {int(j) for j in picks[b, t] if int(j) != NO_ENTRY}
+                assert len(got) == len(expected[b][t]) and all(visible[0, t, j] for j in got)
+                if got != expected[b][t]:  # only ties at the cut may differ: same multiset of scores
+                    assert sorted(scores[b, t, list(got)].tolist()) == sorted(
+                        scores[b, t, list(expected[b][t])].tolist()
+                    )
+    assert (select_top_k(scores, visible, 3)[:, :3] == NO_ENTRY).all()  # nothing visible before position 3
+
+
+def test_gathered_attention_equals_its_reference_and_compressed_attention_when_every_entry_is_picked():
+    from phasekv.attention import reference_compressed_attention
+
+    gen = torch.Generator().manual_seed(6)
+    q, entries = torch.randn(2, 12, 4, 8, generator=gen), torch.randn(2, 7, 8, generator=gen)
+    exact, sink = torch.randn(2, 20, 8, generator=gen), torch.randn(4, generator=gen)
+    start, exact_start, window = 8, 3, 6
+    ends = torch.arange(7) * 3 + 2
+    visible = ends[None, :] <= (start + torch.arange(12))[:, None]
+    every = torch.where(visible, torch.arange(7), NO_ENTRY).expand(2, 12, 7)
+    some = select_top_k(torch.randn(2, 12, 7, generator=gen), visible[None], 2)
+    for picks in (every, some):
+        z, probs = gathered_attention(q, start, entries, picks, exact, exact_start, window, sink)
+        torch.testing.assert_close(
+            z, reference_gathered_attention(q, start, entries, picks, exact, exact_start, window, sink)
+        )
+        assert probs.shape == (2, 12, 4, picks.shape[-1] + window) and (probs.sum(-1) < 1).all()  # the sink's share
+    ek, ex = entries[:, :, None], exact[:, :, None]
+    expected = reference_compressed_attention(q, start, ek, ek, ends, ex, ex, exact_start, window, sink)
+    torch.testing.assert_close(
+        gathered_attention(q, start, entries, every, exact, exact_start, window, sink)[0], expected
+    )
+    with pytest.raises(ValueError, match="need earlier ones"):
+        gathered_attention(q, start, entries, every, exact[:, 5:], exact_start + 5, window, sink)
+
+
+def test_top_k_changes_what_a_csa_layer_reads():
+    """With fewer picks than visible entries the output differs from reading every entry (the test above
+    pins what it equals); a hook that replaces the picks is what the layer attends to."""
+    _, cfg = _configs()
+    layer = randomize(DSV4Attention(cfg, 1), seed=7).eval()
+    x = torch.randn(1, 41, 64, generator=torch.Generator().manual_seed(8))
+    from phasekv.hooks import capture, hooks
+
+    with torch.no_grad(), capture(layer, ["indexer.hook_index_selection", "indexer.hook_index_scores"]) as seen:
+        base = layer(x)
+    picks, scores = seen["indexer.hook_index_selection"][0], seen["indexer.hook_index_scores"][0]
+    assert picks.shape == (1, 41, TOP_K) and scores.shape == (1, 41, 10)
+    assert torch.isinf(scores[0, 2]).all() and torch.isfinite(scores[0, 40]).all()  # padded window -1: from 3 on
+    visible = layer.compressor.geometry.window_end(torch.arange(-1, 9))[None, :] <= torch.arange(41)[:, None]
+    every = torch.where(visible, torch.arange(10), NO_ENTRY)[None]
+    with torch.no_grad(), hooks(layer, {"indexer.hook_index_selection": lambda picks, name: every}):
+        read_all = layer(x)
+    torch.testing.assert_close(read_all[:, : 4 * TOP_K + 3], base[:, : 4 * TOP_K + 3])  # <= k entries visible
+    assert (read_all[:, -1] - base[:, -1]).abs().max() > 1e-4
+
+
+def test_indexer_learns_from_its_kl_loss_only():
+    """The LM loss does not reach the indexer (picks are not differentiable); its KL to the attention does,
+    and the rest of the layer gets no gradient from that KL (detached inputs)."""
+    torch.manual_seed(9)
+    model = PhaseKVModel(preset_config("dsv4-csa", vocab_size=40)).train()
+    ids = torch.randint(0, 40, (2, 48))
+    index = [n for n, _ in model.named_parameters() if ".indexer." in n]
+    model(ids).logsumexp(-1).mean().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(grads[n] is not None and grads[n].abs().sum() > 0 for n in index)
+    model.zero_grad()
+    off = preset_config("dsv4-csa", vocab_size=40)
+    quiet = PhaseKVModel(
+        type(off).from_dict({**off.to_dict(), "dsv4": {**off.to_dict()["dsv4"], "indexer_loss_weight": 0}})
+    )
+    quiet.load_state_dict(model.state_dict())
+    quiet.train()(ids).logsumexp(-1).mean().backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for n, p in quiet.named_parameters() if ".indexer." in n)
+    others = {n: p.grad for n, p in quiet.named_parameters() if ".indexer." not in n}
+    torch.testing.assert_close({n: g for n, g in grads.items() if n in others}, others)  # the KL adds nothing there
+
+
+def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
+    from phasekv.analysis.topk import target_picked, topk_hits_by_phase
+    from phasekv.hooks import hooks
+    from phasekv.tasks.prompts import Prompt
+
+    torch.manual_seed(10)
+    model = PhaseKVModel(preset_config("dsv4-mix", vocab_size=40)).eval()
+    ids = torch.randint(0, 40, (1, 40)).tolist()[0]
+    prompts = [Prompt(ids, [1], target, 39, target % 4, 0, 0) for target in (4, 5, 9, 30)]
+    # Pin the picks at the query: entry rows 2 and 3 (windows 1 and 2, positions 4..11 and 8..15).
+    pinned = torch.tensor([2, 3, NO_ENTRY] + [NO_ENTRY] * (8 - 3))
+
+    def pin(picks, name):
+        picks = picks.clone()
+        picks[:, 39] = pinned[: picks.shape[-1]]
+        return picks
+
+    with hooks(model, {"layers.1.self_attn.indexer.hook_index_selection": pin}):
+        hit = target_picked(model, prompts)
+        rows = topk_hits_by_phase(model, prompts)
+    assert list(hit) == [1] and hit[1].tolist() == [True, True, True, False]
+    phase = {r["value"]: r["rate"] for r in rows if r["group"] == "phase"}
+    assert phase == {0: 1.0, 1: 1.0, 2: 0.0}
+    assert topk_hits_by_phase(PhaseKVModel(preset_config("w8s4-1kv", vocab_size=40)), prompts) == []
+
+
+def test_gate_plot_takes_layers_of_different_strides(tmp_path):
+    from phasekv.analysis.plots import plot_gates
+
+    rows = [
+        {"layer": i, "kv_head": 0, "branch": "key", "window": w, "static_offsets": 2.0, "per_window_offsets": 1.5,
+         "phase_share": [1.0] * s}
+        for i, (w, s) in enumerate([(8, 4), (16, 16)])
+    ]  # fmt: skip
+    assert plot_gates(rows, tmp_path / "gates.png").stat().st_size > 1000
