@@ -15,19 +15,42 @@ def torchrun_command(config: Path, run_dir: Path, nproc: int = 8, nodes: int = 1
     return f"{launcher} -m phasekv.train --config {config} --out {run_dir} --resume"
 
 
+def data_line(profile: Profile) -> str:
+    if not profile.text_fraction:
+        return "data: the synthetic retrieval mixture alone"
+    return (
+        f"data: {profile.text_fraction:.0%} of every batch real text from {profile.tokens_dir} "
+        f"(make it with `phasekv data tokenize FILES --tokenizer DIR --out {profile.tokens_dir}`), "
+        f"{1 - profile.text_fraction:.0%} the retrieval mixture"
+    )
+
+
+def budget_line(profile: Profile) -> str:
+    tokens = [profile.tokens_per_run(run) for run in profile.runs]
+    low, high = min(tokens) / 1e9, max(tokens) / 1e9
+    each = f"{low:.3g}B" if low == high else f"{low:.3g}-{high:.3g}B"
+    line = f"budget: {each} tokens per run, {sum(tokens) / 1e9:.4g}B in all"
+    return line + (f" ({profile.budget_note})" if profile.budget_note else "")
+
+
 def write_plan(profile: Profile, out: str | Path) -> str:
     """Write every run's config to out/runs/<run>.json and describe the plan with its launch commands."""
     out = Path(out)
     lines = [
         f"profile {profile.name}: {profile.description}",
         f"size {profile.size}, batch {profile.batch_size} x {profile.seq_len} tokens, data seed {profile.data_seed}",
+        data_line(profile),
+        budget_line(profile),
         "",
     ]
     commands = []
     for run in profile.runs:
         run_dir = out / "runs" / run.name
         config = save_run_config(profile.run_config(run), out / "configs" / run.name)
-        lines.append(f"{run.name:<22} {run.label:<36} seed {run.seed:<3} {run.steps:>7} steps")
+        tokens = profile.tokens_per_run(run)
+        lines.append(
+            f"{run.name:<22} {run.label:<36} seed {run.seed:<3} {run.steps:>7} steps {tokens / 1e9:>9.3f}B tokens"
+        )
         commands.append(torchrun_command(config, run_dir))
     lines += ["", "launch commands (one node of 8 GPUs each; `--nnodes N` with a rendezvous for more):", *commands]
     lines += [

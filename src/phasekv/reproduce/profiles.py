@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from ..corpus.mixture import MixtureConfig
 from ..tasks.lookup import LookupOptions
 from ..train import DataConfig, ModelSpec, OptimConfig, RunConfig
+from .sizes import AnalysisSizes
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,31 @@ class Profile:
     jobs: int = 2
     reuse_from: tuple[str, ...] = ()  # sibling output directories whose identical finished runs are copied
     compare_designs: bool = False  # write the design comparison (designs.json/.md) and a knockout of the best
+    analyses: AnalysisSizes | None = None  # the post-training analyses (knockout, gates, cycle, flip, theory)
+    # real text mixed into every batch (token files from `phasekv data tokenize`); 0: the mixture alone
+    text_fraction: float = 0.0
+    tokens_dir: str | None = None
+    budget_note: str = ""  # how the training budget relates to the paper's (shown by --plan)
+
+    def tokens_per_run(self, run: RunSpec) -> int:
+        return run.steps * self.batch_size * self.seq_len
+
+    def data_config(self) -> DataConfig:
+        if not self.text_fraction:
+            return DataConfig(seed=self.data_seed, mixture=self.mixture)
+        return DataConfig(
+            kind="mixed",
+            seed=self.data_seed,
+            mixture=self.mixture,
+            tokens_dir=self.tokens_dir,
+            text_fraction=self.text_fraction,
+        )
 
     def run_config(self, run: RunSpec) -> RunConfig:
         """The training config of one run (threads=1: runs go in parallel, one core each)."""
         return RunConfig(
             model=ModelSpec(run.preset, self.size, overrides=dict(self.model_overrides)),
-            data=DataConfig(seed=self.data_seed, mixture=self.mixture),
+            data=self.data_config(),
             optim=self.optim,
             steps=run.steps,
             batch_size=self.batch_size,
@@ -114,6 +134,7 @@ QUICK = _register(
         optim=QUICK_OPTIM,
         lookup=QUICK_LOOKUP,
         model_overrides={"num_heads": 4},
+        analyses=AnalysisSizes(),
     )
 )
 
@@ -124,6 +145,7 @@ CONTROL = _register(
         description="the quick profile's full-attention control alone, trained 14,400 steps (about 1.5 h on one core)",
         runs=(RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV · long", steps=14_400),),
         jobs=1,
+        analyses=None,
     )
 )
 
@@ -167,6 +189,7 @@ MITIGATIONS = _register(
         ),
         reuse_from=("quick",),
         compare_designs=True,
+        analyses=None,
     )
 )
 
@@ -186,24 +209,37 @@ _PAPER_SWEEP = (
     ("dsv4", "DeepSeek-style kernel"),
 )
 
+# The paper trains every model on 100B tokens: 190,735 steps of 256 x 2048 tokens (100.0B) match it.
+PAPER_TOKENS = 100_000_000_000
+PAPER_BATCH, PAPER_SEQ_LEN = 256, 2048
+PAPER_STEPS = -(-PAPER_TOKENS // (PAPER_BATCH * PAPER_SEQ_LEN))
+# The paper does not say what its 100B tokens are. Ours: real text (token files made with Qwen3's
+# tokenizer by `phasekv data tokenize ... --out data/tokens`), with a tenth of every batch from the
+# retrieval mixture so that the lookup probe's format is in distribution (scored on answers only).
+PAPER_TEXT_FRACTION = 0.9
+
 PAPER = _register(
     Profile(
         name="paper",
         description="the paper's sweep at Qwen3-0.6B size (GPU cluster): 64 records, seeds 42-45 for W8/S8 · 1 KV",
         size="paper",
         runs=tuple(
-            [RunSpec(p, p, label, steps=47_518) for p, label in _PAPER_SWEEP]
+            [RunSpec(p, p, label, steps=PAPER_STEPS) for p, label in _PAPER_SWEEP]
             + [
-                RunSpec(f"w8s8-1kv-s{s}", "w8s8-1kv", f"W8/S8 · 1 KV · seed {s}", seed=s, steps=47_518)
+                RunSpec(f"w8s8-1kv-s{s}", "w8s8-1kv", f"W8/S8 · 1 KV · seed {s}", seed=s, steps=PAPER_STEPS)
                 for s in (43, 44, 45)
             ]
         ),
         mixture=replace(QUICK_MIXTURE, records=64, records_start=8, max_queries=80),
         optim=OptimConfig(lr=3e-4, warmup_steps=2000, min_lr_fraction=0.1, weight_decay=0.1),
         lookup=replace(QUICK_LOOKUP, n_records=64, n_mappings=256),
-        batch_size=256,
-        seq_len=2048,
+        batch_size=PAPER_BATCH,
+        seq_len=PAPER_SEQ_LEN,
         jobs=1,
+        text_fraction=PAPER_TEXT_FRACTION,
+        tokens_dir="data/tokens",
+        budget_note="every model 100B tokens, as in the paper; the paper does not give its data: "
+        f"{PAPER_TEXT_FRACTION:.0%} real text, the rest the retrieval mixture (our choice)",
     )
 )
 
