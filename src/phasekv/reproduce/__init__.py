@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..report import build_report
-from . import designs
+from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .runner import evaluate_all, final_checkpoint, logged_training_seconds, run_dir, train_all, write_json
@@ -33,6 +33,11 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     stages = run_stages(profile, out, profile.analyses, progress) if profile.analyses else {}
     rows = table_rows(results)
     table = markdown_table(rows)
+    across_seeds = None
+    if profile.seed_comparisons:
+        by_design = seeds.design_rows(profile, rows)
+        across_seeds = {"designs": by_design, "tests": seeds.comparisons(profile, by_design)}
+        table += "\n\n## Across seeds\n\n" + seeds.markdown(by_design, across_seeds["tests"])
     (out / "table.md").write_text(f"# Reproduction ({profile.name} profile)\n\n{table}\n")
     summary = {
         "profile": profile.name,
@@ -50,6 +55,8 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
         },
         "stages": stages,
     }
+    if across_seeds is not None:
+        summary["across_seeds"] = across_seeds
     if profile.compare_designs:
         summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, progress)
     write_json(out / "summary.json", summary)
