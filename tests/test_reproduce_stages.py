@@ -17,10 +17,8 @@ from phasekv.tasks.tokenizer import build_word_tokenizer
 
 TINY_SIZES = AnalysisSizes(
     knockout_mappings=2,
-    knockout_placements=1,
     calibration_mappings=2,
     cycle_mappings=2,
-    cycle_placements=1,
     cycle_deltas=(-1, 0, 1),
     cycle_resamples=20,
     gate_mappings=1,

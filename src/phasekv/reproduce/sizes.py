@@ -23,20 +23,19 @@ class TheorySizes:
 class AnalysisSizes:
     """How large each post-training analysis is (sized so that a profile keeps its time budget).
 
-    Knockout, cycling and gate metrics use the profile's lookup design with fewer mappings and
-    placements (mappings x residues x placements prompts; the probe's exact design needs 13,824);
-    the flip probe shifts one fixed lookup query through `flip_lengths` filler lengths of each family."""
+    Knockout, cycling and gate metrics use the profile's lookup prompts grouped by target position mod
+    `modulus` (8: the strides 8 and 4 divide it) instead of 24: the exact equal-moment design needs
+    modulus^2 prompts per residue, 512 in all at 8 against 13,824 at 24. The flip probe shifts one
+    fixed lookup query through `flip_lengths` filler lengths of each family."""
 
+    modulus: int = 8
     knockout_mappings: int = 8
-    knockout_placements: int = 4
     calibration_mappings: int = 8
     cycle_mappings: int = 16
-    cycle_placements: int = 2
     cycle_deltas: tuple[int, ...] = (-3, -2, -1, 0, 1, 2, 3)
     cycle_resamples: int = 1000
     cycle_preset: str = "w8s8-1kv"  # gate cycling needs W = S: the runs of this preset are cycled
     gate_mappings: int = 2
-    gate_placements: int = 1
     flip_lengths: int = 24
     flip_families: tuple[str, ...] = ("pad", "dots", "prose")
     flip_permutations: int = 1000

@@ -73,14 +73,14 @@ class Stages:
         checkpoint = None if run is None else str(self.checkpoints[run.name].resolve())
         return {"stage": stage, "checkpoint": checkpoint, "settings": settings}
 
-    def _lookup(self, mappings: int, placements: int):
-        return replace(self.profile.lookup, n_mappings=mappings, placements_per_mapping=placements)
+    def _lookup(self, mappings: int):
+        return replace(self.profile.lookup, n_mappings=mappings, modulus=self.sizes.modulus)
 
     def knockout(self) -> list[Path]:
         """Per-KV-head knockout map of every run (the control's too), calibration-mean replacement."""
         from ..analysis.knockout_run import KnockoutOptions, run_knockout
 
-        lookup = self._lookup(self.sizes.knockout_mappings, self.sizes.knockout_placements)
+        lookup = self._lookup(self.sizes.knockout_mappings)
         options = KnockoutOptions(calibration_mappings=self.sizes.calibration_mappings)
         paths = []
         for run in self.profile.runs:
@@ -101,7 +101,7 @@ class Stages:
         trajectory recomputed at every saved checkpoint on the same lookup prompts."""
         from ..analysis.gates_run import run_gate_trajectory, run_gates
 
-        lookup = self._lookup(self.sizes.gate_mappings, self.sizes.gate_placements)
+        lookup = self._lookup(self.sizes.gate_mappings)
         settings = {"lookup": asdict(lookup), "batch_size": 16}
         paths = []
         for run in self.profile.runs:
@@ -128,7 +128,7 @@ class Stages:
         """Gate cycling by every delta on each seed of the W = S preset `sizes.cycle_preset`."""
         from ..analysis.cycle_run import run_cycle
 
-        lookup = self._lookup(self.sizes.cycle_mappings, self.sizes.cycle_placements)
+        lookup = self._lookup(self.sizes.cycle_mappings)
         deltas = list(self.sizes.cycle_deltas)
         settings = {"lookup": asdict(lookup), "deltas": deltas, "resamples": self.sizes.cycle_resamples}
         paths = []
