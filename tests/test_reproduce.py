@@ -26,6 +26,7 @@ def test_every_paper_run_builds_at_paper_size_and_trains_one_step_down_scaled(tm
         small = replace(
             config,
             model=replace(config.model, size="tiny"),
+            data=replace(config.data, kind="mixture", tokens_dir=None, text_fraction=0.0),  # no text here
             steps=1,
             batch_size=2,
             seq_len=320,

@@ -117,12 +117,12 @@ def reproduce(
 
         typer.echo("\n" + markdown(summary["designs"]))
     wall = summary["wall_seconds"]
-    typer.echo(
-        f"\nwall time: train {wall['train']:.0f} s, evaluate {wall['evaluate']:.0f} s, total {wall['total']:.0f} s"
-    )
+    typer.echo("\nwall time: " + ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in wall.items()))
     typer.echo(
         f"written: {out}/report.html, {out}/report_figures/residues.png, {out}/table.md, {out}/summary.json, "
-        f"{out}/results/" + (f", {out}/designs.md, {out}/designs.json, {out}/analysis/" if "designs" in summary else "")
+        f"{out}/results/"
+        + (f", {out}/analysis/" if summary["stages"] else "")
+        + (f", {out}/designs.md, {out}/designs.json, {out}/analysis/" if "designs" in summary else "")
     )
 
 

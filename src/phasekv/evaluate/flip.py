@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from ..scoring import Scorer, score_answers
 from ..tasks.flip import make_flip_families
-from .pattern import best_pattern, pattern_test
+from .pattern import best_pattern, detect_period, pattern_test
 from .record import RunClock, prompt_prefix
 from .stride import resolve_period
 
@@ -101,6 +101,15 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
         }
     pooled = best_pattern(np.stack(winners), lengths, period, len(cands))
     test = pattern_test(np.stack(winners), lengths, period, len(cands), options.n_permutations, options.seed)
+    # periods with at least two lengths in every residue class
+    scan = detect_period(
+        np.stack(winners),
+        lengths,
+        range(2, max(2, len(lengths) // 2) + 1),
+        len(cands),
+        options.n_permutations,
+        options.seed,
+    )
     unk = tok.unk_token_id
     return clock.envelope(
         "flip",
@@ -117,6 +126,7 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
         ],
         families=families,
         pattern={"pooled": pooled.to_dict(cands), "test": test},
+        period_scan=scan,
     )
 
 

@@ -85,3 +85,22 @@ def pattern_test(winners, lengths, period: int, n_candidates: int, n_permutation
         "n_permutations": n_permutations,
         "seed": seed,
     }
+
+
+def detect_period(
+    winners, lengths, periods, n_candidates: int, n_permutations: int, seed: int, alpha: float = 0.01
+) -> dict:
+    """Which period the rankings follow: `pattern_test` at every candidate period, then among the
+    periods with p <= alpha the one with the largest excess agreement (observed - chance) / (total -
+    chance), where chance is the shuffled mean; ties go to the shortest period (a multiple of the
+    true period fits as well but never better). `detected` is None when no period reaches alpha."""
+    scan = []
+    for period in periods:
+        test = pattern_test(winners, lengths, period, n_candidates, n_permutations, seed)
+        chance = test["permutation_mean_agree"]
+        room = test["total"] - chance
+        excess = 0.0 if room <= 0 else (test["observed_agree"] - chance) / room
+        scan.append({"period": int(period), "p_value": test["permutation_p_value"], "excess": round(excess, 6)})
+    significant = [row for row in scan if row["p_value"] <= alpha]
+    best = max(significant, key=lambda row: (row["excess"], -row["period"]), default=None)
+    return {"alpha": alpha, "scan": scan, "detected": None if best is None else best["period"]}

@@ -44,6 +44,7 @@ REQUIRED = {
         "trajectory.key_per_window",
         "final.selected_positions",
     ],
+    "theorem1": ["params.chunk_size", "params.n_heads", "summary.n_starts", "summary.best_loss"],
     "sweep": ["grid", "table"],
     "designs": ["designs"],
 }
@@ -110,6 +111,8 @@ def classify(data: object) -> str | None:
         return kind if kind in REQUIRED else None
     if {"params", "trajectory", "final"} <= data.keys():
         return "theorem2"
+    if {"params", "starts", "summary"} <= data.keys():
+        return "theorem1"
     if {"base", "grid", "seeds", "runs", "table"} <= data.keys():
         return "sweep"
     return None

@@ -1,4 +1,4 @@
-"""Theory (Theorem 2): concentration trajectories and the sweep's coverage table."""
+"""Theory: Theorem 2's concentration trajectories, the sweep's coverage table and Theorem 1's minimisers."""
 
 from __future__ import annotations
 
@@ -50,9 +50,28 @@ def section(inputs: Inputs) -> dict | None:
                 "seeds": r.data.get("seeds"),
             }
         )
+    sweeps += [_theorem1_table(r) for r in inputs.of("theorem1")]
     if not runs and not sweeps:
         return None
     return {"runs": runs, "sweeps": sweeps}
+
+
+THEOREM1_COLUMNS = ["N", "L", "S", "m", "starts", "one-hot, value after key", "of those distinct", "best loss"]
+
+
+def _theorem1_table(result) -> dict:
+    """Theorem 1 as a one-row table beside the sweeps: how many random starts end at one-hot rules
+    with each value one position after its key, and on distinct positions."""
+    p, s = result.data["params"], result.data["summary"]
+    row = [p.get("n_tokens"), p.get("n_chunks"), p["chunk_size"], p["n_heads"], s["n_starts"]]
+    row += [s.get("n_one_hot_value_after_key"), s.get("n_of_those_distinct"), num(s["best_loss"], 4)]
+    return {
+        "name": f"Theorem 1: free query-independent rules from random starts ({result.name})",
+        "file": result.path.as_posix(),
+        "columns": THEOREM1_COLUMNS,
+        "rows": [row],
+        "seeds": [p.get("seed")],
+    }
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:

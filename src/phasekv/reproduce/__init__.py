@@ -7,11 +7,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..report import build_report
-from . import designs
+from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
-from .runner import evaluate_all, final_checkpoint, train_all, write_json
+from .runner import evaluate_all, final_checkpoint, logged_training_seconds, run_dir, train_all, write_json
+from .stages import run_stages
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
@@ -24,25 +27,43 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     train_seconds = train_all(profile, out, jobs or profile.jobs, progress)
     trained = time.perf_counter()
     results = evaluate_all(profile, out, progress)
+    evaluated = time.perf_counter()
+    if progress:
+        tqdm.write(f"stage train: {trained - started:.0f} s wall\nstage evaluate: {evaluated - trained:.0f} s wall")
+    stages = run_stages(profile, out, profile.analyses, progress) if profile.analyses else {}
     rows = table_rows(results)
     table = markdown_table(rows)
+    across_seeds = None
+    if profile.seed_comparisons:
+        by_design = seeds.design_rows(profile, rows)
+        across_seeds = {"designs": by_design, "tests": seeds.comparisons(profile, by_design)}
+        table += "\n\n## Across seeds\n\n" + seeds.markdown(by_design, across_seeds["tests"])
     (out / "table.md").write_text(f"# Reproduction ({profile.name} profile)\n\n{table}\n")
     summary = {
         "profile": profile.name,
         "description": profile.description,
         "runs": [asdict(r) for r in profile.runs],
         "rows": rows,
-        "train_seconds": train_seconds,
+        "train_seconds": train_seconds,  # runs trained by this invocation: wall seconds of their processes
+        # every run, trained now or reused: the wall seconds its training took, from its log
+        "training_seconds": {run.name: logged_training_seconds(run_dir(out, run)) for run in profile.runs},
         "wall_seconds": {
             "train": trained - started,
-            "evaluate": time.perf_counter() - trained,
+            "evaluate": evaluated - trained,
+            **{name: stage["wall_seconds"] for name, stage in stages.items()},
             "total": time.perf_counter() - started,
         },
+        "stages": stages,
     }
+    if across_seeds is not None:
+        summary["across_seeds"] = across_seeds
     if profile.compare_designs:
         summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, progress)
     write_json(out / "summary.json", summary)
+    reported = time.perf_counter()
     build_report(out, out / "report.html", model=_illustrated_model(profile, out))
+    if progress:
+        tqdm.write(f"stage report: {time.perf_counter() - reported:.0f} s wall")
     return {**summary, "table": table}
 
 

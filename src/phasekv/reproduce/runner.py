@@ -153,6 +153,22 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
     return results
 
 
+def logged_training_seconds(directory: Path) -> float | None:
+    """Wall seconds a run spent training, from its log (None without timed records).
+
+    `elapsed_s` counts from the start of each training process, so a resumed run's log holds one
+    segment per process: a drop in `elapsed_s` starts a new segment, and the segments' last values add
+    up. (A segment whose first record's elapsed_s exceeds the previous segment's last is not told apart.)"""
+    total, last = 0.0, None
+    for row in read_log(directory):
+        if "elapsed_s" not in row:
+            continue
+        if last is not None and row["elapsed_s"] < last:
+            total += last
+        last = row["elapsed_s"]
+    return None if last is None else total + last
+
+
 def _options(profile: Profile) -> dict:
     from dataclasses import asdict
 

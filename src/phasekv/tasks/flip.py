@@ -33,8 +33,12 @@ class FlipSet:
     prompts: list[FlipPrompt]
 
 
+PAD_FAMILY = "pad"  # the tokenizer's pad token repeated: the filler of models trained with pad gaps
+
+
 def filler_stream(tokenizer, family: str, n_tokens: int) -> list[int]:
-    """The first `n_tokens` token ids of the family's text (no special tokens added).
+    """The first `n_tokens` token ids of the family's text (no special tokens added); the family
+    `PAD_FAMILY` is the tokenizer's pad token repeated.
 
     The text is repeated until its encoding is long enough, then cut. Draw one stream for the
     longest length of a sweep and slice it (as `make_flip_families` does), so that every
@@ -42,6 +46,10 @@ def filler_stream(tokenizer, family: str, n_tokens: int) -> list[int]:
     """
     if n_tokens < 0:
         raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
+    if family == PAD_FAMILY:
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the filler family 'pad' needs a tokenizer with a pad token")
+        return [tokenizer.pad_token_id] * n_tokens
     units = 1
     while True:
         ids = tokenizer(words.filler_text(family, units), add_special_tokens=False)["input_ids"]
@@ -83,7 +91,7 @@ def make_flip_families(
     families: Sequence[str] | None = None,
     prefix_ids: Sequence[int] = (),
 ) -> dict[str, FlipSet]:
-    """`make_flip` for each family (default: all of `words.filler_families()`)."""
+    """`make_flip` for each family (default: all of `words.filler_families()`; `PAD_FAMILY` may be named too)."""
     chosen = words.filler_families() if families is None else tuple(families)
     longest = max(lengths, default=0)
     return {

@@ -202,6 +202,12 @@ def _tail(vocab: TaskVocab, mapping: Mapping) -> np.ndarray:
     return np.concatenate([demos.ravel(), [vocab.query_sep_id, mapping.animal_ids[mapping.target]]])
 
 
+def unpadded_ids(vocab: TaskVocab, mapping: Mapping, record_separator: bool = True) -> list[int]:
+    """The content of a mapping's prompt without any padding: records, demonstrations, "; target-key"."""
+    records = _records(vocab, mapping, 3 if record_separator else 2)
+    return [int(i) for i in (*records.ravel(), *_tail(vocab, mapping))]
+
+
 def _assemble(
     prefix_ids: Sequence[int],
     records: np.ndarray,

@@ -19,7 +19,7 @@ from phasekv.model import preset_config
 from phasekv.model.io import write_atomic
 
 RUN_FILE = "run.json"
-DATA_KINDS = ("mixture", "tokens")
+DATA_KINDS = ("mixture", "tokens", "mixed")
 PRECISIONS = ("auto", "fp32", "bf16")
 PARALLEL = ("ddp", "fsdp")
 
@@ -42,19 +42,25 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """`kind` "mixture" (synthetic, `mixture` options) or "tokens" (token directory `tokens_dir`);
-    `seed` fixes the data stream, independent of the model seed."""
+    """`kind` "mixture" (synthetic, `mixture` options), "tokens" (token directory `tokens_dir`) or
+    "mixed" (`text_fraction` of every batch from `tokens_dir`, the rest from the mixture, whose
+    tokenizer defaults to the token files'); `seed` fixes the data stream, independent of the model seed."""
 
     kind: str = "mixture"
     seed: int = 0
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     tokens_dir: str | None = None
+    text_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in DATA_KINDS:
             raise RunConfigError(f"unknown data kind {self.kind!r}; choose one of {DATA_KINDS}")
-        if self.kind == "tokens" and not self.tokens_dir:
-            raise RunConfigError("data kind 'tokens' needs tokens_dir (made by `phasekv data tokenize`)")
+        if self.kind in ("tokens", "mixed") and not self.tokens_dir:
+            raise RunConfigError(f"data kind {self.kind!r} needs tokens_dir (made by `phasekv data tokenize`)")
+        if (self.kind == "mixed") != (0 < self.text_fraction < 1) or not 0 <= self.text_fraction < 1:
+            raise RunConfigError(
+                f"text_fraction {self.text_fraction}: data kind 'mixed' needs 0 < text_fraction < 1, other kinds 0"
+            )
 
 
 @dataclass(frozen=True)

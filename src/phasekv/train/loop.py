@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +28,7 @@ from torch import nn
 from tqdm import tqdm
 
 from phasekv.corpus.batch import Batch, DataSource
+from phasekv.corpus.mixed import MixedSource
 from phasekv.corpus.mixture import MixtureSource
 from phasekv.corpus.tokens import TokenWindowSource
 from phasekv.model import PhaseKVModel, load_checkpoint
@@ -67,9 +68,14 @@ class TrainResult:
 
 def build_source(config: RunConfig) -> DataSource:
     """The data source a run config describes."""
-    if config.data.kind == "mixture":
-        return MixtureSource(config.data.mixture, config.seq_len, config.steps, seed=config.data.seed)
-    return TokenWindowSource(config.data.tokens_dir, config.seq_len, seed=config.data.seed)
+    data = config.data
+    if data.kind == "mixture":
+        return MixtureSource(data.mixture, config.seq_len, config.steps, seed=data.seed)
+    text = TokenWindowSource(data.tokens_dir, config.seq_len, seed=data.seed)
+    if data.kind == "tokens":
+        return text
+    mixture = data.mixture if data.mixture.tokenizer else replace(data.mixture, tokenizer=text.header.get("tokenizer"))
+    return MixedSource(MixtureSource(mixture, config.seq_len, config.steps, seed=data.seed), text, data.text_fraction)
 
 
 def masked_sums(model: nn.Module, batch: Batch, runtime: Runtime) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,136 @@
+"""The quick profile's post-training analyses (knockout, gates, cycle, flip, theory) on a miniature
+profile: every report section present, results reused on a rerun, training seconds kept from logs."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from phasekv.evaluate.pattern import detect_period
+from phasekv.report import build_report
+from phasekv.reproduce import RunSpec, get_profile, reproduce
+from phasekv.reproduce.runner import logged_training_seconds
+from phasekv.reproduce.sizes import AnalysisSizes, TheorySizes
+from phasekv.reproduce.stages import STAGES, cached_result, flip_query
+from phasekv.tasks.tokenizer import build_word_tokenizer
+
+TINY_SIZES = AnalysisSizes(
+    knockout_mappings=2,
+    calibration_mappings=2,
+    cycle_mappings=2,
+    cycle_deltas=(-1, 0, 1),
+    cycle_resamples=20,
+    gate_mappings=1,
+    flip_lengths=8,
+    flip_families=("pad", "dots"),
+    flip_permutations=50,
+    theory=TheorySizes(
+        theorem1_starts=2,
+        theorem1_steps=20,
+        theorem2_steps=20,
+        theorem2_batch=16,
+        sweep_grid={"n_heads": [2, 3]},
+        sweep_steps=10,
+        sweep_batch=8,
+    ),
+)
+
+
+def _mini_profile():
+    quick = get_profile("quick")
+    return replace(
+        quick,
+        name="mini",
+        runs=(
+            RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=4),
+            RunSpec("w8s8-1kv-s42", "w8s8-1kv", "W8/S8 · 1 KV · seed 42", steps=4),
+        ),
+        optim=replace(quick.optim, warmup_steps=1),
+        lookup=replace(quick.lookup, n_mappings=2, modulus=16, n_records=8, n_demos=2),
+        batch_size=2,
+        seq_len=128,
+        analyses=TINY_SIZES,
+    )
+
+
+@pytest.mark.slow
+def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path):
+    summary = reproduce(_mini_profile(), tmp_path, progress=False)
+    assert list(summary["stages"]) == list(STAGES)
+    analysis = tmp_path / "analysis"
+    for name in ("knockout-full-1kv", "knockout-w8s8-1kv-s42", "gates-w8s8-1kv-s42", "cycle-w8s8-1kv-s42"):
+        assert (analysis / f"{name}.json").is_file(), name
+    assert not (analysis / "gates-full-1kv.json").exists()  # full attention has no gates
+    trajectory = json.loads((analysis / "gate_trajectory-w8s8-1kv-s42.json").read_text())
+    assert [s["step"] for s in trajectory["steps"]] == [1, 2, 3, 4]  # every saved checkpoint
+    flip = json.loads((analysis / "flip-w8s8-1kv-s42.json").read_text())
+    assert set(flip["families"]) == {"pad", "dots"} and flip["period_scan"]["scan"][0]["period"] == 2
+    assert {p.name for p in (analysis / "theory").iterdir()} == {"theorem1.json", "theorem2.json", "sweep.json"}
+    html = (tmp_path / "report.html").read_text()
+    for section in ("residues", "flip", "knockout", "gates", "cycle", "theory"):
+        assert f'id="sec-{section}"' in html, section
+    assert "left out" not in html and "Theorem 1: free query-independent rules" in html
+    seconds = summary["training_seconds"]
+    assert set(seconds) == {"full-1kv", "w8s8-1kv-s42"} and all(s > 0 for s in seconds.values())
+
+    stamps = {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")}
+    again = reproduce(_mini_profile(), tmp_path, progress=False)
+    assert again["train_seconds"] == {} and again["training_seconds"] == seconds  # reused, from the logs
+    assert json.loads((tmp_path / "summary.json").read_text())["training_seconds"] == seconds
+    assert {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")} == stamps  # every result reused
+    assert build_report(tmp_path, tmp_path / "again.html").notes == []
+
+
+def test_cached_result_recomputes_only_when_its_record_changes(tmp_path):
+    path, calls = tmp_path / "r.json", []
+
+    def compute():
+        calls.append(1)
+        return {"value": len(calls)}
+
+    first, reused = cached_result(path, {"settings": (1, 2)}, compute)
+    assert (first["value"], reused) == (1, False)
+    again, reused = cached_result(path, {"settings": (1, 2)}, compute)  # tuple vs JSON list: same record
+    assert (again["value"], reused) == (1, True)
+    changed, reused = cached_result(path, {"settings": (1, 3)}, compute)
+    assert (changed["value"], reused) == (2, False)
+    path.write_text("{torn")
+    assert cached_result(path, {"settings": (1, 3)}, compute)[0]["value"] == 3
+
+
+def test_logged_training_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
+    rows = [
+        {"step": 25, "elapsed_s": 10.0},
+        {"step": 50, "elapsed_s": 20.0},
+        {"step": 50, "val_loss": 1.0},  # no time: skipped
+        {"step": 75, "elapsed_s": 12.0},  # resumed at step 50: a new process, its clock restarts
+        {"step": 100, "elapsed_s": 24.5},
+    ]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert logged_training_seconds(tmp_path) == pytest.approx(44.5)
+    assert logged_training_seconds(tmp_path / "missing") is None
+
+
+def test_flip_query_is_an_unpadded_lookup_prompt_with_the_answer_first():
+    tokenizer = build_word_tokenizer()
+    lookup = get_profile("quick").lookup
+    context, candidates = flip_query(tokenizer, lookup)
+    words = context.split()
+    assert "<pad>" not in words and words[-2] == ";"
+    target = words[-1]
+    records = [words[i : i + 3] for i in range(0, 3 * lookup.n_records, 3)]
+    names = [r[1] for r in records]
+    k = [r[0] for r in records].index(target)
+    assert k == lookup.n_records // 2
+    assert candidates == (" " + names[k], " " + names[k - 1], " " + names[k + 1])
+
+
+def test_detect_period_finds_the_period_of_a_planted_pattern_and_not_its_multiple_or_divisor():
+    lengths = np.arange(32)
+    truth = (lengths % 8 >= 5).astype(int)  # candidate 1 on top at phases 5-7 of period 8
+    winners = np.stack([truth, truth])
+    found = detect_period(winners, lengths, range(2, 17), 2, n_permutations=200, seed=0)
+    assert found["detected"] == 8
+    noise = np.random.default_rng(0).integers(0, 2, size=(2, 32))
+    assert detect_period(noise, lengths, range(2, 17), 2, n_permutations=200, seed=0)["detected"] is None
