@@ -36,6 +36,9 @@ OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no progress bar")
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
 PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
+TEMPLATE = typer.Option(
+    "paper", help="record template: paper (the paper's token layout) or natural (English sentences, for pretrained LMs)"
+)
 
 
 @contextmanager
@@ -100,6 +103,7 @@ def lookup(
         None, help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)"
     ),
     held_out_modulus: int = typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)"),
+    template: str = TEMPLATE,
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
     scoring: dict = SCORING,
@@ -123,6 +127,7 @@ def lookup(
             seed=seed,
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
+            template=template,
         )
         scorer = _scorer(model, scoring, remote)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
@@ -149,7 +154,8 @@ def needle(
     placements: int = typer.Option(None, min=1, help="placements per haystack and residue (default: fewest exact)"),
     modulus: int = typer.Option(8, min=2, help="group targets by position mod this"),
     protocol: str = typer.Option("in-sequence", help=PROTOCOLS_HELP),
-    seed: int = SEED,
+    template: str = TEMPLATE,
+    seed: int = typer.Option(0, help="seed of the haystacks (keys, values, filler) and of the gaps between records"),
     stride: int = STRIDE,
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
@@ -171,6 +177,7 @@ def needle(
             placements_per_haystack=placements,
             protocol=protocol,
             seed=seed,
+            template=template,
         )
         scorer = _scorer(model, scoring, remote)
         result = run_needle(scorer, options, stride=stride, progress=not quiet)
@@ -202,7 +209,10 @@ def flip(
     families: str = typer.Option(None, help="comma-separated filler families (default: all)"),
     period: int = typer.Option(None, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
     permutations: int = typer.Option(2000, min=1, help="shuffles for the pattern's chance level"),
-    seed: int = SEED,
+    template: str = typer.Option(
+        "paper", help="paper (context right after the filler) or natural (context on a new line: re-encodable text)"
+    ),
+    seed: int = typer.Option(0, help="seed of the permutation test"),
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = OUT,
@@ -220,6 +230,7 @@ def flip(
             period=period,
             n_permutations=permutations,
             seed=seed,
+            template=template,
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)

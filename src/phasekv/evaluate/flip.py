@@ -15,7 +15,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..scoring import Scorer, score_answers
-from ..tasks.flip import make_flip_families
+from ..tasks.flip import make_flip_families, separator_ids
+from ..tasks.templates import check_round_trip
 from .pattern import best_pattern, pattern_test
 from .record import RunClock, prompt_prefix
 from .stride import resolve_period
@@ -31,7 +32,8 @@ DEFAULT_CONTEXT = (
 @dataclass(frozen=True)
 class FlipOptions:
     """Options of a flip run: filler lengths are min_length .. min_length + n_lengths - 1 tokens;
-    `families` None means every filler family; `period` None resolves by `resolve_period`."""
+    `families` None means every filler family; `period` None resolves by `resolve_period`;
+    `template` joins filler and context (`tasks.flip.FLIP_TEMPLATES`)."""
 
     context: str = DEFAULT_CONTEXT
     candidates: tuple[str, ...] = ("8", "32")
@@ -41,6 +43,7 @@ class FlipOptions:
     period: int | None = None
     n_permutations: int = 2000
     seed: int = 0
+    template: str = "paper"
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -80,7 +83,10 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
     context_ids = _encode(tok, options.context)
     prefix = prompt_prefix(tok)
     lengths = list(range(options.min_length, options.min_length + options.n_lengths))
-    sets = make_flip_families(tok, context_ids, lengths, options.families, prefix)
+    sets = make_flip_families(tok, context_ids, lengths, options.families, prefix, separator_ids(tok, options.template))
+    if options.template != "paper":  # the paper's layout joins ids, not text
+        for flip_set in sets.values():
+            check_round_trip(tok, flip_set.prompts, len(prefix), options.template, limit=len(flip_set.prompts))
     families, winners = {}, []
     for family, flip_set in tqdm(sets.items(), desc="flip", unit="family", disable=not progress):
         contexts = [p.input_ids for p in flip_set.prompts for _ in cands]

@@ -5,6 +5,10 @@ grows one token at a time; the scorer then compares candidate continuations at e
 Filler comes from a family (`words.filler_families()`: equals signs, lorem words, digits, a prose
 sentence, full stops), encoded once into a token stream so that the prompt of length L+1 holds
 the filler of length L plus one more token: only the context's offset changes.
+
+Templates (`FLIP_TEMPLATES`): `paper` puts the context right after the filler (the paper's
+layout; with a BPE tokenizer the ids at the seam may be ones no text encodes to), `natural` starts
+the context on a new line after the filler, so the prompt is text a tokenizer produces.
 """
 
 from __future__ import annotations
@@ -13,6 +17,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from phasekv.tasks import words
+
+FLIP_TEMPLATES = {"paper": "", "natural": "\n"}  # text between the filler and the context
+
+
+def separator_ids(tokenizer, template: str) -> list[int]:
+    """Token ids of `template`'s text between filler and context (none for `paper`)."""
+    if template not in FLIP_TEMPLATES:
+        raise ValueError(f"unknown flip template {template!r}; choose one of {', '.join(FLIP_TEMPLATES)}")
+    text = FLIP_TEMPLATES[template]
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
 
 @dataclass(frozen=True)
@@ -56,8 +70,9 @@ def make_flip(
     lengths: Sequence[int],
     prefix_ids: Sequence[int] = (),
     family: str = "",
+    separator: Sequence[int] = (),
 ) -> FlipSet:
-    """One prompt per filler length L in `lengths`: prefix + filler_ids[:L] + context."""
+    """One prompt per filler length L in `lengths`: prefix + filler_ids[:L] + separator + context."""
     if not context_ids:
         raise ValueError("the context is empty")
     longest = max(lengths, default=0)
@@ -65,12 +80,13 @@ def make_flip(
         raise ValueError(f"filler lengths must lie in 0..{len(filler_ids)} (the filler stream's length)")
     prompts = []
     for length in lengths:
-        ids = [*prefix_ids, *filler_ids[:length], *context_ids]
+        ids = [*prefix_ids, *filler_ids[:length], *separator, *context_ids]
         prompts.append(FlipPrompt(ids, int(length), family, len(ids) - 1))
     options = {
         "family": family,
         "lengths": [int(x) for x in lengths],
         "prefix_length": len(prefix_ids),
+        "separator_ids": list(separator),
         "context_length": len(context_ids),
     }
     return FlipSet(options=options, prompts=prompts)
@@ -82,11 +98,14 @@ def make_flip_families(
     lengths: Sequence[int],
     families: Sequence[str] | None = None,
     prefix_ids: Sequence[int] = (),
+    separator: Sequence[int] = (),
 ) -> dict[str, FlipSet]:
     """`make_flip` for each family (default: all of `words.filler_families()`)."""
     chosen = words.filler_families() if families is None else tuple(families)
     longest = max(lengths, default=0)
     return {
-        family: make_flip(context_ids, filler_stream(tokenizer, family, longest), lengths, prefix_ids, family)
+        family: make_flip(
+            context_ids, filler_stream(tokenizer, family, longest), lengths, prefix_ids, family, separator
+        )
         for family in chosen
     }
