@@ -37,7 +37,9 @@ QUIET = typer.Option(False, "--quiet", help="no progress bar")
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
 PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
 TEMPLATE = typer.Option(
-    "paper", help="record template: paper (the paper's token layout) or natural (English sentences, for pretrained LMs)"
+    "paper",
+    help="record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
+    "or sentence ('The owner of the cat is Bob.')",
 )
 
 

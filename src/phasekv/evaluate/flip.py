@@ -15,7 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..scoring import Scorer, score_answers
-from ..tasks.flip import make_flip_families, separator_ids
+from ..tasks.flip import make_flip_families, seam_ids
 from ..tasks.templates import check_round_trip
 from .pattern import best_pattern, pattern_test
 from .record import RunClock, prompt_prefix
@@ -80,10 +80,10 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
     encoded = [candidate_ids(tok, options.context, c) for c in cands]
     if len({tuple(ids) for ids, _ in encoded}) < len(cands):
         raise ValueError(f"candidates {cands} share the same token ids under this tokenizer")
-    context_ids = _encode(tok, options.context)
     prefix = prompt_prefix(tok)
     lengths = list(range(options.min_length, options.min_length + options.n_lengths))
-    sets = make_flip_families(tok, context_ids, lengths, options.families, prefix, separator_ids(tok, options.template))
+    separator, context_ids = seam_ids(tok, options.template, options.context)
+    sets = make_flip_families(tok, context_ids, lengths, options.families, prefix, separator)
     if options.template != "paper":  # the paper's layout joins ids, not text
         for flip_set in sets.values():
             check_round_trip(tok, flip_set.prompts, len(prefix), options.template, limit=len(flip_set.prompts))

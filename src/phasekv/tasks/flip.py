@@ -7,8 +7,9 @@ sentence, full stops), encoded once into a token stream so that the prompt of le
 the filler of length L plus one more token: only the context's offset changes.
 
 Templates (`FLIP_TEMPLATES`): `paper` puts the context right after the filler (the paper's
-layout; with a BPE tokenizer the ids at the seam may be ones no text encodes to), `natural` starts
-the context on a new line after the filler, so the prompt is text a tokenizer produces.
+layout; with a BPE tokenizer the ids at the seam may be ones no text encodes to), `natural` (and
+`sentence`) start the context on a new line after the filler, so the prompt is text a tokenizer
+produces (checked by decoding and re-encoding every prompt).
 """
 
 from __future__ import annotations
@@ -18,15 +19,27 @@ from dataclasses import dataclass
 
 from phasekv.tasks import words
 
-FLIP_TEMPLATES = {"paper": "", "natural": "\n"}  # text between the filler and the context
+# text between the filler and the context; the record templates' names, so one --template serves every probe
+FLIP_TEMPLATES = {"paper": "", "natural": "\n", "sentence": "\n"}
 
 
-def separator_ids(tokenizer, template: str) -> list[int]:
-    """Token ids of `template`'s text between filler and context (none for `paper`)."""
+def seam_ids(tokenizer, template: str, context: str) -> tuple[list[int], list[int]]:
+    """(separator ids, context ids) of `template`. `paper`: no separator, the context encoded on its
+    own. Otherwise the separator and context are encoded after a word, as they stand in a prompt
+    (a SentencePiece tokenizer marks a text's first word with "▁"), and must split there."""
     if template not in FLIP_TEMPLATES:
         raise ValueError(f"unknown flip template {template!r}; choose one of {', '.join(FLIP_TEMPLATES)}")
     text = FLIP_TEMPLATES[template]
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    def encode(s: str) -> list[int]:
+        return list(tokenizer(s, add_special_tokens=False)["input_ids"])
+
+    if not text:
+        return [], encode(context)
+    lead, separated, full = encode("x"), encode("x" + text), encode("x" + text + context)
+    if separated[: len(lead)] != lead or full[: len(separated)] != separated or len(separated) == len(lead):
+        raise ValueError(f"the {template} flip template's text {text!r} merges with its neighbours for this tokenizer")
+    return separated[len(lead) :], full[len(separated) :]
 
 
 @dataclass(frozen=True)

@@ -141,8 +141,9 @@ def lookup_format(tokenizer, options: LookupOptions) -> PromptFormat:
 def lookup_prompts(tokenizer, options: LookupOptions, prefix_ids: Sequence[int] = ()) -> PromptSet:
     """`make_lookup` with the template compiled for `tokenizer`; the prompts' text must re-encode
     to the same ids (`templates.check_round_trip`)."""
-    prompt_set = make_lookup(lookup_format(tokenizer, options), options, prefix_ids)
-    check_round_trip(tokenizer, prompt_set.prompts, len(prefix_ids), options.template)
+    form = lookup_format(tokenizer, options)
+    prompt_set = make_lookup(form, options, prefix_ids)
+    check_round_trip(tokenizer, prompt_set.prompts, len(prefix_ids), options.template, lead=form.lead)
     return prompt_set
 
 

@@ -211,8 +211,9 @@ def needle_format(tokenizer, options: NeedleOptions) -> PromptFormat:
 def needle_prompts(tokenizer, options: NeedleOptions, prefix_ids: Sequence[int] = ()) -> PromptSet:
     """`make_needle` with the template compiled for `tokenizer`; the prompts' text must re-encode to
     the same ids (`templates.check_round_trip`)."""
-    prompt_set = make_needle(needle_format(tokenizer, options), options, prefix_ids)
-    check_round_trip(tokenizer, prompt_set.prompts, len(prefix_ids), options.template, limit=16)
+    form = needle_format(tokenizer, options)
+    prompt_set = make_needle(form, options, prefix_ids)
+    check_round_trip(tokenizer, prompt_set.prompts, len(prefix_ids), options.template, limit=16, lead=form.lead)
     return prompt_set
 
 

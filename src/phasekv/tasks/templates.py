@@ -4,8 +4,11 @@ A template writes each unit of a prompt (a record, a demonstration, the query, a
 as text with word slots `{key}` and `{value}`; the space before a slot belongs to its words, so
 " {key}" becomes " cat" (or " cat dog" for a two-token key). Keys are animals, values are names,
 and needle haystacks are padded with filler words. `paper` is the paper's token layout
-(records "cat Bob," and queries "; cat"); `natural` writes records as English sentences
-("The cat's owner is Bob.") and asks for a value by repeating the sentence up to it.
+(records "cat Bob," and queries "; cat"); `natural` writes a list a pretrained model reads as
+one ("cat: Bob, dog: Ann," and the query "cat:"); `sentence` writes English sentences ("The
+owner of the cat is Bob.") and asks by repeating a sentence up to the name. On SmolLM2-135M-
+Instruct (16 records) `natural` is answered far more often than `sentence` or `paper`: the
+value follows the key almost at once, so copying after the key suffices.
 
 Generators place token ids, so every unit must tokenize the same way wherever it occurs.
 `compile_template` checks this on specimens: short texts in which every unit stands next to
@@ -14,6 +17,10 @@ unit and slot boundaries, with the same ids in every specimen; a word is kept on
 one token in every context its slot has in the specimens (and is not a token of the template's
 own text, so an answer occurs only where the records put it). `check_round_trip` then decodes
 assembled prompts and re-encodes the text: the ids must come back unchanged.
+
+Specimens and round trips start with a lead word (`PromptFormat.lead`, e.g. " the"), so every unit
+is checked in its mid-text form: a SentencePiece tokenizer writes a text's first word with an
+extra "▁", and a prompt's first unit (after BOS) keeps the ids it has everywhere else.
 """
 
 from __future__ import annotations
@@ -57,10 +64,18 @@ LOOKUP_TEMPLATES = {
     ),
     "natural": Template(
         "natural",
-        "sentences: records 'The cat's owner is Bob.', the query repeats a sentence up to the name",
-        record=" The {key}'s owner is {value}.",
-        demo=" The {key}'s owner is {value}.",
-        query=" The {key}'s owner is",
+        "a list: records 'cat: Bob,', the query 'cat:'",
+        record=" {key}: {value},",
+        demo=" {key}: {value},",
+        query=" {key}:",
+        pad=" .",
+    ),
+    "sentence": Template(
+        "sentence",
+        "sentences: records 'The owner of the cat is Bob.', the query repeats a sentence up to the name",
+        record=" The owner of the {key} is {value}.",
+        demo=" The owner of the {key} is {value}.",
+        query=" The owner of the {key} is",
         pad=" .",
     ),
 }
@@ -74,9 +89,15 @@ NEEDLE_TEMPLATES = {
     ),
     "natural": Template(
         "natural",
-        "sentences in filler words: 'The cat dog room belongs to Bob Ann.', query repeats it up to the names",
-        record=" The {key} room belongs to {value}.",
-        query=" The {key} room belongs to",
+        "list entries in filler words: 'cat dog: Bob Ann,', query 'cat dog:'",
+        record=" {key}: {value},",
+        query=" {key}:",
+    ),
+    "sentence": Template(
+        "sentence",
+        "sentences in filler words: 'The owner of the cat dog is Bob Ann.', query repeats it up to the names",
+        record=" The owner of the {key} is {value}.",
+        query=" The owner of the {key} is",
     ),
 }
 
@@ -135,6 +156,7 @@ class PromptFormat:
     pad_id: int | None
     key_tokens: int = 1
     value_tokens: int = 1
+    lead: str = ""
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -172,9 +194,9 @@ def paper_format(vocab: TaskVocab, probe: str, record_separator: bool = True, ke
     query = Unit(((vocab.query_sep_id,), "key"))
     if probe == "lookup":
         record, demo = Unit(("key", "value", *([sep] if sep else []))), Unit(((vocab.query_sep_id,), "key", "value"))
-    else:
-        record, demo = Unit((*([sep] if sep else []), "key", "value")), None
-    return PromptFormat("paper", vocab, record, query, demo, vocab.pad_id, key_tokens, value_tokens)
+        return PromptFormat("paper", vocab, record, query, demo, vocab.pad_id, key_tokens, value_tokens)
+    record = Unit((*([sep] if sep else []), "key", "value"))
+    return PromptFormat("paper", vocab, record, query, None, None, key_tokens, value_tokens)
 
 
 def _parse(text: str) -> list[str]:
@@ -191,8 +213,8 @@ def tokenizer_name(tokenizer) -> str:
 class _Specimen:
     """A text built unit by unit, remembering where each literal piece and each word lies."""
 
-    def __init__(self) -> None:
-        self.text = ""
+    def __init__(self, lead: str) -> None:
+        self.text = lead
         self.literals: list[tuple[str, int, int, int]] = []  # (unit, piece index, start, end)
         self.slots: list[tuple[str, int, int]] = []  # (slot, start, end)
 
@@ -247,9 +269,10 @@ def compile_template(
     phrase_length = _check_layout(template, units)
     candidates = {"key": words.animals(), "value": words.names(), "filler": words.filler_words()}
     samples = {slot: _sample_word(tokenizer, pool, slot, name) for slot, pool in candidates.items()}
+    lead = " " + samples["filler"]
     specimens = []
     for sequence in SPECIMENS[probe]:
-        specimen = _Specimen()
+        specimen = _Specimen(lead)
         for unit in sequence:
             specimen.add(unit, units[unit], samples, sizes)
         specimens.append(specimen)
@@ -311,7 +334,7 @@ def compile_template(
     )
     demo = compiled.get("demo")
     return PromptFormat(
-        template.name, vocab, compiled["record"], compiled["query"], demo, pad_id, key_tokens, value_tokens
+        template.name, vocab, compiled["record"], compiled["query"], demo, pad_id, key_tokens, value_tokens, lead
     )
 
 
@@ -361,14 +384,18 @@ def _words_in_context(tokenizer, pool, specimens, slot: str, exclude: set[int]) 
     return kept
 
 
-def check_round_trip(tokenizer, prompts: Sequence, prefix_length: int, template: str, limit: int = 64) -> None:
-    """Decode up to `limit` prompts (evenly spaced) after their prefix and re-encode the text;
-    raise ValueError naming tokenizer and template unless the ids come back unchanged."""
+def check_round_trip(
+    tokenizer, prompts: Sequence, prefix_length: int, template: str, limit: int = 64, lead: str = ""
+) -> None:
+    """Decode up to `limit` prompts (evenly spaced) after their prefix, with the text `lead` in
+    front, and re-encode the text; raise ValueError naming tokenizer and template unless the ids
+    come back unchanged."""
     if not prompts:
         return
+    lead_ids = list(tokenizer(lead, add_special_tokens=False)["input_ids"]) if lead else []
     picks = sorted({int(i) for i in np.linspace(0, len(prompts) - 1, min(limit, len(prompts)))})
     for i in picks:
-        ids = list(prompts[i].input_ids[prefix_length:])
+        ids = lead_ids + list(prompts[i].input_ids[prefix_length:])
         text = tokenizer.decode(ids, clean_up_tokenization_spaces=False)
         again = tokenizer(text, add_special_tokens=False)["input_ids"]
         if again != ids:
