@@ -47,8 +47,11 @@ def build_bpe() -> PreTrainedTokenizerFast:
 def build_sentencepiece() -> PreTrainedTokenizerFast:
     """SentencePiece-style BPE (as Llama's): spaces as "▁" (Metaspace), BOS put in front of every text."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
+    # a newline stays one token (Llama's tokenizer writes it as the byte <0x0A>)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split("\n", "isolated"), pre_tokenizers.Metaspace(prepend_scheme="first")]
+    )
+    tok.decoder = decoders.Metaspace(prepend_scheme="first")
     trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2, special_tokens=["<unk>", "<s>", "</s>"])
     # punctuation spaced apart in training, as a large corpus keeps it apart from most words
     tok.train_from_iterator([re.sub(r"([.,;:'])", r" \1", text) for text in CORPUS], trainer)
