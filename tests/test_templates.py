@@ -8,10 +8,11 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from phasekv.evaluate import FlipOptions, run_flip, run_lookup, run_needle
+from phasekv.evaluate import FlipOptions, format_flip, run_flip, run_lookup, run_needle
 from phasekv.evaluate.pattern import PhasePattern
 from phasekv.evaluate.record import prompt_prefix
 from phasekv.scoring import HFScorer
@@ -65,6 +66,7 @@ def tokenizers_by_family():
 
 
 def tiny_llama(tok) -> LlamaForCausalLM:
+    torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=32,
@@ -237,3 +239,4 @@ def test_every_probe_runs_end_to_end(tokenizers_by_family, family, template):
     )
     result = run_flip(scorer, options, progress=False)
     assert result["options"]["template"] == template and np.isfinite(result["families"]["lorem"]["logprobs"]).all()
+    assert "the model's own next token is no candidate at" in format_flip(result)  # a random model's top-1

@@ -88,6 +88,7 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
         for flip_set in sets.values():
             check_round_trip(tok, flip_set.prompts, len(prefix), options.template, limit=len(flip_set.prompts))
     families, winners = {}, []
+    firsts = {ids[0] for ids, _ in encoded}
     for family, flip_set in tqdm(sets.items(), desc="flip", unit="family", disable=not progress):
         contexts = [p.input_ids for p in flip_set.prompts for _ in cands]
         scores = score_answers(scorer, contexts, [ids for _ in flip_set.prompts for ids, _ in encoded])
@@ -103,6 +104,8 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
             "top": [cands[c] for c in top],
             "margin": (ordered[:, -1] - ordered[:, -2]).round(6).tolist(),
             "model_top1": [tok.decode([int(t)]) for t in scores.first_argmax[:: len(cands)]],
+            # the model's own next token starts a candidate? (else "top" is only the likelier candidate)
+            "model_top1_is_candidate": [bool(t in firsts) for t in scores.first_argmax[:: len(cands)]],
             "pattern": best_pattern(top, lengths, period, len(cands)).to_dict(cands),
         }
     pooled = best_pattern(np.stack(winners), lengths, period, len(cands))
@@ -144,6 +147,13 @@ def format_flip(result: dict) -> str:
         lines.append(f"{'':<8} {'P(' + cands[0] + ')':>4} " + p_first)
         pat = rec["pattern"]
         lines.append(f"{'':<8} pattern: {pat['description']} ({pat['agree']} of {pat['total']} lengths agree)")
+        own = [t for t, ok in zip(rec["model_top1"], rec["model_top1_is_candidate"], strict=True) if not ok]
+        if own:
+            common = max(set(own), key=own.count)
+            lines.append(
+                f"{'':<8} the model's own next token is no candidate at {len(own)} of {len(rec['top'])} lengths "
+                f"(most often {common!r}): 'top' is only the likelier candidate there"
+            )
     pooled, test = result["pattern"]["pooled"], result["pattern"]["test"]
     lines.append(
         f"period {period} ({result['period']['source']}): {pooled['description']}; "
