@@ -22,6 +22,7 @@ import numpy as np
 from ..scoring import Scorer
 from ..stats import summarize_mappings
 from ..tasks.lookup import LookupOptions, make_lookup
+from ..tasks.prompts import PromptSet
 from ..tasks.vocab import task_vocab
 from .record import RunClock, prompt_prefix
 from .scored import PromptScores, position_controls, score_prompt_set
@@ -35,6 +36,13 @@ def correctness_cube(scores: PromptScores, n_mappings: int, modulus: int, placem
     if np.isnan(cube).any() or len(scores.correct) != cube.size:
         raise ValueError("the lookup prompts do not cover every (mapping, residue, placement) exactly once")
     return cube
+
+
+def lookup_prompts(tokenizer, options: LookupOptions) -> tuple[list[int], PromptSet]:
+    """(prompt prefix ids, prompts) of a lookup run: what `run_lookup` scores."""
+    vocab = task_vocab(tokenizer, n_animals=options.n_records, n_names=options.n_records)
+    prefix = prompt_prefix(tokenizer)
+    return prefix, make_lookup(vocab, options, prefix)
 
 
 def run_lookup(
@@ -52,9 +60,7 @@ def run_lookup(
     """
     clock = RunClock()
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
-    vocab = task_vocab(scorer.tokenizer, n_animals=options.n_records, n_names=options.n_records)
-    prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = make_lookup(vocab, options, prefix)
+    prefix, prompt_set = lookup_prompts(scorer.tokenizer, options)
     scores = score_prompt_set(scorer, prompt_set.prompts, key_length=1, desc="lookup", progress=progress)
     per_mapping = prompt_set.options["placements_per_mapping"]
     cube = correctness_cube(scores, options.n_mappings, options.modulus, per_mapping)
@@ -95,4 +101,5 @@ def run_lookup(
         controls=controls,
         cell_accuracy=cells.round(6).tolist(),
         mean_answer_logprob=float(scores.logprob.mean()),
+        prompt_records=scores.records("mapping"),
     )

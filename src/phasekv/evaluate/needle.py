@@ -11,10 +11,18 @@ from dataclasses import asdict
 from ..scoring import Scorer
 from ..stats import summarize_prompts
 from ..tasks.needle import NeedleOptions, make_needle
+from ..tasks.prompts import PromptSet
 from ..tasks.vocab import task_vocab
 from .record import RunClock, prompt_prefix
 from .scored import position_controls, score_prompt_set
 from .stride import resolve_stride
+
+
+def needle_prompts(tokenizer, options: NeedleOptions) -> tuple[list[int], PromptSet]:
+    """(prompt prefix ids, prompts) of a needle run: what `run_needle` scores."""
+    vocab = task_vocab(tokenizer, n_animals=2, n_names=1)
+    prefix = prompt_prefix(tokenizer)
+    return prefix, make_needle(vocab, options, prefix)
 
 
 def run_needle(
@@ -23,9 +31,7 @@ def run_needle(
     """Generate, score and summarise a needle run; returns the result dict."""
     clock = RunClock()
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
-    vocab = task_vocab(scorer.tokenizer, n_animals=2, n_names=1)
-    prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = make_needle(vocab, options, prefix)
+    prefix, prompt_set = needle_prompts(scorer.tokenizer, options)
     scores = score_prompt_set(
         scorer, prompt_set.prompts, key_length=options.key_tokens, desc="needle", progress=progress
     )
@@ -44,4 +50,5 @@ def run_needle(
         position_stats=position_stats,
         controls=controls,
         mean_answer_logprob=float(scores.logprob.mean()),
+        prompt_records=scores.records("haystack"),
     )

@@ -109,15 +109,21 @@ class EndpointScorer:
             "server_model": self.card,
         }
 
-    def score_answers(self, contexts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]) -> AnswerScores:
+    def score_answers(
+        self,
+        contexts: Sequence[Sequence[int]],
+        answers: Sequence[Sequence[int]],
+        progress: Callable[[int], None] | None = None,
+    ) -> AnswerScores:
         """Teacher-forced scores of answers[i] after contexts[i], exactly as `scoring.score_answers`
-        (summed log-prob in float32, every answer token the full-vocabulary top-1, first top-1)."""
+        (summed log-prob in float32, every answer token the full-vocabulary top-1, first top-1).
+        `progress(n)` is called once for the cached answers and after every answered request."""
         if len(contexts) != len(answers):
             raise ScorerError(f"{len(contexts)} contexts but {len(answers)} answers")
         if not all(answers):
             raise ScorerError("an answer is empty")
         requests = [([*c, *a], len(a)) for c, a in zip(contexts, answers, strict=True)]
-        records = self._answered("answer", requests, self._send_answer)
+        records = self._answered("answer", requests, self._send_answer, progress)
         logprob, correct, first = (
             np.zeros(len(records)),
             np.zeros(len(records), dtype=bool),
@@ -129,9 +135,11 @@ class EndpointScorer:
             first[i] = record["top_ids"][0]
         return AnswerScores(logprob=logprob, correct=correct, first_argmax=first)
 
-    def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
+    def logprobs(
+        self, sequences: Sequence[Sequence[int]], n_last: int = 1, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
         """Log-probs [N, n_last, V] at the last `n_last` positions of each sequence: one
-        whole-vocabulary "next" request per prefix."""
+        whole-vocabulary "next" request per prefix (`progress` counts requests)."""
         if n_last < 1:
             raise ScorerError(f"n_last must be >= 1, got {n_last}")
         if not sequences:
@@ -139,19 +147,27 @@ class EndpointScorer:
         if any(len(s) < n_last for s in sequences):
             raise ScorerError(f"every sequence needs at least n_last = {n_last} tokens")
         prefixes = [(list(s[: len(s) - n_last + 1 + j]), None) for s in sequences for j in range(n_last)]
-        rows = self._answered("next", prefixes, self._send_next)
+        rows = self._answered("next", prefixes, self._send_next, progress)
         return torch.tensor(rows, dtype=torch.float32).view(len(sequences), n_last, self.vocab_size)
 
     def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
         """Log-probs [N, V] of the token after each sequence."""
         return self.logprobs(sequences, 1)[:, 0]
 
-    def _answered(self, kind: str, requests: list[tuple[list[int], object]], send: Callable) -> list:
+    def _answered(
+        self,
+        kind: str,
+        requests: list[tuple[list[int], object]],
+        send: Callable,
+        progress: Callable[[int], None] | None = None,
+    ) -> list:
         """The result of every request, from the cache or sent (distinct requests once, `concurrency`
         at a time, each answer cached as it arrives). On a failure the requests not yet started are
         cancelled, the answers of those in flight are still cached, and the first failure is raised."""
         keys = [request_key(self.served_model, kind, ids, detail) for ids, detail in requests]
         todo = {key: request for key, request in zip(keys, requests, strict=True) if self.cache.get(key) is None}
+        if progress is not None and len(set(keys)) > len(todo):
+            progress(len(set(keys)) - len(todo))  # answered from the cache
         errors: list[Exception] = []
         with ThreadPoolExecutor(self.concurrency) as pool:
             futures = {pool.submit(send, *request): key for key, request in todo.items()}
@@ -167,6 +183,8 @@ class EndpointScorer:
                     errors.append(err)
                     continue
                 self.cache.put(futures[future], kind, result)
+                if progress is not None:
+                    progress(1)
         if errors:
             raise errors[0]
         return [self.cache.get(key) for key in keys]

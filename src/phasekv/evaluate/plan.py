@@ -1,0 +1,137 @@
+"""What a run will score, before it scores, and its progress while it does.
+
+`plan_pairs` counts, over the chunks a run is scored in, the prompts, the distinct (context,
+answer) pairs (identical prompts within a chunk are one forward row, or one request through an
+endpoint: `scoring.distinct_pairs`) and the batches the scorer will cut them into, exactly as
+`scoring.score_answers` and `BatchedScorer.logprobs` will. `ScoringProgress` is the progress bar
+over those rows, moved after every batch (every request), with an estimate of the whole run's time
+from its first batches.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from tqdm.auto import tqdm
+
+from ..scoring import distinct_pairs, rows_by_answer_length
+
+WARMUP_BATCHES = 2  # batches timed before the run's time is estimated
+
+
+@dataclass(frozen=True)
+class ScoringPlan:
+    """Counts of one run. `n_rows`: distinct prompts forwarded (requests sent through an endpoint);
+    `n_batches`: forward passes of up to `batch_size` rows (endpoints: requests, `batch_size` = the
+    concurrency); `longest`: tokens in the longest forwarded sequence; `design`: the probe's own
+    counts (residue groups, units, placements, ...), in the order they are printed."""
+
+    n_prompts: int
+    n_rows: int
+    n_batches: int
+    batch_size: int
+    longest: int
+    requests: bool = False
+    design: dict[str, int | str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "n_prompts": self.n_prompts,
+            "n_rows": self.n_rows,
+            "n_batches": self.n_batches,
+            "batch_size": self.batch_size,
+            "longest_sequence": self.longest,
+            "requests": self.requests,
+            "design": dict(self.design),
+        }
+
+    def describe(self) -> str:
+        """A few lines for the terminal."""
+        design = ", ".join(f"{name} {value}" for name, value in self.design.items())
+        if self.requests:
+            work = f"{self.n_rows} distinct requests (identical prompts sent once; cached answers are not re-sent)"
+            batching = f"{self.batch_size} requests in flight"
+        else:
+            work = f"{self.n_rows} distinct prompts scored (identical prompts in a chunk scored once)"
+            batching = f"{self.n_batches} forward passes of up to {self.batch_size} prompts"
+        return f"plan: {self.n_prompts} prompts; {work}; {batching}; longest sequence {self.longest} tokens" + (
+            f"\n      {design}" if design else ""
+        )
+
+
+def plan_pairs(
+    chunks: Iterable[tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]],
+    batch_size: int,
+    *,
+    requests: bool = False,
+    design: dict[str, int | str] | None = None,
+) -> ScoringPlan:
+    """The plan of scoring `chunks`, each (contexts, answers) passed to one `score_answers` call."""
+    n_prompts = n_rows = n_batches = longest = 0
+    for contexts, answers in chunks:
+        pairs, _ = distinct_pairs(contexts, answers)
+        n_prompts += len(contexts)
+        n_rows += len(pairs)
+        for rows in rows_by_answer_length(pairs).values():
+            n_batches += -(-len(rows) // batch_size)
+        # a forwarded sequence is the context and all but the last answer token
+        longest = max([longest, *(len(c) + len(a) - 1 for c, a in pairs)])
+    return ScoringPlan(n_prompts, n_rows, n_batches, batch_size, longest, requests, dict(design or {}))
+
+
+def format_seconds(seconds: float) -> str:
+    """`42 s`, `3.5 min` or `2.1 h`."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class ScoringProgress:
+    """A progress bar over a plan's rows; call it with the rows just scored (the `progress`
+    callback of `score_answers`). Prints the plan when it starts and, after `WARMUP_BATCHES`
+    batches, the estimated time of the whole run (rows left at the rate of the rows so far)."""
+
+    def __init__(self, plan: ScoringPlan, desc: str, file=None):
+        self.plan = plan
+        self.file = sys.stderr if file is None else file
+        self.bar = tqdm(total=plan.n_rows, desc=desc, unit="request" if plan.requests else "prompt", file=self.file)
+        self.bar.write(plan.describe(), file=self.file)
+        self._start = time.perf_counter()
+        self._updates = 0
+        self.estimate_s: float | None = None
+
+    def __call__(self, rows: int) -> None:
+        self.bar.update(rows)
+        self._updates += 1
+        if self._updates == WARMUP_BATCHES * (self.plan.batch_size if self.plan.requests else 1):
+            self._estimate()
+
+    def _estimate(self) -> None:
+        done, elapsed = self.bar.n, time.perf_counter() - self._start
+        if done >= self.plan.n_rows or done == 0:
+            return
+        self.estimate_s = elapsed * self.plan.n_rows / done
+        self.bar.write(
+            f"estimated time: about {format_seconds(self.estimate_s)} in all (an estimate from the first "
+            f"{done} of {self.plan.n_rows} rows, {elapsed:.1f} s)",
+            file=self.file,
+        )
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> ScoringProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def scores_by_request(scorer) -> bool:
+    """Whether `scorer` scores answers itself, one request per distinct prompt (an endpoint)."""
+    return hasattr(scorer, "score_answers")
