@@ -93,32 +93,38 @@ def format_seconds(seconds: float) -> str:
 
 class ScoringProgress:
     """A progress bar over a plan's rows; call it with the rows just scored (the `progress`
-    callback of `score_answers`). Prints the plan when it starts and, after `WARMUP_BATCHES`
-    batches, the estimated time of the whole run (rows left at the rate of the rows so far)."""
+    callback of `score_answers`). Prints the plan before the bar starts and, once `WARMUP_BATCHES`
+    batches after the first have been timed (the first carries one-off costs), the estimated time
+    of the whole run: the time so far plus the rows left at the timed rate."""
 
     def __init__(self, plan: ScoringPlan, desc: str, file=None):
         self.plan = plan
         self.file = sys.stderr if file is None else file
+        tqdm.write(plan.describe(), file=self.file)
         self.bar = tqdm(total=plan.n_rows, desc=desc, unit="request" if plan.requests else "prompt", file=self.file)
-        self.bar.write(plan.describe(), file=self.file)
         self._start = time.perf_counter()
+        self._timed_from: tuple[float, int] | None = None  # (time, rows) when the first batch was done
         self._updates = 0
         self.estimate_s: float | None = None
 
     def __call__(self, rows: int) -> None:
         self.bar.update(rows)
         self._updates += 1
-        if self._updates == WARMUP_BATCHES * (self.plan.batch_size if self.plan.requests else 1):
-            self._estimate()
+        now = time.perf_counter()
+        if self._updates == 1:
+            self._timed_from = (now, self.bar.n)
+        elif self._updates == 1 + WARMUP_BATCHES * (self.plan.batch_size if self.plan.requests else 1):
+            self._estimate(now)
 
-    def _estimate(self) -> None:
-        done, elapsed = self.bar.n, time.perf_counter() - self._start
-        if done >= self.plan.n_rows or done == 0:
+    def _estimate(self, now: float) -> None:
+        since, rows_then = self._timed_from
+        timed_rows, left = self.bar.n - rows_then, self.plan.n_rows - self.bar.n
+        if left <= 0 or timed_rows <= 0 or now <= since:
             return
-        self.estimate_s = elapsed * self.plan.n_rows / done
+        self.estimate_s = now - self._start + left * (now - since) / timed_rows
         self.bar.write(
-            f"estimated time: about {format_seconds(self.estimate_s)} in all (an estimate from the first "
-            f"{done} of {self.plan.n_rows} rows, {elapsed:.1f} s)",
+            f"estimated total time: about {format_seconds(self.estimate_s)} (an estimate: {left} rows left at the "
+            f"rate of {timed_rows} rows timed after the first batch)",
             file=self.file,
         )
 
