@@ -13,11 +13,12 @@ entry per scored prompt, stored by column (a dict of equally long lists, index i
 - residue: t_K mod the run's modulus (flip: the filler length mod the period);
 - unit: index of the content unit, whose kind "unit" names (lookup: mapping, needle: haystack,
   flip: filler family, with the family names under "unit_names"); placement: index of the
-  repeated positions of one unit in one residue group (flip: the candidate's index);
+  repeated positions of one unit in one residue group (flip: always 0);
 - correct: greedy decoding produces the whole answer (flip: the candidate); answer_logprob: the
   answer's summed teacher-forced log-prob (rounded to 6 decimals).
 
-A probe may add columns (flip: filler_length). Lists of numbers are written on one line each.
+A probe may add columns (flip: filler_length, and candidate, an index into "candidates"). Lists
+of numbers are written on one line each (`results_json`).
 """
 
 from __future__ import annotations
