@@ -31,6 +31,17 @@ SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keywo
     ),
     device=(str, typer.Option("cpu", help="torch device, e.g. cpu or cuda")),
     dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),
+    press=(
+        str,
+        typer.Option(
+            None,
+            "--press",
+            help="compress an HF model's KV cache: a preset (knorm, snapkv, streaming, chunkkv8, chunkkv16, "
+            "chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
+            "or a kvpress call such as 'ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)' "
+            "(needs the kvpress extra); a chunk grid becomes the period check's stride",
+        ),
+    ),
 )
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no progress bar")
@@ -48,10 +59,14 @@ def _one_line_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def _scorer(model: Path | None, scoring: dict, remote: dict):
+def _scorer(model: Path | None, scoring: dict, remote: dict, question_tokens: int = 1):
+    """The probe's scorer; a press scorer learns how many prompt tokens are the uncompressed question."""
     from ..serve.cli import scorer_from_options
+    from .press import bind_question
 
-    return scorer_from_options(model, scoring, remote)
+    if remote["url"] is not None and scoring["press"] is not None:
+        raise ValueError("--press compresses a local model's cache: it cannot apply to --endpoint")
+    return bind_question(scorer_from_options(model, scoring, remote), question_tokens)
 
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
@@ -110,6 +125,7 @@ def lookup(
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
     from ..tasks.lookup import LookupOptions
     from .lookup import run_lookup
+    from .press import question_tokens
 
     with _one_line_errors():
         options = LookupOptions(
@@ -124,7 +140,7 @@ def lookup(
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
         )
-        scorer = _scorer(model, scoring, remote)
+        scorer = _scorer(model, scoring, remote, question_tokens(options))
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
@@ -159,6 +175,7 @@ def needle(
     """Position-matched needle test, accuracy by target-key position mod M, Wilson intervals."""
     from ..tasks.needle import NeedleOptions
     from .needle import run_needle
+    from .press import question_tokens
 
     with _one_line_errors():
         options = NeedleOptions(
@@ -172,7 +189,7 @@ def needle(
             protocol=protocol,
             seed=seed,
         )
-        scorer = _scorer(model, scoring, remote)
+        scorer = _scorer(model, scoring, remote, question_tokens(options))
         result = run_needle(scorer, options, stride=stride, progress=not quiet)
         heading = (
             f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
@@ -210,6 +227,7 @@ def flip(
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
     from .flip import FlipOptions, format_flip, run_flip
+    from .press import FLIP_QUESTION_TOKENS
 
     with _one_line_errors():
         fields = dict(
@@ -223,7 +241,7 @@ def flip(
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
-        scorer = _scorer(model, scoring, remote)
+        scorer = _scorer(model, scoring, remote, FLIP_QUESTION_TOKENS)
         result = run_flip(scorer, options, progress=not quiet)
         heading = (
             f"flip on {remote['url'] or model}: candidates {list(options.candidates)}, "
