@@ -19,6 +19,7 @@ transformers < 5.3); it is imported only when a press is built.
 from __future__ import annotations
 
 import threading
+from importlib import metadata
 
 import torch
 
@@ -42,7 +43,7 @@ def build_press(spec: PressCall):
     cls = getattr(kvpress, spec.name, None)
     if not (isinstance(cls, type) and issubclass(cls, kvpress.presses.base_press.BasePress)):
         known = sorted(n for n in dir(kvpress) if n.endswith("Press"))
-        raise PressSpecError(f"{spec.name} is not a kvpress press; kvpress {kvpress.__version__} has {known}")
+        raise PressSpecError(f"{spec.name} is not a kvpress press; kvpress has {', '.join(known)}")
 
     def build(value):
         if isinstance(value, PressCall):
@@ -63,18 +64,19 @@ class KVEntryCounter:
     def __init__(self) -> None:
         self.prefills = 0
         self.context_tokens = 0
-        self.kept: list[list[int]] | None = None  # [layers][kv heads]
+        self.kept: torch.Tensor | None = None  # [layers, kv heads], summed over prefills
 
     def add(self, context_tokens: int, cache) -> None:
-        kept = [[layer.keys.shape[2]] * layer.keys.shape[1] for layer in cache.layers]  # keys [1, Hkv, kept, D]
-        self.kept = kept if self.kept is None else [[a + b for a, b in zip(x, y)] for x, y in zip(self.kept, kept)]
+        # keys [1, Hkv, n, D]: kvpress presses drop the same number of entries from every head of a layer
+        kept = torch.tensor([[layer.keys.shape[2]] * layer.keys.shape[1] for layer in cache.layers])
+        self.kept = kept if self.kept is None else self.kept + kept
         self.prefills += 1
         self.context_tokens += context_tokens
 
     def record(self) -> dict:
         if self.kept is None:
             return {"prefills": 0}
-        per_layer = [sum(heads) / (len(heads) * self.context_tokens) for heads in self.kept]
+        per_layer = (self.kept.double().mean(1) / self.context_tokens).tolist()
         return {
             "prefills": self.prefills,
             "mean_context_tokens": self.context_tokens / self.prefills,
@@ -145,15 +147,13 @@ class KVPressScorer(HFScorer):
 
     def describe(self) -> dict:
         stride, source = press_stride(self.spec)
-        import kvpress
-
         return {
             **super().describe(),
             "press": {
                 "spec": self.spec_text,
                 **self.spec.to_dict(),
                 "built": repr(self.press),
-                "library": f"kvpress {kvpress.__version__}",
+                "library": f"kvpress {metadata.version('kvpress')}",
                 "stride": {"value": stride, "source": source},
                 "question_tokens": self.question_tokens,
                 "semantics": (
