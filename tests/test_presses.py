@@ -235,3 +235,78 @@ def test_lookup_with_a_chunk_press_records_press_stride_and_kept_entries(qwen_di
     entries = press["kv_entries"]
     assert 1 <= entries["prefills"] <= result["n_prompts"]  # identical prompts are scored once
     assert 0.4 < entries["kept_fraction"] <= 0.55
+
+
+# --- the presses profile ----------------------------------------------------------------------------------
+
+
+def _tiny_profile(*methods):
+    from phasekv.reproduce.presses import PressMethod, PressProfile
+
+    return PressProfile(
+        name="presses-test",
+        description="tiny",
+        methods=(PressMethod("full", "Full cache"), *(PressMethod(name, name, spec) for name, spec in methods)),
+        lookup=LOOKUP,
+        resamples=50,
+        batch_size=64,
+        threads=1,
+    )
+
+
+def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen_dir, tmp_path):
+    import json
+
+    from phasekv.reproduce.presses import cell_config, cell_path, finished_cell, run_presses
+
+    profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"))
+    lines = []
+    results = run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
+    assert [line.split(":")[0] for line in lines] == ["lookup full", "lookup pool"]
+    rows = json.loads((tmp_path / "presses.json").read_text())["rows"]
+    assert [(r["method"], r["stride"], r["press"]) for r in rows] == [
+        ("full", 4, None),  # no press: the probe's default modulus // 2
+        ("pool", 2, "pool:w=4,s=2,local=3"),
+    ]
+    assert rows[0]["kept_fraction"] == 1.0
+    length = results["lookup"]["pool"]["controls"]["query_positions"][0] + 1
+    assert rows[1]["kept_fraction"] == pytest.approx(((length - 4) // 2 + 1 + 3) / length)
+    assert "| Full cache | lookup |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "residues.png").stat().st_size > 1000
+    lines.clear()
+    run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
+    assert all("reused" in line for line in lines)
+    config = cell_config(profile, profile.methods[1], "lookup", qwen_dir)
+    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), config) is not None
+    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), {**config, "resamples": 51}) is None
+
+
+def test_press_table_shows_the_robust_phase_test_when_present():
+    from phasekv.reproduce.press_table import markdown_press_table
+
+    row = dict(label="m", probe="lookup", mean=50.0, worst=40.0, gap=20.0, gap_ci=[5.0, 30.0], stride=8)
+    row |= dict(period_diff=3.0, period_diff_ci=None, phase_p=None, phase_verdict=None, learned=True)
+    row |= dict(kept_fraction=0.5, wall_time_s=3.0)
+    assert "| - | - |" in markdown_press_table([row])
+    row |= dict(phase_p=0.004, phase_verdict="phase-sensitive")
+    assert "| 0.004 | phase-sensitive |" in markdown_press_table([row])
+
+
+def test_pool_cache_entries_count_the_complete_windows():
+    from phasekv.compress.windows import WindowGeometry
+
+    for window, stride, length in [(8, 8, 64), (8, 4, 63), (3, 5, 2), (1, 1, 9)]:
+        spec = PoolSpec(window, stride, 4)
+        assert spec.cache_entries(length) == WindowGeometry(window, stride).num_complete(length) + min(4, length)
+
+
+@needs_kvpress
+def test_presses_profile_runs_kvpress_cells(qwen_dir, tmp_path):
+    import json
+
+    from phasekv.reproduce.presses import run_presses
+
+    spec = "ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=4)"
+    run_presses(_tiny_profile(("chunk", spec)), tmp_path, qwen_dir, echo=lambda _: None)
+    chunk = json.loads((tmp_path / "presses.json").read_text())["rows"][1]
+    assert chunk["stride"] == 4 and 0.4 < chunk["kept_fraction"] <= 0.55

@@ -113,14 +113,6 @@ def _no_mask(*args, **kwargs) -> None:
     return None
 
 
-def pooling_record(spec: PoolSpec, length: int) -> dict:
-    """Entries per layer and KV head a sequence of `length` tokens keeps at its last position (the
-    query's): the complete windows' pooled entries plus the local window."""
-    entries = WindowGeometry(spec.window, spec.stride).num_complete(length)
-    local = min(spec.local, length)
-    return {"sequence_tokens": length, "pooled_entries": entries, "local_tokens": local}
-
-
 class PooledScorer(HFScorer):
     """An HF causal LM whose attention is replaced by chunked pooling (`spec`); its compression stride
     is the pooling stride S, so the probes' period check uses it."""

@@ -27,6 +27,7 @@ PRESETS = {
     "snapkv": "SnapKVPress(compression_ratio=0.5)",
     "streaming": "StreamingLLMPress(compression_ratio=0.5, n_sink=4)",
     "chunkkv8": "ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)",
+    "chunkkv4": "ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=4)",
     "chunkkv16": "ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=16)",
     "chunk8-knorm": "ChunkPress(press=KnormPress(compression_ratio=0.5), chunk_length=8)",
     "block8-knorm": "BlockPress(press=KnormPress(compression_ratio=0.5), block_size=8)",
@@ -71,6 +72,12 @@ class PoolSpec:
             raise PressSpecError(f"pool needs w >= 1, s >= 1 and local >= 0, got {self}")
         if self.local == 0 and self.window > 1:
             raise PressSpecError("pool with local=0 needs w=1: a query before its first complete window sees nothing")
+
+    def cache_entries(self, length: int) -> int:
+        """Entries a query at the last of `length` positions attends to: the complete windows' pooled entries
+        (window j is complete iff jS + W - 1 <= length - 1) plus its local tokens."""
+        windows = max(0, (length - self.window) // self.stride + 1)
+        return windows + min(self.local, length)
 
     @property
     def text(self) -> str:
