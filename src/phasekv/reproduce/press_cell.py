@@ -28,7 +28,7 @@ def run(config: dict) -> dict:
     bind_question(scorer, question_tokens(options))
     extra = {"n_resamples": config["resamples"]} if config["probe"] == "lookup" else {}
     result = run_probe(scorer, options, progress=False, **extra)
-    return {**result, "cell": config}
+    return {**result, "label": config["label"], "cell": config}
 
 
 def main(argv: list[str] | None = None) -> None:

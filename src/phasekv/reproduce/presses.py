@@ -7,7 +7,7 @@ cell runs in its own process (`press_cell`): kvpress needs transformers < 5.3, s
 kvpress run with the kvpress environment's Python (`kvpress_python`: $PHASEKV_KVPRESS_PYTHON, this Python if it
 has kvpress, else .venv-kvpress/bin/python from scripts/kvpress_venv.sh); the full-cache control and phasekv's
 pooling run with this Python. The table (table.md, presses.json) and the figure (residues.png) are written
-from the cells (`press_table`).
+from the cells (`press_table`), and report.html shows every cell in `phasekv report`'s residue section.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,7 +57,8 @@ class PressProfile:
     needle: NeedleOptions | None = None
     resamples: int = 1000
     batch_size: int = 8
-    threads: int = 2  # torch threads of each cell's process (cells run one at a time)
+    threads: int = 1  # torch threads of each cell's process
+    jobs: int = 2  # cells run at once (one core each: on a shared 2-core CPU this beats 2 threads per cell)
 
     def probes(self) -> dict[str, LookupOptions | NeedleOptions]:
         return {name: o for name, o in (("lookup", self.lookup), ("needle", self.needle)) if o is not None}
@@ -75,11 +77,14 @@ METHODS = (
 )
 
 # Modulus 16: a multiple of every grid (4, 8) and above each, so each grid's period check runs at its stride.
+# Cost: the prefix protocol places a mapping at 3 distinct positions per residue, so a cell scores about
+# n_mappings x 16 x 3 distinct prompts (384 here); on SmolLM2-135M one ~360-token prompt took 1.7 (full cache)
+# to 2.5 (pooling) CPU seconds on one core, so keep prompts short (16 records) to stay near 30 minutes on 2 cores.
 PRESSES = PressProfile(
     name="presses",
     description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",
     methods=METHODS,
-    lookup=LookupOptions(n_records=32, n_demos=4, modulus=16, n_mappings=16, protocol="prefix", seed=0),
+    lookup=LookupOptions(n_records=16, n_demos=4, modulus=16, n_mappings=8, protocol="prefix", seed=0),
 )
 PRESS_PROFILES = {PRESSES.name: PRESSES}
 
@@ -106,6 +111,7 @@ def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: P
     return {
         "model": str(model.resolve()),
         "method": method.name,
+        "label": method.label,
         "press": method.spec_text,
         "probe": probe,
         "options": asdict(profile.probes()[probe]),
@@ -132,7 +138,7 @@ def finished_cell(path: Path, config: dict) -> dict | None:
 def run_cell(config: dict, path: Path, python: str) -> dict:
     """Run one cell in its own process (`python -m phasekv.reproduce.press_cell`); returns its result."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    config_path = path.with_suffix(".config.json")
+    config_path = path.parent.parent / "configs" / path.name  # beside cells/, so reports read results only
     write_atomic(config_path, lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2)))
     src = str(Path(__file__).resolve().parents[2])  # the same phasekv code in either environment
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
@@ -153,6 +159,7 @@ def run_presses(
 ) -> dict[str, dict[str, dict]]:
     """Every (method, probe) cell of `profile` on `model` (reusing finished cells), then the table and figure.
     Returns {probe: {method name: result}}."""
+    from ..report import build_report
     from .press_table import write_press_table
 
     out, model = Path(out), Path(model)
@@ -160,19 +167,27 @@ def run_presses(
         raise FileNotFoundError(
             f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
         )
-    results: dict[str, dict[str, dict]] = {}
+    results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
+    pending = []
     for probe in profile.probes():
         for method in profile.methods:
-            config = cell_config(profile, method, probe, model)
-            path = cell_path(out, method, probe)
+            config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
             result = finished_cell(path, config)
             if result is None:
-                python = kvpress_python() if method.needs_kvpress else sys.executable
-                started = time.perf_counter()
-                result = run_cell(config, path, python)
-                echo(f"{probe} {method.name}: {time.perf_counter() - started:.0f} s")
+                pending.append((probe, method, config, path))
             else:
                 echo(f"{probe} {method.name}: reused {path}")
-            results.setdefault(probe, {})[method.name] = result
+            results[probe][method.name] = result
+    kvpress = kvpress_python() if any(method.needs_kvpress for _, method, _, _ in pending) else None  # fail early
+
+    def run(item) -> None:
+        probe, method, config, path = item
+        started = time.perf_counter()
+        results[probe][method.name] = run_cell(config, path, kvpress if method.needs_kvpress else sys.executable)
+        echo(f"{probe} {method.name}: {time.perf_counter() - started:.0f} s")
+
+    with ThreadPoolExecutor(profile.jobs) as pool:  # each cell is its own process; threads only wait on them
+        list(pool.map(run, pending))
     write_press_table(profile, results, out)
+    build_report(out / "cells", out / "report.html")  # the residues section shows every cell by its label
     return results
