@@ -311,3 +311,24 @@ def test_presses_profile_runs_kvpress_cells(qwen_dir, tmp_path):
     run_presses(_tiny_profile(("chunk", spec)), tmp_path, qwen_dir, echo=lambda _: None)
     chunk = json.loads((tmp_path / "presses.json").read_text())["rows"][1]
     assert chunk["stride"] == 4 and 0.4 < chunk["kept_fraction"] <= 0.55
+
+
+def test_cli_eval_with_press_writes_the_press_and_refuses_an_endpoint(qwen_dir, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from phasekv.evaluate.cli import eval_app
+
+    runner = CliRunner()
+    args = ["needle", str(qwen_dir), "--context-length", "64", "--records", "4", "--haystacks", "2", "--modulus", "4"]
+    out = tmp_path / "needle.json"
+    result = runner.invoke(eval_app, [*args, "--press", "pool:w=2,s=2,local=4", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["stride"] == {"value": 2, "source": "model config (compression stride)"}
+    assert saved["model"]["press"]["spec"] == "pool:w=2,s=2,local=4"
+    result = runner.invoke(eval_app, [*args, "--press", "knorm", "--endpoint", "http://127.0.0.1:9"])
+    assert result.exit_code == 2 and "--endpoint" in result.output
+    result = runner.invoke(eval_app, [*args, "--press", "KnormPress(0.5)"])
+    assert result.exit_code == 2 and "keyword arguments" in result.output
