@@ -12,6 +12,10 @@ not the shorter cache). The answer's log-probs are read from that second forward
 Rows are prefilled one at a time (batch 1, like kvpress's pipeline): ChunkKVPress selects the chunks
 of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong.
 
+Kept entries are counted from the cache's size per layer and KV head after each prefill (`KVEntryCounter`):
+right for presses that remove entries (KNorm, SnapKV, StreamingLLM, ChunkKV, ChunkPress, BlockPress); presses
+that only mask entries (AdaKVPress and other head-wise presses) would be counted as keeping everything.
+
 kvpress is an optional dependency (`pip install phasekv[kvpress]`, in its own environment: it needs
 transformers < 5.3); it is imported only when a press is built.
 """
