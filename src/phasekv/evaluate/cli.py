@@ -39,6 +39,11 @@ PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
 SPREAD = typer.Option(
     None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
 )
+TEMPLATE = typer.Option(
+    "paper",
+    help="record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
+    "or sentence ('The owner of the cat is Bob.')",
+)
 
 
 @contextmanager
@@ -115,6 +120,7 @@ def lookup(
         None, help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)"
     ),
     held_out_modulus: int = typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)"),
+    template: str = TEMPLATE,
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
     scoring: dict = SCORING,
@@ -139,6 +145,7 @@ def lookup(
             seed=seed,
             held_out_seed=held_out_seed,
             held_out_modulus=held_out_modulus,
+            template=template,
         )
         scorer = _scorer(model, scoring, remote)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
@@ -166,6 +173,7 @@ def needle(
     modulus: int = typer.Option(8, min=2, help="group targets by position mod this"),
     protocol: str = typer.Option("in-sequence", help=PROTOCOLS_HELP),
     spread_blocks: int = SPREAD,
+    template: str = TEMPLATE,
     seed: int = SEED,
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
@@ -190,6 +198,7 @@ def needle(
             protocol=protocol,
             **({} if spread_blocks is None else {"spread_blocks": spread_blocks}),
             seed=seed,
+            template=template,
         )
         scorer = _scorer(model, scoring, remote)
         result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
@@ -221,7 +230,10 @@ def flip(
     families: str = typer.Option(None, help="comma-separated filler families (default: all)"),
     period: int = typer.Option(None, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
     permutations: int = typer.Option(2000, min=1, help="shuffles for the pattern's chance level"),
-    seed: int = SEED,
+    template: str = typer.Option(
+        "paper", help="paper (context right after the filler) or natural (context on a new line: re-encodable text)"
+    ),
+    seed: int = typer.Option(0, help="seed of the permutation test"),
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = OUT,
@@ -239,6 +251,7 @@ def flip(
             period=period,
             n_permutations=permutations,
             seed=seed,
+            template=template,
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)

@@ -15,7 +15,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..scoring import Scorer, score_answers
-from ..tasks.flip import make_flip_families
+from ..tasks.flip import make_flip_families, seam_ids
+from ..tasks.templates import check_round_trip
 from .pattern import best_pattern, detect_period, pattern_test
 from .record import RunClock, prompt_prefix
 from .stride import resolve_period
@@ -31,7 +32,8 @@ DEFAULT_CONTEXT = (
 @dataclass(frozen=True)
 class FlipOptions:
     """Options of a flip run: filler lengths are min_length .. min_length + n_lengths - 1 tokens;
-    `families` None means every filler family; `period` None resolves by `resolve_period`."""
+    `families` None means every filler family; `period` None resolves by `resolve_period`;
+    `template` joins filler and context (`tasks.flip.FLIP_TEMPLATES`)."""
 
     context: str = DEFAULT_CONTEXT
     candidates: tuple[str, ...] = ("8", "32")
@@ -41,6 +43,7 @@ class FlipOptions:
     period: int | None = None
     n_permutations: int = 2000
     seed: int = 0
+    template: str = "paper"
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -77,11 +80,15 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
     encoded = [candidate_ids(tok, options.context, c) for c in cands]
     if len({tuple(ids) for ids, _ in encoded}) < len(cands):
         raise ValueError(f"candidates {cands} share the same token ids under this tokenizer")
-    context_ids = _encode(tok, options.context)
     prefix = prompt_prefix(tok)
     lengths = list(range(options.min_length, options.min_length + options.n_lengths))
-    sets = make_flip_families(tok, context_ids, lengths, options.families, prefix)
+    separator, context_ids = seam_ids(tok, options.template, options.context)
+    sets = make_flip_families(tok, context_ids, lengths, options.families, prefix, separator)
+    if options.template != "paper":  # the paper's layout joins ids, not text
+        for flip_set in sets.values():
+            check_round_trip(tok, flip_set.prompts, len(prefix), options.template, limit=len(flip_set.prompts))
     families, winners = {}, []
+    firsts = {ids[0] for ids, _ in encoded}
     for family, flip_set in tqdm(sets.items(), desc="flip", unit="family", disable=not progress):
         contexts = [p.input_ids for p in flip_set.prompts for _ in cands]
         scores = score_answers(scorer, contexts, [ids for _ in flip_set.prompts for ids, _ in encoded])
@@ -97,6 +104,8 @@ def run_flip(scorer: Scorer, options: FlipOptions = FlipOptions(), *, progress: 
             "top": [cands[c] for c in top],
             "margin": (ordered[:, -1] - ordered[:, -2]).round(6).tolist(),
             "model_top1": [tok.decode([int(t)]) for t in scores.first_argmax[:: len(cands)]],
+            # the model's own next token starts a candidate? (else "top" is only the likelier candidate)
+            "model_top1_is_candidate": [bool(t in firsts) for t in scores.first_argmax[:: len(cands)]],
             "pattern": best_pattern(top, lengths, period, len(cands)).to_dict(cands),
         }
     pooled = best_pattern(np.stack(winners), lengths, period, len(cands))
@@ -148,6 +157,13 @@ def format_flip(result: dict) -> str:
         lines.append(f"{'':<8} {'P(' + cands[0] + ')':>4} " + p_first)
         pat = rec["pattern"]
         lines.append(f"{'':<8} pattern: {pat['description']} ({pat['agree']} of {pat['total']} lengths agree)")
+        own = [t for t, ok in zip(rec["model_top1"], rec["model_top1_is_candidate"], strict=True) if not ok]
+        if own:
+            common = max(set(own), key=own.count)
+            lines.append(
+                f"{'':<8} the model's own next token is no candidate at {len(own)} of {len(rec['top'])} lengths "
+                f"(most often {common!r}): 'top' is only the likelier candidate there"
+            )
     pooled, test = result["pattern"]["pooled"], result["pattern"]["test"]
     lines.append(
         f"period {period} ({result['period']['source']}): {pooled['description']}; "

@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..scoring import Scorer
-from ..tasks.lookup import LookupOptions, make_lookup
-from ..tasks.vocab import task_vocab
+from ..tasks.lookup import LookupOptions, lookup_prompts
 from .record import RunClock, prompt_prefix
 from .scored import position_controls, score_prompt_set
 from .stride import resolve_stride
@@ -45,10 +44,10 @@ def run_lookup(
     """
     clock = RunClock()
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
-    vocab = task_vocab(scorer.tokenizer, n_animals=options.n_records, n_names=options.n_records)
     prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = make_lookup(vocab, options, prefix)
-    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=1, desc="lookup", progress=progress)
+    prompt_set = lookup_prompts(scorer.tokenizer, options, prefix)
+    key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
+    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc="lookup", progress=progress)
     per_mapping = prompt_set.options["placements_per_mapping"]
     cells, summary, verdict = summarize_units(
         scores,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..scoring import Scorer
-from ..tasks.needle import NeedleOptions, make_needle
-from ..tasks.vocab import task_vocab
+from ..tasks.needle import NeedleOptions, needle_prompts
 from .record import RunClock, prompt_prefix
 from .scored import position_controls, score_prompt_set
 from .stride import resolve_stride
@@ -31,12 +30,10 @@ def run_needle(
     """Generate, score and summarise a needle run; returns the result dict."""
     clock = RunClock()
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
-    vocab = task_vocab(scorer.tokenizer, n_animals=2, n_names=1)
     prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = make_needle(vocab, options, prefix)
-    scores = score_prompt_set(
-        scorer, prompt_set.prompts, key_length=options.key_tokens, desc="needle", progress=progress
-    )
+    prompt_set = needle_prompts(scorer.tokenizer, options, prefix)
+    key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
+    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc="needle", progress=progress)
     per_haystack = prompt_set.options["placements_per_haystack"]
     _, summary, verdict = summarize_units(
         scores,

@@ -27,7 +27,11 @@ class PhasePattern:
     total: int
 
     def describe(self, candidates: list[str]) -> str:
-        """E.g. "8 when L mod 4 in {2, 3}; 32 when L mod 4 in {0, 1}"."""
+        """E.g. "8 when L mod 4 in {2, 3}; 32 when L mod 4 in {0, 1}", or "8 at every length
+        (constant: no phase pattern)" when one candidate is favoured in every residue class."""
+        present = {f for f in self.favoured if f is not None}
+        if len(present) == 1:
+            return f"{candidates[present.pop()]} at every length (constant: no phase pattern)"
         parts = []
         for c, text in enumerate(candidates):
             residues = [p for p, f in enumerate(self.favoured) if f == c]

@@ -27,8 +27,9 @@ def unit_residue_cells(scores: PromptScores, n_units: int, modulus: int, placeme
 
 def phase_period(stride: int | None, model_stride: int | None, modulus: int) -> int:
     """The period the phase verdict tests: the period-check stride, else the model's compression
-    stride (when it is not below the modulus), else the modulus."""
-    return stride or model_stride or modulus
+    stride, else the modulus; a period below 2 has no phase, so it falls back to the modulus too."""
+    period = stride or model_stride or modulus
+    return period if period >= 2 else modulus
 
 
 def summarize_units(

@@ -252,7 +252,7 @@ def flip_query(tokenizer, lookup) -> tuple[str, tuple[str, ...]]:
     vocab = task_vocab(tokenizer, n_animals=lookup.n_records, n_names=lookup.n_records)
     middle = lookup.n_records // 2
     mapping = draw_mapping(vocab, lookup, 0, middle, middle, held_out_matrix(vocab, lookup))
-    ids = unpadded_ids(vocab, mapping, lookup.record_separator)
+    ids = unpadded_ids(vocab, lookup, mapping)
     context = tokenizer.decode(ids)
     if tokenizer(context, add_special_tokens=False)["input_ids"] != ids:
         raise ValueError("the flip query does not survive decoding and encoding with this tokenizer")

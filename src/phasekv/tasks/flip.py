@@ -5,6 +5,11 @@ grows one token at a time; the scorer then compares candidate continuations at e
 Filler comes from a family (`words.filler_families()`: equals signs, lorem words, digits, a prose
 sentence, full stops), encoded once into a token stream so that the prompt of length L+1 holds
 the filler of length L plus one more token: only the context's offset changes.
+
+Templates (`FLIP_TEMPLATES`): `paper` puts the context right after the filler (the paper's
+layout; with a BPE tokenizer the ids at the seam may be ones no text encodes to), `natural` (and
+`sentence`) start the context on a new line after the filler, so the prompt is text a tokenizer
+produces (checked by decoding and re-encoding every prompt).
 """
 
 from __future__ import annotations
@@ -13,6 +18,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from phasekv.tasks import words
+
+# text between the filler and the context; the record templates' names, so one --template serves every probe
+FLIP_TEMPLATES = {"paper": "", "natural": "\n", "sentence": "\n"}
+
+
+def seam_ids(tokenizer, template: str, context: str) -> tuple[list[int], list[int]]:
+    """(separator ids, context ids) of `template`. `paper`: no separator, the context encoded on its
+    own. Otherwise the separator and context are encoded after a word, as they stand in a prompt
+    (a SentencePiece tokenizer marks a text's first word with "▁"), and must split there."""
+    if template not in FLIP_TEMPLATES:
+        raise ValueError(f"unknown flip template {template!r}; choose one of {', '.join(FLIP_TEMPLATES)}")
+    text = FLIP_TEMPLATES[template]
+
+    def encode(s: str) -> list[int]:
+        return list(tokenizer(s, add_special_tokens=False)["input_ids"])
+
+    if not text:
+        return [], encode(context)
+    lead, separated, full = encode("x"), encode("x" + text), encode("x" + text + context)
+    if separated[: len(lead)] != lead or full[: len(separated)] != separated or len(separated) == len(lead):
+        raise ValueError(f"the {template} flip template's text {text!r} merges with its neighbours for this tokenizer")
+    return separated[len(lead) :], full[len(separated) :]
 
 
 @dataclass(frozen=True)
@@ -64,8 +91,9 @@ def make_flip(
     lengths: Sequence[int],
     prefix_ids: Sequence[int] = (),
     family: str = "",
+    separator: Sequence[int] = (),
 ) -> FlipSet:
-    """One prompt per filler length L in `lengths`: prefix + filler_ids[:L] + context."""
+    """One prompt per filler length L in `lengths`: prefix + filler_ids[:L] + separator + context."""
     if not context_ids:
         raise ValueError("the context is empty")
     longest = max(lengths, default=0)
@@ -73,12 +101,13 @@ def make_flip(
         raise ValueError(f"filler lengths must lie in 0..{len(filler_ids)} (the filler stream's length)")
     prompts = []
     for length in lengths:
-        ids = [*prefix_ids, *filler_ids[:length], *context_ids]
+        ids = [*prefix_ids, *filler_ids[:length], *separator, *context_ids]
         prompts.append(FlipPrompt(ids, int(length), family, len(ids) - 1))
     options = {
         "family": family,
         "lengths": [int(x) for x in lengths],
         "prefix_length": len(prefix_ids),
+        "separator_ids": list(separator),
         "context_length": len(context_ids),
     }
     return FlipSet(options=options, prompts=prompts)
@@ -90,11 +119,14 @@ def make_flip_families(
     lengths: Sequence[int],
     families: Sequence[str] | None = None,
     prefix_ids: Sequence[int] = (),
+    separator: Sequence[int] = (),
 ) -> dict[str, FlipSet]:
     """`make_flip` for each family (default: all of `words.filler_families()`; `PAD_FAMILY` may be named too)."""
     chosen = words.filler_families() if families is None else tuple(families)
     longest = max(lengths, default=0)
     return {
-        family: make_flip(context_ids, filler_stream(tokenizer, family, longest), lengths, prefix_ids, family)
+        family: make_flip(
+            context_ids, filler_stream(tokenizer, family, longest), lengths, prefix_ids, family, separator
+        )
         for family in chosen
     }

@@ -5,10 +5,13 @@ Token layout (ids; P = len(prefix_ids), L = record length, A = padding):
     prefix | slot_0 pads | a_0 n_0 , | slot_1 pads | a_1 n_1 , | ... | a_{R-1} n_{R-1} , | slot_R pads
            | ; a n ; a n ... (D demonstrations) | ; a_k
 
-Each record is an animal key followed directly by its name (then the record separator, unless
-`record_separator=False`). The prompt ends with the target animal a_k; the answer is n_k, the
-token right after the target key in the records. The padding slots hold A pad tokens in all, so
-the query position P + A + R L + 3 D + 1 is the same for every prompt of a run.
+This is the `paper` template: each record is an animal key followed directly by its name (then
+the record separator, unless `record_separator=False`). The prompt ends with the target animal
+a_k; the answer is n_k, the token right after the target key in the records. Other templates
+(`templates.LOOKUP_TEMPLATES`, e.g. `natural`: "The cat's owner is Bob.") write records,
+demonstrations and the query as other text; the query then ends with the record's key phrase
+(" cat's owner is") and the answer follows it. The padding slots hold A pad tokens in all, so
+the query position P + A + R L + (demonstrations and query) - 1 is the same for every prompt.
 
 Held-out pairs: with `held_out_seed` set, every record's (animal, name) pair (hence every
 demonstration and the target) is one the training mixture held out
@@ -30,6 +33,7 @@ import numpy as np
 
 from phasekv.tasks import layout, placement
 from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
+from phasekv.tasks.templates import PromptFormat, check_round_trip, compile_template, get_template, paper_format
 from phasekv.tasks.vocab import TaskVocab
 
 
@@ -42,6 +46,7 @@ class LookupOptions:
     `placements_per_mapping` None picks the fewest that make the groups exact. `held_out_seed`
     None draws names from any pairs; an integer draws every (animal, name) pair from the pairs
     `HeldOutPairs(held_out_seed, held_out_modulus)` holds out of training (both splits).
+    `template` names the record template (`templates.LOOKUP_TEMPLATES`).
     """
 
     n_records: int = 64
@@ -57,6 +62,7 @@ class LookupOptions:
     split: str = "eval"
     held_out_seed: int | None = None
     held_out_modulus: int = 4
+    template: str = "paper"
 
 
 @dataclass(frozen=True)
@@ -126,39 +132,59 @@ def _check(vocab: TaskVocab, o: LookupOptions) -> None:
     vocab.require(o.n_records, o.n_records)
 
 
+def lookup_format(tokenizer, options: LookupOptions) -> PromptFormat:
+    """`options.template` compiled for `tokenizer` (`templates.compile_template`)."""
+    template = get_template("lookup", options.template, options.record_separator)
+    return compile_template(tokenizer, template, "lookup")
+
+
+def lookup_prompts(tokenizer, options: LookupOptions, prefix_ids: Sequence[int] = ()) -> PromptSet:
+    """`make_lookup` with the template compiled for `tokenizer`; the prompts' text must re-encode
+    to the same ids (`templates.check_round_trip`)."""
+    form = lookup_format(tokenizer, options)
+    prompt_set = make_lookup(form, options, prefix_ids)
+    check_round_trip(tokenizer, prompt_set.prompts, len(prefix_ids), options.template, lead=form.lead)
+    return prompt_set
+
+
 def make_lookup(
-    vocab: TaskVocab, options: LookupOptions = LookupOptions(), prefix_ids: Sequence[int] = ()
+    vocab: TaskVocab | PromptFormat, options: LookupOptions = LookupOptions(), prefix_ids: Sequence[int] = ()
 ) -> PromptSet:
     """All lookup prompts of a run: n_mappings x modulus residues x placements_per_mapping.
 
-    `prefix_ids` (BOS, chat-template opening) start every prompt; positions count them.
+    `vocab` is a compiled template (`lookup_format`), or for the paper template the ids of
+    `task_vocab`. `prefix_ids` (BOS, chat-template opening) start every prompt; positions count them.
     """
     o = options
+    form = _format(vocab, o)
+    vocab = form.words
     _check(vocab, o)
     design = placement.moment_matched_design(o.modulus, o.spread_blocks)
     per_mapping = o.placements_per_mapping or placement.placements_needed(o.n_mappings, design.size)
-    rec_len = 3 if o.record_separator else 2
+    rec_len = form.record_length
     padding = design.span + rec_len * (o.n_records // 4) if o.padding is None else o.padding
     start = len(prefix_ids)
+    key_start = start + form.key_offset  # where record 0's key sits when no padding precedes it
     origin, k_min, k_max = layout.target_window(
-        design.low, design.low + design.span, padding, rec_len, o.n_records, start
+        design.low, design.low + design.span, padding, rec_len, o.n_records, key_start
     )
     positions = design.by_residue(origin)
     dealing = placement_rng(o.seed, o.split, 0)
     dealt = {r: placement.assign(positions[r], o.n_mappings, per_mapping, dealing) for r in sorted(positions)}
     gaps = placement_rng(o.seed, o.split, 1)
-    length = start + padding + o.n_records * rec_len + 3 * o.n_demos + 2
+    tail_length = o.n_demos * form.demo.length(form.sizes) + form.query.length(form.sizes)
+    length = start + padding + o.n_records * rec_len + tail_length
     held = held_out_matrix(vocab, o)
     prompts = []
     for i in range(o.n_mappings):
         mapping = draw_mapping(vocab, o, i, k_min, k_max, held)
-        records = _records(vocab, mapping, rec_len)
-        tail = _tail(vocab, mapping)
+        records = form.record.render({"key": mapping.animal_ids, "value": mapping.name_ids})
+        tail = _tail(form, mapping)
         for r in sorted(dealt):
             for p, t in enumerate(dealt[r][i]):
-                before = int(t) - start - mapping.target * rec_len
+                before = int(t) - key_start - mapping.target * rec_len
                 slots = layout.padding_slots(o.protocol, o.n_records, mapping.target, before, padding, gaps)
-                ids = _assemble(prefix_ids, records, slots, tail, vocab.pad_id, length)
+                ids = _assemble(prefix_ids, records, slots, tail, form.pad_id, length)
                 prompts.append(
                     Prompt(
                         input_ids=ids,
@@ -174,7 +200,7 @@ def make_lookup(
         **asdict(o),
         "placements_per_mapping": per_mapping,
         "padding": padding,
-        "record_length": rec_len,
+        **form.describe(),
         "prefix_length": start,
         "design_size": design.size,
         "design_mean_offset": str(design.mean),
@@ -189,23 +215,30 @@ def make_lookup(
     return PromptSet(task="lookup", options=record, prompts=prompts, position_stats=stats)
 
 
-def _records(vocab: TaskVocab, mapping: Mapping, rec_len: int) -> np.ndarray:
-    columns = [mapping.animal_ids, mapping.name_ids]
-    if rec_len == 3:
-        columns.append(np.full(len(mapping.animal_ids), vocab.record_sep_id))
-    return np.stack(columns, axis=1)
+def _format(source: TaskVocab | PromptFormat, options: LookupOptions) -> PromptFormat:
+    if isinstance(source, PromptFormat):
+        if source.template != options.template:
+            raise ValueError(
+                f"the prompt format is the {source.template!r} template but options ask for {options.template!r}"
+            )
+        return source
+    if options.template != "paper":
+        raise ValueError(f"the {options.template!r} template must be compiled for the tokenizer: use lookup_format")
+    return paper_format(source, "lookup", options.record_separator)
 
 
-def _tail(vocab: TaskVocab, mapping: Mapping) -> np.ndarray:
-    sep = np.full(len(mapping.demos), vocab.query_sep_id)
-    demos = np.stack([sep, mapping.animal_ids[mapping.demos], mapping.name_ids[mapping.demos]], axis=1)
-    return np.concatenate([demos.ravel(), [vocab.query_sep_id, mapping.animal_ids[mapping.target]]])
+def _tail(form: PromptFormat, mapping: Mapping) -> np.ndarray:
+    """Demonstrations then the query, as one id array."""
+    demos = form.demo.render({"key": mapping.animal_ids[mapping.demos], "value": mapping.name_ids[mapping.demos]})
+    query = form.query.render({"key": mapping.animal_ids[[mapping.target]]})
+    return np.concatenate([demos.ravel(), query.ravel()])
 
 
-def unpadded_ids(vocab: TaskVocab, mapping: Mapping, record_separator: bool = True) -> list[int]:
-    """The content of a mapping's prompt without any padding: records, demonstrations, "; target-key"."""
-    records = _records(vocab, mapping, 3 if record_separator else 2)
-    return [int(i) for i in (*records.ravel(), *_tail(vocab, mapping))]
+def unpadded_ids(vocab: TaskVocab | PromptFormat, options: LookupOptions, mapping: Mapping) -> list[int]:
+    """The content of a mapping's prompt without any padding: records, demonstrations, query."""
+    form = _format(vocab, options)
+    records = form.record.render({"key": mapping.animal_ids, "value": mapping.name_ids})
+    return [int(i) for i in (*records.ravel(), *_tail(form, mapping))]
 
 
 def _assemble(

@@ -2,15 +2,18 @@
 
 Token layout (ids; P = len(prefix_ids)):
 
-    prefix | filler | ; k_1 k_2 v_1 v_2 | filler | ; k_1 k_2 v_1 v_2 | ... | filler | ; q_1 q_2
+    prefix | filler | , k_1 k_2 v_1 v_2 | filler | , k_1 k_2 v_1 v_2 | ... | filler | ; q_1 q_2
 
-Each record is the record separator, a key of `key_tokens` animal tokens and a value of
-`value_tokens` name tokens (defaults 2 + 2: the paper's four-token key–value records; the
-separator is extra and can be dropped with `record_separator=False`). Keys are distinct within
-a haystack. The haystack's remaining tokens are filler words, split into the gaps around the
-records by the padding protocol (`in-sequence`: random gaps; `prefix`: all filler before and
-after the records). The query repeats the target key after the query separator; the answer is
-the whole value. t_K is the position of the target key's first token; the query position is
+In the `paper` template each record is the record separator, a key of `key_tokens` animal tokens
+and a value of `value_tokens` name tokens (defaults 2 + 2: the paper's four-token key–value
+records; the separator is extra and can be dropped with `record_separator=False`). Other
+templates (`templates.NEEDLE_TEMPLATES`, e.g. `natural`: "The cat dog room belongs to Bob Ann.")
+write records as other text, and the query ends with the record's text from the key up to the
+value. Keys are distinct within a haystack, and so are values (so the answer occurs once). The
+haystack's remaining tokens are filler words, split into the gaps around the records by the
+padding protocol (`in-sequence`: random gaps; `prefix`: all filler before and after the
+records). The query repeats the target key after the query separator; the answer is the whole
+value. t_K is the position of the target key's first token; the query position is
 `context_length - 1` for every prompt.
 
 The target is the middle record; target positions follow `placement.moment_matched_design`
@@ -29,6 +32,7 @@ import numpy as np
 
 from phasekv.tasks import layout, placement
 from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
+from phasekv.tasks.templates import PromptFormat, check_round_trip, compile_template, get_template, paper_format
 from phasekv.tasks.vocab import TaskVocab
 
 
@@ -37,7 +41,8 @@ class NeedleOptions:
     """Options of a needle run (JSON-serialisable through `dataclasses.asdict`).
 
     `context_length` counts every token of a prompt, prefix and query included;
-    `placements_per_haystack` None picks the fewest that make the residue groups exact.
+    `placements_per_haystack` None picks the fewest that make the residue groups exact;
+    `template` names the record template (`templates.NEEDLE_TEMPLATES`).
     `spread_blocks` 6 makes target positions span 8 x modulus tokens, enough periods for the
     phase verdict (`stats.phase_verdict`) to replicate a pattern across windows.
     """
@@ -54,6 +59,7 @@ class NeedleOptions:
     record_separator: bool = True
     seed: int = 0
     split: str = "eval"
+    template: str = "paper"
 
 
 @dataclass(frozen=True)
@@ -68,22 +74,29 @@ class Haystack:
 class NeedlePrompts(Sequence):
     """The prompts of a needle run, built on access; index order is (haystack, residue, placement)."""
 
-    def __init__(self, vocab: TaskVocab, options: NeedleOptions, prefix_ids: Sequence[int] = ()):
+    def __init__(self, vocab: TaskVocab | PromptFormat, options: NeedleOptions, prefix_ids: Sequence[int] = ()):
         o = options
         layout.check_protocol(o.protocol)
         if min(o.n_records, o.key_tokens, o.value_tokens, o.n_haystacks, o.modulus) < 1:
             raise ValueError("n_records, key_tokens, value_tokens, n_haystacks and modulus must be >= 1")
-        if len(vocab.animal_ids) ** o.key_tokens < o.n_records:
-            raise ValueError(
-                f"{len(vocab.animal_ids)} animals give only {len(vocab.animal_ids) ** o.key_tokens} distinct "
-                f"{o.key_tokens}-token keys, fewer than the {o.n_records} records"
-            )
+        self.form = _format(vocab, o)
+        vocab = self.form.words
+        for kind, pool, tokens in (
+            ("animals", vocab.animal_ids, o.key_tokens),
+            ("names", vocab.name_ids, o.value_tokens),
+        ):
+            if len(pool) ** tokens < o.n_records:
+                what = "keys" if kind == "animals" else "values"
+                raise ValueError(
+                    f"{len(pool)} {kind} give only {len(pool) ** tokens} distinct {tokens}-token {what}, "
+                    f"fewer than the {o.n_records} records"
+                )
         if not vocab.filler_ids:
             raise ValueError("the vocabulary has no single-token filler words")
         self.vocab, self.options, self.prefix_ids = vocab, o, list(prefix_ids)
-        self.key_offset = 1 if o.record_separator else 0
-        self.record_length = self.key_offset + o.key_tokens + o.value_tokens
-        self.query_length = 1 + o.key_tokens
+        self.key_offset = self.form.key_offset
+        self.record_length = self.form.record_length
+        self.query_length = self.form.query.length(self.form.sizes)
         start = len(self.prefix_ids)
         self.filler_length = o.context_length - start - o.n_records * self.record_length - self.query_length
         self.design = placement.moment_matched_design(o.modulus, o.spread_blocks)
@@ -120,26 +133,21 @@ class NeedlePrompts(Sequence):
         """Content of haystack `unit`, reproducible from (seed, split, unit) alone."""
         o, v = self.options, self.vocab
         rng = content_rng(o.seed, o.split, unit)
-        animals = np.asarray(v.animal_ids)
-        codes = rng.choice(len(animals) ** o.key_tokens, size=o.n_records, replace=False)
-        digits = (codes[:, None] // len(animals) ** np.arange(o.key_tokens)[::-1]) % len(animals)
-        values = rng.choice(np.asarray(v.name_ids), size=(o.n_records, o.value_tokens))
+        keys = _distinct_tuples(rng, np.asarray(v.animal_ids), o.n_records, o.key_tokens)
+        values = _distinct_tuples(rng, np.asarray(v.name_ids), o.n_records, o.value_tokens)
         filler = rng.choice(np.asarray(v.filler_ids), size=self.filler_length)
-        return Haystack(keys=animals[digits], values=values, filler=filler)
+        return Haystack(keys=keys, values=values, filler=filler)
 
     def build(self, unit: int, residue: int, placement_index: int) -> Prompt:
         """The prompt of haystack `unit` placed at its `placement_index`-th position of `residue`."""
-        o, v = self.options, self.vocab
+        o = self.options
         t = int(self.dealt[residue][unit, placement_index])
         hay = self.haystack(unit)
         start = len(self.prefix_ids)
         before = t - start - self.target * self.record_length - self.key_offset
         gaps = placement_rng(o.seed, o.split, 1, unit, residue, placement_index)
         slots = layout.padding_slots(o.protocol, o.n_records, self.target, before, self.filler_length, gaps)
-        columns = [hay.keys, hay.values]
-        if self.key_offset:
-            columns.insert(0, np.full((o.n_records, 1), v.record_sep_id))
-        records = np.concatenate(columns, axis=1)
+        records = self.form.record.render({"key": hay.keys, "value": hay.values})
         ids = np.empty(o.context_length, dtype=np.int64)
         ids[:start] = self.prefix_ids
         record_starts = start + np.cumsum(slots[: o.n_records]) + self.record_length * np.arange(o.n_records)
@@ -150,7 +158,7 @@ class NeedlePrompts(Sequence):
         is_filler[record_positions] = False
         ids[record_positions] = records
         ids[is_filler] = hay.filler
-        ids[-self.query_length :] = [v.query_sep_id, *hay.keys[self.target]]
+        ids[-self.query_length :] = self.form.query.render({"key": hay.keys[[self.target]]})[0]
         return Prompt(
             input_ids=ids.tolist(),
             answer_ids=hay.values[self.target].tolist(),
@@ -166,7 +174,7 @@ class NeedlePrompts(Sequence):
         return {
             **asdict(self.options),
             "placements_per_haystack": self.per_haystack,
-            "record_length": self.record_length,
+            **self.form.describe(),
             "filler_length": self.filler_length,
             "prefix_length": len(self.prefix_ids),
             "target_record": self.target,
@@ -176,10 +184,47 @@ class NeedlePrompts(Sequence):
         }
 
 
+def _distinct_tuples(rng: np.random.Generator, pool: np.ndarray, n: int, tokens: int) -> np.ndarray:
+    """[n, tokens] ids from `pool`: n distinct tuples drawn without replacement."""
+    codes = rng.choice(len(pool) ** tokens, size=n, replace=False)
+    digits = (codes[:, None] // len(pool) ** np.arange(tokens)[::-1]) % len(pool)
+    return pool[digits]
+
+
+def _format(source: TaskVocab | PromptFormat, options: NeedleOptions) -> PromptFormat:
+    if isinstance(source, PromptFormat):
+        if source.template != options.template or (source.key_tokens, source.value_tokens) != (
+            options.key_tokens,
+            options.value_tokens,
+        ):
+            raise ValueError("the prompt format was compiled for another template or key/value length than the options")
+        return source
+    if options.template != "paper":
+        raise ValueError(f"the {options.template!r} template must be compiled for the tokenizer: use needle_format")
+    return paper_format(source, "needle", options.record_separator, options.key_tokens, options.value_tokens)
+
+
+def needle_format(tokenizer, options: NeedleOptions) -> PromptFormat:
+    """`options.template` compiled for `tokenizer` (`templates.compile_template`)."""
+    template = get_template("needle", options.template, options.record_separator)
+    return compile_template(tokenizer, template, "needle", options.key_tokens, options.value_tokens)
+
+
+def needle_prompts(tokenizer, options: NeedleOptions, prefix_ids: Sequence[int] = ()) -> PromptSet:
+    """`make_needle` with the template compiled for `tokenizer`; the prompts' text must re-encode to
+    the same ids (`templates.check_round_trip`)."""
+    form = needle_format(tokenizer, options)
+    prompt_set = make_needle(form, options, prefix_ids)
+    check_round_trip(tokenizer, prompt_set.prompts, len(prefix_ids), options.template, limit=16, lead=form.lead)
+    return prompt_set
+
+
 def make_needle(
-    vocab: TaskVocab, options: NeedleOptions = NeedleOptions(), prefix_ids: Sequence[int] = ()
+    vocab: TaskVocab | PromptFormat, options: NeedleOptions = NeedleOptions(), prefix_ids: Sequence[int] = ()
 ) -> PromptSet:
-    """All needle prompts of a run (built lazily): n_haystacks x modulus x placements_per_haystack."""
+    """All needle prompts of a run (built lazily): n_haystacks x modulus x placements_per_haystack.
+
+    `vocab` is a compiled template (`needle_format`), or for the paper template `task_vocab`'s ids."""
     prompts = NeedlePrompts(vocab, options, prefix_ids)
     stats = placement.position_stats(
         {r: prompts.dealt[r].ravel() for r in prompts.residues}, options.context_length - 1

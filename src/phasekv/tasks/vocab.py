@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from phasekv.tasks import words
-
 LEFT_CONTEXT = "x,"
 RIGHT_CONTEXT = " y"
 
@@ -52,7 +50,8 @@ class TaskVocab:
 
     Animal and name ids are distinct single tokens; `pad_id` is the padding token of the lookup
     protocols, `record_sep_id` ends each record and `query_sep_id` opens each demonstration and
-    the query; `filler_ids` fill the needle haystack.
+    the query (in the paper's layout; None for templates without them, `templates`); `filler_ids`
+    fill the needle haystack.
     """
 
     animal_words: tuple[str, ...]
@@ -60,9 +59,9 @@ class TaskVocab:
     name_words: tuple[str, ...]
     name_ids: tuple[int, ...]
     filler_ids: tuple[int, ...]
-    pad_id: int
-    record_sep_id: int
-    query_sep_id: int
+    pad_id: int | None
+    record_sep_id: int | None
+    query_sep_id: int | None
 
     def require(self, n_animals: int, n_names: int) -> None:
         """Raise ValueError unless at least `n_animals` animals and `n_names` names are available."""
@@ -77,49 +76,69 @@ class TaskVocab:
                 )
 
 
-def _words_as_tokens(tokenizer, candidates: Sequence[str], space: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    ids = single_token_ids(tokenizer, [space + w for w in candidates])
-    kept = [(w, ids[space + w]) for w in candidates if space + w in ids]
-    unique: dict[int, str] = {}
-    for word, tok_id in kept:
-        unique.setdefault(tok_id, word)
-    return tuple(unique.values()), tuple(unique)
-
-
-def _one_token(tokenizer, piece: str, role: str) -> int:
-    ids = single_token_ids(tokenizer, [piece])
-    if piece not in ids:
-        raise ValueError(f"the {role} {piece!r} is not a single token in context for this tokenizer")
-    return ids[piece]
-
-
 def task_vocab(
     tokenizer,
     *,
     n_animals: int = 0,
     n_names: int = 0,
-    space: str = " ",
     record_sep: str = ",",
     query_sep: str = ";",
     pad: str = " .",
 ) -> TaskVocab:
-    """Find the single-token animals, names and filler words of `tokenizer`.
+    """The words and separators of the paper's layout (`templates.LOOKUP_TEMPLATES["paper"]` and
+    the needle's), each checked in every context where it occurs in a prompt.
 
-    Words are tested with `space` in front (" cat"), as they appear in prompts. Raises ValueError
-    saying how many were found when fewer than `n_animals` animals or `n_names` names remain.
+    Words are kept when they are one token (with their leading space) wherever a lookup or needle
+    prompt puts them; the separators and the pad must be one token each. Raises ValueError saying
+    how many were found when fewer than `n_animals` animals or `n_names` names remain.
     """
-    animal_words, animal_ids = _words_as_tokens(tokenizer, words.animals(), space)
-    name_words, name_ids = _words_as_tokens(tokenizer, words.names(), space)
-    _, filler_ids = _words_as_tokens(tokenizer, words.filler_words(), space)
+    from phasekv.tasks.templates import Template, compile_template, tokenizer_name  # templates builds on this module
+
+    layouts = {
+        "lookup": Template(
+            "paper",
+            "",
+            record=f" {{key}} {{value}}{record_sep}",
+            demo=f"{query_sep} {{key}} {{value}}",
+            query=f"{query_sep} {{key}}",
+            pad=pad,
+        ),
+        "needle": Template("paper", "", record=f"{record_sep} {{key}} {{value}}", query=f"{query_sep} {{key}}"),
+    }
+    try:
+        lookup, needle = (compile_template(tokenizer, t, probe) for probe, t in layouts.items())
+    except ValueError as err:
+        raise ValueError(
+            f"the paper layout (record separator {record_sep!r}, query separator {query_sep!r}, pad {pad!r}) "
+            f"does not fit this tokenizer: {err}"
+        ) from None
+    separators = {
+        "record separator": (record_sep, lookup.record.segments[-1]),
+        "query separator": (query_sep, lookup.query.segments[0]),
+    }
+    for role, (text, ids) in separators.items():
+        if len(ids) != 1:
+            raise ValueError(
+                f"the {role} {text!r} is {len(ids)} tokens in context with tokenizer {tokenizer_name(tokenizer)}; "
+                "it must be one token"
+            )
+    both = {
+        kind: [
+            (w, i)
+            for w, i in zip(getattr(lookup.words, kind + "_words"), getattr(lookup.words, kind + "_ids"), strict=True)
+            if i in set(getattr(needle.words, kind + "_ids"))
+        ]
+        for kind in ("animal", "name")
+    }
     vocab = TaskVocab(
-        animal_words=animal_words,
-        animal_ids=animal_ids,
-        name_words=name_words,
-        name_ids=name_ids,
-        filler_ids=filler_ids,
-        pad_id=_one_token(tokenizer, pad, "padding token"),
-        record_sep_id=_one_token(tokenizer, record_sep, "record separator"),
-        query_sep_id=_one_token(tokenizer, query_sep, "query separator"),
+        animal_words=tuple(w for w, _ in both["animal"]),
+        animal_ids=tuple(i for _, i in both["animal"]),
+        name_words=tuple(w for w, _ in both["name"]),
+        name_ids=tuple(i for _, i in both["name"]),
+        filler_ids=needle.words.filler_ids,
+        pad_id=lookup.pad_id,
+        record_sep_id=separators["record separator"][1][0],
+        query_sep_id=separators["query separator"][1][0],
     )
     vocab.require(n_animals, n_names)
     return vocab
