@@ -27,6 +27,7 @@ from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.report import ReportInputError, build_report, load_results
 from phasekv.report.cli import report_command
+from phasekv.report.positions import position_bins
 from phasekv.scoring import PhaseKVScorer
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
@@ -182,7 +183,15 @@ def test_html_is_self_contained_with_every_section(report):
 def test_pngs_are_written_beside_the_report_and_the_write_is_atomic(report):
     figures = report.parent / "report_figures"
     names = sorted(p.name for p in figures.glob("*.png"))
-    assert names == ["cycle.png", "flip.png", "gate_plane.png", "knockout.png", "residues.png", "theory.png"]
+    assert names == [
+        "cycle.png",
+        "flip.png",
+        "gate_plane.png",
+        "knockout.png",
+        "positions.png",
+        "residues.png",
+        "theory.png",
+    ]
     assert all((figures / n).stat().st_size > 5000 for n in names)
     assert [p.name for p in report.parent.iterdir() if p.name.endswith(".tmp")] == []
 
@@ -198,6 +207,27 @@ def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):
         assert f"{title} left out:" in text
     empty = build_report(tmp_path / "subset" / "results" / "full-1kv.json", tmp_path / "one.html", pngs=False)
     assert empty.sections == ["residues", "compressor"]
+
+
+def test_position_figure_bins_the_records_and_old_files_get_a_note(results, tmp_path):
+    subset = _copy(results, tmp_path, "results")
+    old = subset / "results" / "full-1kv.json"
+    data = json.loads(old.read_text())
+    del data["prompt_records"]  # a result file written before per-prompt records existed
+    old.write_text(json.dumps(data))
+    out = build_report(subset, tmp_path / "r.html")
+    text = out.html.read_text()
+    page = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)[1])
+    series = {s["name"]: s for s in page["residues"]["series"]}
+    assert series["full-1kv"]["positions"] is None and page["residues"]["without_records"] == ["full-1kv"]
+    assert "No position plot for full-1kv" in text and 'id="fig-positions"' in text
+    columns = json.loads((subset / "results" / "w8s8-1kv.json").read_text())["prompt_records"]["columns"]
+    drawn = series["w8s8-1kv"]["positions"]
+    bins = position_bins(columns["target_position"], columns["correct"])
+    assert drawn["n"] == bins["n"] and sum(drawn["n"]) == len(columns["correct"])
+    assert drawn["accuracy"] == [round(100 * a, 3) for a in bins["accuracy"]]
+    assert (drawn["min"], drawn["max"]) == (min(columns["target_position"]), max(columns["target_position"]))
+    assert "positions.png" in [p.name for p in out.pngs]
 
 
 def test_cli_command_writes_the_report_and_reports_bad_files(results, tmp_path):
@@ -275,6 +305,8 @@ def test_report_in_headless_chromium(report, tmp_path):
         "the fold toggle changes the x axis",
         "no errors on the page",
         "figure fig-residues renders",
+        "figure fig-positions renders",
+        "the position figure follows the selected model",
         "figure fig-knockout renders",
         "figure fig-gates renders",
         "figure fig-cycle renders",

@@ -33,7 +33,15 @@ SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keywo
     dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),
 )
 OUT = typer.Option(None, "--out", help="write the results JSON here")
-QUIET = typer.Option(False, "--quiet", help="no progress bar")
+QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
+DRY_RUN = typer.Option(
+    False, "--dry-run", help="print the plan (prompts, forward passes, design) and exit: loads only the tokenizer"
+)
+DUMP = typer.Option(
+    None,
+    "--dump-prompts",
+    help="write the prompts (token ids and decoded text) here as JSON lines (also with --dry-run)",
+)
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
 PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
 SPREAD = typer.Option(
@@ -64,6 +72,52 @@ def _scorer(model: Path | None, scoring: dict, remote: dict):
     from ..serve.cli import scorer_from_options
 
     return scorer_from_options(model, scoring, remote)
+
+
+def _planning_tokenizer(model: Path | None, scoring: dict, remote: dict) -> tuple[object, int, bool]:
+    """(tokenizer, batch size, scored by requests) for a dry run: no model is loaded and no
+    request is sent (through an endpoint the batch size is the concurrency)."""
+    from ..scoring import ScorerError
+    from ..serve.local import load_tokenizer
+
+    if remote["url"] is not None:
+        directory = remote["tokenizer"] or model
+        if directory is None:
+            raise ScorerError("--endpoint needs --tokenizer DIR (or MODEL): the served model's tokenizer, locally")
+        return load_tokenizer(directory), remote["concurrency"], True
+    if model is None:
+        raise ScorerError("give MODEL (a model directory) or --endpoint URL")
+    return load_tokenizer(model), scoring["batch_size"], False
+
+
+def _dump(rows, path: Path | None, tokenizer) -> None:
+    if path is not None:
+        from .record import dump_prompts
+
+        typer.echo(f"wrote {dump_prompts(rows, path, tokenizer)} prompts to {path}")
+
+
+def _dry_run(plan, rows, dump: Path | None, tokenizer) -> None:
+    typer.echo(plan.describe())
+    _dump(rows, dump, tokenizer)
+    typer.echo(
+        "dry run: nothing scored, no results written. No time estimate: it needs the model and a timed warm-up "
+        "(a run prints it after its first batches)."
+    )
+
+
+def _built(tokenizer, build, options):
+    """The prompts a run scores: `build` (a task's `*_prompts`) with the run's prompt prefix."""
+    from .record import prompt_prefix
+
+    return build(tokenizer, options, prompt_prefix(tokenizer)).prompts
+
+
+def _prompt_rows(prompts):
+    """The dump's rows of lookup or needle prompts, built one at a time."""
+    from dataclasses import asdict
+
+    return (asdict(p) for p in prompts)
 
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
@@ -127,10 +181,13 @@ def lookup(
     remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
+    dry_run: bool = DRY_RUN,
+    dump_prompts: Path = DUMP,
 ) -> None:
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
-    from ..tasks.lookup import LookupOptions
+    from ..tasks.lookup import LookupOptions, lookup_prompts
     from .lookup import run_lookup
+    from .scored import plan_prompt_set
 
     with _one_line_errors():
         options = LookupOptions(
@@ -147,7 +204,14 @@ def lookup(
             held_out_modulus=held_out_modulus,
             template=template,
         )
+        if dry_run:
+            tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
+            prompts = _built(tokenizer, lookup_prompts, options)
+            _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump_prompts, tokenizer)
+            return
         scorer = _scorer(model, scoring, remote)
+        if dump_prompts is not None:
+            _dump(_prompt_rows(_built(scorer.tokenizer, lookup_prompts, options)), dump_prompts, scorer.tokenizer)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
@@ -181,10 +245,13 @@ def needle(
     remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
+    dry_run: bool = DRY_RUN,
+    dump_prompts: Path = DUMP,
 ) -> None:
     """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
-    from ..tasks.needle import NeedleOptions
+    from ..tasks.needle import NeedleOptions, needle_prompts
     from .needle import run_needle
+    from .scored import plan_prompt_set
 
     with _one_line_errors():
         options = NeedleOptions(
@@ -200,7 +267,14 @@ def needle(
             seed=seed,
             template=template,
         )
+        if dry_run:
+            tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
+            prompts = _built(tokenizer, needle_prompts, options)
+            _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump_prompts, tokenizer)
+            return
         scorer = _scorer(model, scoring, remote)
+        if dump_prompts is not None:
+            _dump(_prompt_rows(_built(scorer.tokenizer, needle_prompts, options)), dump_prompts, scorer.tokenizer)
         result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         heading = (
             f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
@@ -238,9 +312,11 @@ def flip(
     remote: dict = ENDPOINT,
     out: Path = OUT,
     quiet: bool = QUIET,
+    dry_run: bool = DRY_RUN,
+    dump_prompts: Path = DUMP,
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
-    from .flip import FlipOptions, format_flip, run_flip
+    from .flip import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
 
     with _one_line_errors():
         fields = dict(
@@ -255,7 +331,14 @@ def flip(
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
+        if dry_run:
+            tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
+            built = flip_prompts(tokenizer, options)
+            _dry_run(plan_flip(built, batch_size, requests), built.rows(), dump_prompts, tokenizer)
+            return
         scorer = _scorer(model, scoring, remote)
+        if dump_prompts is not None:
+            _dump(flip_prompts(scorer.tokenizer, options).rows(), dump_prompts, scorer.tokenizer)
         result = run_flip(scorer, options, progress=not quiet)
         heading = (
             f"flip on {remote['url'] or model}: candidates {list(options.candidates)}, "

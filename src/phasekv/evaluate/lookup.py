@@ -88,4 +88,5 @@ def run_lookup(
         controls=controls,
         cell_accuracy=cells.round(6).tolist(),
         mean_answer_logprob=float(scores.logprob.mean()),
+        prompt_records=scores.records("mapping"),
     )

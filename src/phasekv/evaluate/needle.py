@@ -68,4 +68,5 @@ def run_needle(
         position_stats=position_stats,
         controls=controls,
         mean_answer_logprob=float(scores.logprob.mean()),
+        prompt_records=scores.records("haystack"),
     )

@@ -1,15 +1,38 @@
-"""The envelope every results file shares (model, scoring settings, software, timing) and the
-atomic JSON writer."""
+"""The envelope every results file shares (model, scoring settings, software, timing), the
+per-prompt records, the atomic JSON writer and the prompt dump.
+
+Per-prompt records (`prompt_records`), the "prompt_records" field of every probe's result: one
+entry per scored prompt, stored by column (a dict of equally long lists, index i = prompt i)::
+
+    {"unit": "mapping", "n": 1728,
+     "columns": {"target_position": [...], "query_position": [...], "residue": [...], "unit": [...],
+                 "placement": [...], "correct": [...], "answer_logprob": [...]}}
+
+- target_position: t_K, the index of the (first) target key token (flip: of the context's first
+  token); query_position: the index where the answer's first token is predicted (the last one);
+- residue: t_K mod the run's modulus (flip: the filler length mod the period);
+- unit: index of the content unit, whose kind "unit" names (lookup: mapping, needle: haystack,
+  flip: filler family, with the family names under "unit_names"); placement: index of the
+  repeated positions of one unit in one residue group (flip: always 0);
+- correct: greedy decoding produces the whole answer (flip: the candidate); answer_logprob: the
+  answer's summed teacher-forced log-prob (rounded to 6 decimals).
+
+A probe may add columns (flip: filler_length, and candidate, an index into "candidates"). Lists
+of numbers are written on one line each (`results_json`).
+"""
 
 from __future__ import annotations
 
 import json
 import platform
+import re
 import time
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..model.io import write_atomic
@@ -66,9 +89,66 @@ class RunClock:
         }
 
 
+RECORD_COLUMNS = ("target_position", "query_position", "residue", "unit", "placement", "correct", "answer_logprob")
+
+
+def prompt_records(columns: Mapping[str, np.ndarray], unit: str, **extra) -> dict:
+    """The "prompt_records" field (see the module docstring) from per-prompt arrays [N] named by
+    RECORD_COLUMNS (more columns may follow); `extra` goes beside the columns (e.g. unit_names)."""
+    missing = [name for name in RECORD_COLUMNS if name not in columns]
+    if missing:
+        raise ValueError(f"per-prompt records need the columns {missing}")
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"per-prompt record columns differ in length: {sorted(lengths)}")
+    out = {}
+    for name, values in columns.items():
+        values = np.asarray(values)
+        if name == "answer_logprob":
+            out[name] = [round(float(v), 6) for v in values]
+        else:
+            out[name] = values.tolist()
+    return {"unit": unit, "n": lengths.pop(), **extra, "columns": out}
+
+
+_SCALAR = r"(?:-?[0-9][0-9.eE+-]*|true|false|null|NaN|-?Infinity)"
+# a list of scalars as json.dumps(indent=...) spreads it, one item a line (strings never hold a raw newline)
+_SPREAD_LIST = re.compile(rf"\[\n\s+({_SCALAR}(?:,\n\s+{_SCALAR})*)\n\s*\]")
+
+
+def results_json(result: dict) -> str:
+    """Indented JSON with every list of numbers on one line (per-prompt records stay compact)."""
+    text = json.dumps(result, indent=2)
+    return _SPREAD_LIST.sub(lambda m: "[" + ", ".join(item.strip() for item in m[1].split(",")) + "]", text) + "\n"
+
+
 def write_results(result: dict, path: str | Path) -> Path:
-    """Write `result` as indented JSON to `path` atomically (temporary file, then os.replace)."""
+    """Write `result` as indented JSON (`results_json`) to `path` atomically (temporary file, then os.replace)."""
     path = Path(path)
-    text = json.dumps(result, indent=2) + "\n"
+    text = results_json(result)
     write_atomic(path, lambda tmp: Path(tmp).write_text(text))
     return path
+
+
+def dump_prompts(prompts: Iterable[dict], path: str | Path, tokenizer=None) -> int:
+    """Write one JSON line per prompt to `path` atomically; returns the number of lines.
+
+    Each dict holds `input_ids` and `answer_ids` (token ids) and any fields that describe the
+    prompt (target_position, residue, ...); with a `tokenizer` the decoded "text" and
+    "answer_text" are added (special tokens kept, so positions can be counted)."""
+    path = Path(path)
+    count = 0
+
+    def write(tmp: str) -> None:
+        nonlocal count
+        with open(tmp, "w", encoding="utf-8") as f:
+            for index, prompt in enumerate(prompts):
+                line = {"index": index, **prompt}
+                if tokenizer is not None:
+                    line["text"] = tokenizer.decode(prompt["input_ids"])
+                    line["answer_text"] = tokenizer.decode(prompt["answer_ids"])
+                f.write(json.dumps(line) + "\n")
+                count = index + 1
+
+    write_atomic(path, write)
+    return count

@@ -3,15 +3,16 @@ check the position controls on exactly the prompts that were scored."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..scoring import Scorer, score_answers
 from ..tasks import placement
 from ..tasks.prompts import Prompt
+from .plan import ScoringPlan, ScoringProgress, plan_pairs, scores_by_request
+from .record import RECORD_COLUMNS, prompt_records
 
 CHUNK_BATCHES = 16  # prompts built and scored at once = max(CHUNK_PROMPTS, CHUNK_BATCHES x batch size)
 CHUNK_PROMPTS = 4096  # identical prompts are scored once per chunk, so chunks should span many units
@@ -34,31 +35,73 @@ class PromptScores:
     answer_follows_key: np.ndarray
     query_repeats_key: np.ndarray
 
+    def records(self, unit: str) -> dict:
+        """The per-prompt records of the results (`record.prompt_records`); `unit` names what a
+        unit is (mapping, haystack)."""
+        columns = {name: getattr(self, name) for name in RECORD_COLUMNS if name != "answer_logprob"}
+        return prompt_records({**columns, "answer_logprob": self.logprob}, unit)
+
+
+def chunk_size(batch_size: int) -> int:
+    return max(CHUNK_PROMPTS, CHUNK_BATCHES * batch_size)
+
+
+def prompt_chunks(prompts: Sequence[Prompt], batch_size: int) -> Iterator[tuple[int, list[Prompt]]]:
+    """(start, prompts) of each chunk scored at once, built on demand."""
+    n, size = len(prompts), chunk_size(batch_size)
+    for start in range(0, n, size):
+        yield start, [prompts[i] for i in range(start, min(n, start + size))]
+
+
+def plan_prompt_set(prompts: Sequence[Prompt], batch_size: int, requests: bool = False) -> ScoringPlan:
+    """The plan of `score_prompt_set` on `prompts` with this batch size (requests: through an
+    endpoint), with the design counts read off the prompts."""
+    seen = {name: set() for name in ("residue", "unit", "placement", "query_position")}
+
+    def chunks():
+        for _, chunk in prompt_chunks(prompts, batch_size):
+            for name, values in seen.items():
+                values.update(getattr(p, name) for p in chunk)
+            yield [p.input_ids for p in chunk], [p.answer_ids for p in chunk]
+
+    plan = plan_pairs(chunks(), batch_size, requests=requests)
+    design = {
+        "residue groups": len(seen["residue"]),
+        "units": len(seen["unit"]),
+        "placements per unit and residue": len(seen["placement"]),
+        "query positions": ", ".join(map(str, sorted(seen["query_position"]))),
+    }
+    return replace(plan, design=design)
+
 
 def score_prompt_set(
     scorer: Scorer, prompts: Sequence[Prompt], key_length: int, desc: str, progress: bool = True
 ) -> PromptScores:
     """Score every prompt (built chunk by chunk, so lazy prompt sequences stay lazy).
 
-    `key_length` is the number of key tokens starting at t_K (1 for lookup).
+    `key_length` is the number of key tokens starting at t_K (1 for lookup). With `progress` the
+    plan is printed first and a bar moves after every batch (`plan.ScoringProgress`).
     """
     n = len(prompts)
     fields = {name: np.zeros(n, dtype=np.int64) for name in ("residue", "unit", "placement")}
     fields |= {name: np.zeros(n, dtype=np.int64) for name in ("target_position", "query_position")}
     checks = {name: np.zeros(n, dtype=bool) for name in ("answer_follows_key", "query_repeats_key")}
     correct, logprob = np.zeros(n, dtype=bool), np.zeros(n)
-    chunk = max(CHUNK_PROMPTS, CHUNK_BATCHES * scorer.batch_size)
-    with tqdm(total=n, desc=desc, unit="prompt", disable=not progress) as bar:
-        for start in range(0, n, chunk):
-            batch = [prompts[i] for i in range(start, min(n, start + chunk))]
-            scores = score_answers(scorer, [p.input_ids for p in batch], [p.answer_ids for p in batch])
+    bar = None
+    if progress:
+        bar = ScoringProgress(plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer)), desc)
+    try:
+        for start, batch in prompt_chunks(prompts, scorer.batch_size):
+            scores = score_answers(scorer, [p.input_ids for p in batch], [p.answer_ids for p in batch], bar)
             rows = slice(start, start + len(batch))
             correct[rows], logprob[rows] = scores.correct, scores.logprob
             for name in fields:
                 fields[name][rows] = [getattr(p, name) for p in batch]
             checks["answer_follows_key"][rows] = [_answer_follows_key(p, key_length) for p in batch]
             checks["query_repeats_key"][rows] = [_query_repeats_key(p, key_length) for p in batch]
-            bar.update(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
     return PromptScores(correct=correct, logprob=logprob, **fields, **checks)
 
 

@@ -171,8 +171,40 @@ function initResidues(D) {
     el('text', {x: R, y: T + 12, 'text-anchor': 'end', class: 'label'}, svg, s.name + (S ? ' (S=' + S + ')' : ''));
     $('residue-caption-model').textContent = s.name + ': mean ' + fmt(s.mean) + '%, worst ' + fmt(s.worst) + '%, gap ' + fmt(s.gap) + ' points' +
       (s.period_diff !== null && S ? ', mean |A(r) − A(r+S)| ' + fmt(s.period_diff) + ' points' : '') + '.';
+    drawPositions(D, s);
   }
   draw();
+}
+
+/* ---------- accuracy by absolute target position (beside the residues) ---------- */
+function drawPositions(D, s) {
+  const svg = $('fig-positions'), p = s.positions;
+  const W = 760, H = 300, L = 56, R = W - 16, T = 16, B = H - 52;
+  resetSvg(svg, W, H, 'Accuracy by absolute target position, ' + s.name + (p ? ', binned, with Wilson 95% bands' : ': no per-prompt records'));
+  svg.dataset.selected = s.name;
+  if (!p) {
+    svg.dataset.empty = D.no_records_note;
+    el('text', {x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'label'}, svg, s.name + ': ' + D.no_records_note);
+    return;
+  }
+  delete svg.dataset.empty;
+  const x = scale(p.min - 0.5, p.max + 0.5, L, R), y = scale(0, 100, B, T);
+  axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'target position t_K (prompts binned)', ylabel: 'accuracy (%)',
+             xticks: ticksFor(p.min, p.max, 10).map(v => ({v, label: String(v)})), yticks: [0, 25, 50, 75, 100].map(v => ({v, label: String(v)})),
+             xlabelOffset: 40});
+  const idx = range(p.n.length);
+  const band = idx.map((i, k) => (k ? 'L' : 'M') + x(p.center[i]) + ',' + y(p.high[i])).join('') +
+               idx.slice().reverse().map(i => 'L' + x(p.center[i]) + ',' + y(p.low[i])).join('') + 'Z';
+  el('path', {d: band, fill: SEL, 'fill-opacity': 0.16, stroke: 'none', class: 'positions-band'}, svg);
+  if (s.mean !== null) el('line', {x1: L, x2: R, y1: y(s.mean), y2: y(s.mean), stroke: '#8a8a8a', 'stroke-dasharray': '5 3', class: 'positions-mean'}, svg);
+  const g = el('g', {class: 'positions-line', 'data-name': s.name}, svg);
+  el('path', {d: idx.map((i, k) => (k ? 'L' : 'M') + x(p.center[i]) + ',' + y(p.accuracy[i])).join(''), fill: 'none', stroke: SEL, 'stroke-width': 2}, g);
+  idx.forEach(i => {
+    el('line', {x1: x(p.first[i] - 0.5), x2: x(p.last[i] + 0.5), y1: y(p.accuracy[i]), y2: y(p.accuracy[i]), stroke: SEL, 'stroke-opacity': 0.45, 'stroke-width': 1}, g);
+    const c = el('circle', {cx: x(p.center[i]), cy: y(p.accuracy[i]), r: 3, fill: SEL}, g);
+    el('title', {}, c, 'positions ' + p.first[i] + '–' + p.last[i] + ': ' + fmt(p.accuracy[i]) + '% [' + fmt(p.low[i]) + ', ' + fmt(p.high[i]) + '], ' + p.n[i] + ' prompts');
+  });
+  el('text', {x: R, y: T + 12, 'text-anchor': 'end', class: 'label'}, svg, s.name + ' (dashed: mean accuracy; short bars: bin widths)');
 }
 
 /* ---------- flip ---------- */
@@ -539,6 +571,8 @@ function selfTest() {
       target.dispatchEvent(new MouseEvent('click', {bubbles: true}));
       const hl = fig.querySelector('g.series-selected').getAttribute('data-name');
       ok('clicking a model row changes the highlighted series', hl !== hlBefore && hl === target.dataset.series && target.getAttribute('aria-selected') === 'true', hlBefore + ' -> ' + hl);
+      const pos = $('fig-positions');
+      if (pos) ok('the position figure follows the selected model', pos.dataset.selected === hl && (pos.dataset.empty || pos.querySelector('g.positions-line circle')), pos.dataset.selected);
     } else ok('clicking a model row changes the highlighted series', rows.length === 1, 'only one model');
     const foldable = rows.find(r => { r.click(); return !$('fold-toggle').disabled; });
     if (foldable) {

@@ -30,6 +30,11 @@ The selected model is drawn in red, full attention in dashed gray behind it, oth
 Dashed vertical lines mark the period boundaries every S positions, triangles under the axis mark the
 boundary phase S−1, and the selected line is dotted where it crosses a boundary. “Fold periods” overlays
 the periods (first solid, later dashed). <span id="residue-caption-model"></span></figcaption></figure>
+<figure>{_svg("fig-positions", "Accuracy by absolute target position with Wilson 95% bands")}
+<figcaption>The same model's accuracy against the absolute target position t<sub>K</sub>, in up to 12 bins of equal
+width, with Wilson 95% bands (prompts counted as independent, so the bands are narrower than the
+residue plot's, which resample whole units). A smooth trend here (a step, a slope, a dip in the middle) can leak into
+the residue pattern; a phase effect shows as a pattern by residue with no matching trend here.{_positions_note(d)}</figcaption></figure>
 <table class="data select" id="residue-table" role="listbox" aria-label="Models: select one to plot it">
 <thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th><th>gap [95% CI]</th><th>p (uniform)</th><th>phase verdict</th></tr></thead>
 <tbody></tbody></table>
@@ -38,6 +43,15 @@ test across residues (the paper's moment-matched figure, which a smooth effect o
 verdict tests whether the phase pattern at the period replicates across windows of consecutive positions
 (p beside it). Models whose mean is not clearly above guessing are marked “not learned (chance)”.</p>
 </section>"""
+
+
+def _positions_note(d: dict) -> str:
+    if not d["without_records"]:
+        return ""
+    names = ", ".join(d["without_records"])
+    return (
+        f' <span class="small">No position plot for {html.escape(names)}: {html.escape(d["no_records_note"])}.</span>'
+    )
 
 
 def _interval(d: dict) -> str:

@@ -1,10 +1,12 @@
-"""Accuracy by residue (the paper's Figure 2 and needle figure) and the summary table."""
+"""Accuracy by residue (the paper's Figure 2 and needle figure), the summary table, and beside them
+accuracy by absolute target position (`positions`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..evaluate.learned import learned
+from . import positions
 from .common import num, nums, plt, save_figure
 from .load import Inputs
 
@@ -67,11 +69,18 @@ def section(inputs: Inputs) -> dict | None:
                 "val_loss": num(training.get("final_val_loss"), 3),
                 "learned": _learned(d),
                 "verdict": _verdict(d.get("phase_test")),
+                "positions": positions.series_positions(d),
             }
         )
     compressed = [x for x in series if x["compressed"]]
     selected = (compressed or series)[0]["id"]
-    return {"series": series, "selected": selected, "probes": sorted({x["probe"] for x in series})}
+    return {
+        "series": series,
+        "selected": selected,
+        "probes": sorted({x["probe"] for x in series}),
+        "without_records": [x["name"] for x in series if x["positions"] is None],
+        "no_records_note": positions.NO_RECORDS,
+    }
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
@@ -105,7 +114,7 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
         "Accuracy by residue with 95% bands; dashed: period boundaries, triangles: boundary phase S-1", fontsize=9
     )
     fig.tight_layout()
-    return [save_figure(fig, out_dir / "residues.png")]
+    return [save_figure(fig, out_dir / "residues.png"), *positions.png(series, out_dir)]
 
 
 def _draw(ax, s: dict, color: str, dashed: bool = False) -> None:

@@ -6,7 +6,7 @@ scores (summed log-prob, full-vocabulary top-1 at every answer token). `load_sco
 model directory's config.json and picks `PhaseKVScorer` or `HFScorer`.
 """
 
-from .answers import AnswerScores, score_answers
+from .answers import AnswerScores, distinct_pairs, rows_by_answer_length, score_answers
 from .base import BatchedScorer, Scorer, ScorerError
 from .hf_scorer import HFScorer, hf_compression_stride
 from .load import load_scorer
@@ -19,7 +19,9 @@ __all__ = [
     "PhaseKVScorer",
     "Scorer",
     "ScorerError",
+    "distinct_pairs",
     "hf_compression_stride",
     "load_scorer",
+    "rows_by_answer_length",
     "score_answers",
 ]

@@ -11,7 +11,7 @@ at few distinct positions, so a lookup run holds many repeated prompts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,27 +31,52 @@ class AnswerScores:
     first_argmax: np.ndarray
 
 
-def score_answers(scorer: Scorer, contexts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]) -> AnswerScores:
-    """Teacher-forced scores of answers[i] after contexts[i]; distinct pairs of equal answer
-    length are scored together (one `scorer.logprobs` call per answer length)."""
+Pair = tuple[tuple[int, ...], tuple[int, ...]]
+Progress = Callable[[int], None]  # called with the number of sequences just scored
+
+
+def distinct_pairs(
+    contexts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]
+) -> tuple[list[Pair], np.ndarray]:
+    """(the distinct (context, answer) pairs in first-seen order, pair_of [N]: each input's index
+    among them). Identical pairs are one forward row (one request through an endpoint)."""
     if len(contexts) != len(answers):
         raise ScorerError(f"{len(contexts)} contexts but {len(answers)} answers")
-    if hasattr(scorer, "score_answers"):  # a scorer that scores answers itself (EndpointScorer: one echo request each)
-        return scorer.score_answers(contexts, answers)
-    index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    index: dict[Pair, int] = {}
     keys = [(tuple(c), tuple(a)) for c, a in zip(contexts, answers, strict=True)]
     pair_of = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
-    pairs = list(index)
-    n = len(pairs)
-    logprob, correct, first = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    return list(index), pair_of
+
+
+def rows_by_answer_length(pairs: Sequence[Pair]) -> dict[int, list[int]]:
+    """Indices of `pairs` grouped by answer length: one `scorer.logprobs` call per group."""
     by_length: dict[int, list[int]] = {}
     for i, (_, answer) in enumerate(pairs):
         if not answer:
             raise ScorerError("an answer is empty")
         by_length.setdefault(len(answer), []).append(i)
-    for k, rows in by_length.items():
+    return by_length
+
+
+def score_answers(
+    scorer: Scorer,
+    contexts: Sequence[Sequence[int]],
+    answers: Sequence[Sequence[int]],
+    progress: Progress | None = None,
+) -> AnswerScores:
+    """Teacher-forced scores of answers[i] after contexts[i]; distinct pairs of equal answer
+    length are scored together (one `scorer.logprobs` call per answer length). `progress`, if
+    given, is passed on to the scorer, which calls it after every batch (request)."""
+    # only a wanted bar is passed on, so scorers without progress reporting (test doubles) still work
+    report = {} if progress is None else {"progress": progress}
+    if hasattr(scorer, "score_answers"):  # a scorer that scores answers itself (EndpointScorer: one echo request each)
+        return scorer.score_answers(contexts, answers, **report)
+    pairs, pair_of = distinct_pairs(contexts, answers)
+    n = len(pairs)
+    logprob, correct, first = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    for k, rows in rows_by_answer_length(pairs).items():
         sequences = [[*pairs[i][0], *pairs[i][1][:-1]] for i in rows]
-        lp = scorer.logprobs(sequences, k)  # [n_k, k, V]
+        lp = scorer.logprobs(sequences, k, **report)  # [n_k, k, V]
         target = torch.tensor([pairs[i][1] for i in rows], dtype=torch.long)  # [n_k, k]
         top = lp.argmax(dim=-1)
         logprob[rows] = lp.gather(-1, target[..., None])[..., 0].sum(-1).double().numpy()

@@ -15,7 +15,7 @@ whenever one core is busy elsewhere, so workers keep going where intra-op thread
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,8 +40,11 @@ class Scorer(Protocol):
     batch_size: int
     compression_stride: int | None
 
-    def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
-        """Log-probs [N, n_last, V] predicted at the last `n_last` positions of each sequence."""
+    def logprobs(
+        self, sequences: Sequence[Sequence[int]], n_last: int = 1, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
+        """Log-probs [N, n_last, V] predicted at the last `n_last` positions of each sequence;
+        `progress` (optional) is called with the number of sequences scored after each batch."""
         ...
 
     def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -96,9 +99,11 @@ class BatchedScorer(ABC):
         """Logits [B, K, V] at `positions` [B, K] (row-wise indices) of `input_ids` [B, T]."""
 
     @torch.inference_mode()
-    def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
+    def logprobs(
+        self, sequences: Sequence[Sequence[int]], n_last: int = 1, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
         """Log-probs [N, n_last, V] (float32, CPU) at the last `n_last` positions of each sequence,
-        in input order."""
+        in input order. `progress(rows)` is called after each batch (in this thread, in batch order)."""
         if n_last < 1:
             raise ScorerError(f"n_last must be >= 1, got {n_last}")
         lengths = [len(s) for s in sequences]
@@ -120,13 +125,21 @@ class BatchedScorer(ABC):
                 logits = self._logits(ids.to(self.device), positions.to(self.device))
                 return torch.log_softmax(logits.float(), dim=-1).cpu()
 
+        def collect(scored: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+            parts = []
+            for part in scored:
+                parts.append(part)
+                if progress is not None:
+                    progress(len(part))
+            return parts
+
         if self.workers == 1 or len(batches) == 1:
-            parts = [score(rows) for rows in batches]
+            parts = collect(score(rows) for rows in batches)
         else:
             threads = torch.get_num_threads()
             try:
                 with ThreadPoolExecutor(self.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-                    parts = list(pool.map(score, batches))
+                    parts = collect(pool.map(score, batches))
             finally:
                 torch.set_num_threads(threads)
         out = torch.cat(parts)

@@ -167,9 +167,15 @@ class EndpointScorer:
             "server_model": self.card,
         }
 
-    def score_answers(self, contexts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]) -> AnswerScores:
+    def score_answers(
+        self,
+        contexts: Sequence[Sequence[int]],
+        answers: Sequence[Sequence[int]],
+        progress: Callable[[int], None] | None = None,
+    ) -> AnswerScores:
         """Teacher-forced scores of answers[i] after contexts[i], exactly as `scoring.score_answers`
-        (summed log-prob in float32, every answer token the full-vocabulary top-1, first top-1)."""
+        (summed log-prob in float32, every answer token the full-vocabulary top-1, first top-1).
+        `progress(n)` is called once for the cached answers and after every answered request."""
         if len(contexts) != len(answers):
             raise ScorerError(f"{len(contexts)} contexts but {len(answers)} answers")
         if not all(answers):
@@ -178,9 +184,11 @@ class EndpointScorer:
         if self._echo is None:
             self._echo = self._server_echoes(requests[0])
         if self._echo:
-            records = self._answered("answer", requests, self._send_answer)
+            records = self._answered("answer", requests, self._send_answer, progress)
         else:
             records = self._answers_without_echo(requests)
+            if progress is not None:  # one "top" request per answer token: counted when all are answered
+                progress(len(set(map(repr, requests))))
         logprob, correct, first = (
             np.zeros(len(records)),
             np.zeros(len(records), dtype=bool),
@@ -221,9 +229,11 @@ class EndpointScorer:
             records.append(record)
         return records
 
-    def logprobs(self, sequences: Sequence[Sequence[int]], n_last: int = 1) -> torch.Tensor:
+    def logprobs(
+        self, sequences: Sequence[Sequence[int]], n_last: int = 1, progress: Callable[[int], None] | None = None
+    ) -> torch.Tensor:
         """Log-probs [N, n_last, V] at the last `n_last` positions of each sequence: one
-        whole-vocabulary "next" request per prefix."""
+        whole-vocabulary "next" request per prefix (`progress` counts requests)."""
         if n_last < 1:
             raise ScorerError(f"n_last must be >= 1, got {n_last}")
         if not sequences:
@@ -231,14 +241,20 @@ class EndpointScorer:
         if any(len(s) < n_last for s in sequences):
             raise ScorerError(f"every sequence needs at least n_last = {n_last} tokens")
         prefixes = [(list(s[: len(s) - n_last + 1 + j]), None) for s in sequences for j in range(n_last)]
-        rows = self._answered("next", prefixes, self._send_next)
+        rows = self._answered("next", prefixes, self._send_next, progress)
         return torch.tensor(rows, dtype=torch.float32).view(len(sequences), n_last, self.vocab_size)
 
     def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
         """Log-probs [N, V] of the token after each sequence."""
         return self.logprobs(sequences, 1)[:, 0]
 
-    def _answered(self, kind: str, requests: list[tuple[list[int], object]], send: Callable) -> list:
+    def _answered(
+        self,
+        kind: str,
+        requests: list[tuple[list[int], object]],
+        send: Callable,
+        progress: Callable[[int], None] | None = None,
+    ) -> list:
         """The result of every request, from the cache or sent (distinct requests once, `concurrency`
         at a time, each answer cached by its worker as it arrives). On a failure the requests not yet
         started are cancelled, those in flight finish (their answers cached), the first failure is
@@ -246,6 +262,8 @@ class EndpointScorer:
         keys = [request_key(self.served_model, kind, ids, detail) for ids, detail in requests]
         todo = {key: request for key, request in zip(keys, requests, strict=True) if self.cache.get(key) is None}
         self._from_cache.update(key for key in keys if key not in todo and key not in self._sent)
+        if progress is not None and len(set(keys)) > len(todo):
+            progress(len(set(keys)) - len(todo))  # answered from the cache
 
         def answer(key: str, request: tuple) -> None:
             result = send(*request)
@@ -257,6 +275,8 @@ class EndpointScorer:
         try:
             for future in as_completed([pool.submit(answer, key, request) for key, request in todo.items()]):
                 future.result()
+                if progress is not None:
+                    progress(1)
         except KeyboardInterrupt:
             self.transport.stop()  # no more retries: in-flight requests end with their current attempt
             pool.shutdown(wait=True, cancel_futures=True)
