@@ -6,3 +6,7 @@ bash scripts/setup.sh
 bash scripts/install_chromium.sh || true  # the report's browser test; it skips with a reason without chromium
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 .venv/bin/python -m pytest "$@"
+# kvpress needs an older transformers: its tests run again in their own environment (PHASEKV_SKIP_KVPRESS=1 skips).
+if [ -z "${PHASEKV_SKIP_KVPRESS:-}" ]; then
+  bash scripts/test_kvpress.sh
+fi

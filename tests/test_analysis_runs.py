@@ -10,7 +10,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from conftest import randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
+from conftest import needs_dsv4, randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
 from phasekv.analysis import knockout_run
 from phasekv.analysis.cli import cycle_command, gates_command, knockout_command
 from phasekv.analysis.cycle_run import cycle_statistics, fold_cells, parse_deltas, run_cycle
@@ -140,7 +140,7 @@ def test_calibration_prompts_never_overlap_the_evaluation_prompts():
         check_disjoint(evaluation, calibration + evaluation[:1])
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "dsv4", "phasekv"])
+@pytest.mark.parametrize("kind", ["qwen3", pytest.param("dsv4", marks=needs_dsv4), "phasekv"])
 def test_whole_layer_knockout_with_its_own_mean_is_the_identity(kind):
     model = {"qwen3": lambda: tiny_qwen3(V), "dsv4": _dsv4, "phasekv": lambda: _model("w8s8-1kv")}[kind]()
     gen = torch.Generator().manual_seed(0)
@@ -165,6 +165,7 @@ def test_gate_metrics_of_planted_gate_biases(tmp_path):
     assert plot_gates(rows, tmp_path / "g.png").stat().st_size > 0
 
 
+@needs_dsv4
 def test_deepseek_v4_gates_equal_the_compressor_formula():
     model = _dsv4()
     seen = {}

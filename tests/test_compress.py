@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import randomize, tiny_dsv4_config
+from conftest import needs_dsv4, randomize, tiny_dsv4_config
 from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor, paper
 from phasekv.compress.pooling import SlotLayout, gated_pooling
 from phasekv.compress.reference import reference_entries
@@ -125,6 +125,7 @@ def test_uniform_gate_weights_every_offset_equally():
     assert torch.allclose(seen["hook_gate_key"][0], torch.full((1, 2, 8, 1, 1), 1 / 8))
 
 
+@needs_dsv4
 def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
     """Same weights in, same entries out: transformers' DeepseekV4CSACompressor (before the indexer)."""
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4CSACompressor

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import save_with_tokenizer, tiny_dsv4
+from conftest import needs_dsv4, save_with_tokenizer, tiny_dsv4
 from phasekv.cache import KVCache
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.model.presets import PRESETS
@@ -137,6 +137,7 @@ def test_identical_prompts_are_scored_once(phasekv_dir):
         score_answers(scorer, contexts[:1], [[]])
 
 
+@needs_dsv4
 def test_deepseek_v4_scores_through_the_hf_scorer(tmp_path):
     scorer = load_scorer(save_with_tokenizer(tiny_dsv4(V), tmp_path), batch_size=4)
     assert isinstance(scorer, HFScorer) and scorer.describe()["model_type"] == "deepseek_v4"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from .pretrained import GETTABLE
@@ -136,7 +138,10 @@ def reproduce(
     profile: str = typer.Option(
         "quick",
         help="quick (CPU, minutes), mitigations (issue 9's designs; reuses runs/quick), control (the control "
-        "trained longer) or paper",
+        "trained longer), paper, or presses (training-free KV-cache compression of a pretrained HF model: --model)",
+    ),
+    model: str = typer.Option(
+        None, help="presses profile: the HF model directory (default models/smollm2-135m, `phasekv models get`)"
     ),
     out: str = typer.Option(None, help="output directory (default runs/PROFILE); finished runs in it are reused"),
     jobs: int = typer.Option(0, help="training processes at a time (0: the profile's default)"),
@@ -148,7 +153,14 @@ def reproduce(
     from .reproduce import get_profile
     from .reproduce import reproduce as run_reproduction
     from .reproduce.plan import write_plan
+    from .reproduce.presses import DEFAULT_MODEL, PRESS_PROFILES, run_presses
 
+    if profile in PRESS_PROFILES:
+        out = out or f"runs/{profile}"
+        run_presses(PRESS_PROFILES[profile], out, model or DEFAULT_MODEL, echo=typer.echo)
+        typer.echo((Path(out) / "table.md").read_text())
+        typer.echo(f"written: {out}/table.md, {out}/presses.json, {out}/residues.png, {out}/cells/")
+        return
     chosen = get_profile(profile)
     out = out or f"runs/{chosen.name}"
     if plan:

@@ -3,7 +3,7 @@ directory, print a short table, and optionally write the JSON results (`--out`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +31,17 @@ SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keywo
     ),
     device=(str, typer.Option("cpu", help="torch device, e.g. cpu or cuda")),
     dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),
+    press=(
+        str,
+        typer.Option(
+            None,
+            "--press",
+            help="compress an HF model's KV cache: a preset (knorm, snapkv, streaming, chunkkv4, chunkkv8, chunkkv16, "
+            "chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
+            "or a kvpress call such as 'ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)' "
+            "(needs the kvpress extra); a chunk grid becomes the period check's stride",
+        ),
+    ),
 )
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
@@ -68,10 +79,16 @@ def _one_line_errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def _scorer(model: Path | None, scoring: dict, remote: dict):
+def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[[object], int] | None = None):
+    """The probe's scorer; a press scorer learns how many prompt tokens are the uncompressed question
+    (`question(tokenizer)`: the probe's query tail as its template compiles for the tokenizer)."""
     from ..serve.cli import scorer_from_options
+    from .press import bind_question
 
-    return scorer_from_options(model, scoring, remote)
+    if remote["url"] is not None and scoring["press"] is not None:
+        raise ValueError("--press compresses a local model's cache: it cannot apply to --endpoint")
+    scorer = scorer_from_options(model, scoring, remote)
+    return scorer if question is None else bind_question(scorer, question(scorer.tokenizer))
 
 
 def _planning_tokenizer(model: Path | None, scoring: dict, remote: dict) -> tuple[object, int, bool]:
@@ -187,6 +204,7 @@ def lookup(
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
     from ..tasks.lookup import LookupOptions, lookup_prompts
     from .lookup import run_lookup
+    from .press import question_tokens
     from .scored import plan_prompt_set
 
     with _one_line_errors():
@@ -209,7 +227,7 @@ def lookup(
             prompts = _built(tokenizer, lookup_prompts, options)
             _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump_prompts, tokenizer)
             return
-        scorer = _scorer(model, scoring, remote)
+        scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
         if dump_prompts is not None:
             _dump(_prompt_rows(_built(scorer.tokenizer, lookup_prompts, options)), dump_prompts, scorer.tokenizer)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
@@ -251,6 +269,7 @@ def needle(
     """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
     from ..tasks.needle import NeedleOptions, needle_prompts
     from .needle import run_needle
+    from .press import question_tokens
     from .scored import plan_prompt_set
 
     with _one_line_errors():
@@ -272,7 +291,7 @@ def needle(
             prompts = _built(tokenizer, needle_prompts, options)
             _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump_prompts, tokenizer)
             return
-        scorer = _scorer(model, scoring, remote)
+        scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
         if dump_prompts is not None:
             _dump(_prompt_rows(_built(scorer.tokenizer, needle_prompts, options)), dump_prompts, scorer.tokenizer)
         result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
@@ -317,6 +336,7 @@ def flip(
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
     from .flip import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
+    from .press import FLIP_QUESTION_TOKENS
 
     with _one_line_errors():
         fields = dict(
@@ -336,7 +356,7 @@ def flip(
             built = flip_prompts(tokenizer, options)
             _dry_run(plan_flip(built, batch_size, requests), built.rows(), dump_prompts, tokenizer)
             return
-        scorer = _scorer(model, scoring, remote)
+        scorer = _scorer(model, scoring, remote, lambda tok: FLIP_QUESTION_TOKENS)
         if dump_prompts is not None:
             _dump(flip_prompts(scorer.tokenizer, options).rows(), dump_prompts, scorer.tokenizer)
         result = run_flip(scorer, options, progress=not quiet)

@@ -9,11 +9,17 @@ from ..model.io import CONFIG_FILE, FORMAT
 from .base import BatchedScorer, ScorerError
 from .hf_scorer import HFScorer
 from .phasekv_scorer import PhaseKVScorer
+from .pooled import PooledScorer
+from .press import KVPressScorer
+from .press_spec import PoolSpec, parse_press
 
 
-def load_scorer(path: str | Path, **options) -> BatchedScorer:
+def load_scorer(path: str | Path, press: str | None = None, **options) -> BatchedScorer:
     """A `PhaseKVScorer` for a phasekv checkpoint ("format": "phasekv" in config.json), an
     `HFScorer` for a Hugging Face model directory (config.json with "model_type").
+
+    `press` (a `press_spec` text: kvpress call, `pool:...` or preset) compresses an HF model's KV cache:
+    a `PooledScorer` for phasekv's pooling, a `KVPressScorer` for a kvpress press.
 
     `options` go to the scorer (batch_size, threads, workers, device, dtype). Raises ScorerError for a
     missing directory, a missing or unreadable config.json, or a config of neither kind.
@@ -29,9 +35,16 @@ def load_scorer(path: str | Path, **options) -> BatchedScorer:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ScorerError(f"{config_path} is not valid JSON ({err})") from err
     if isinstance(meta, dict) and meta.get("format") == FORMAT:
+        if press is not None:
+            raise ScorerError("--press applies to HF models; a phasekv checkpoint has its own compression")
         return PhaseKVScorer.from_checkpoint(directory, **options)
     if isinstance(meta, dict) and "model_type" in meta:
-        return HFScorer.from_pretrained(directory, **options)
+        if press is None:
+            return HFScorer.from_pretrained(directory, **options)
+        spec = parse_press(press)
+        if isinstance(spec, PoolSpec):
+            return PooledScorer.from_pretrained(directory, spec=spec, **options)
+        return KVPressScorer.from_pretrained(directory, spec=spec, spec_text=press, **options)
     raise ScorerError(
         f'{config_path} is neither a phasekv config ("format": "{FORMAT}") nor an HF config (no "model_type")'
     )

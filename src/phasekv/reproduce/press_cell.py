@@ -1,0 +1,40 @@
+"""One cell of the presses profile, in its own process: `python -m phasekv.reproduce.press_cell CONFIG OUT`.
+
+CONFIG is `presses.cell_config`'s JSON; OUT receives the probe's result with the config under "cell" (written
+last and atomically, so a cell with a "cell" entry is complete).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..evaluate import run_lookup, run_needle, write_results
+from ..evaluate.press import bind_question, question_tokens
+from ..scoring import load_scorer
+from ..tasks.lookup import LookupOptions
+from ..tasks.needle import NeedleOptions
+
+PROBES = {"lookup": (LookupOptions, run_lookup), "needle": (NeedleOptions, run_needle)}
+
+
+def run(config: dict) -> dict:
+    options_type, run_probe = PROBES[config["probe"]]
+    options = options_type(**config["options"])
+    scorer = load_scorer(
+        config["model"], press=config["press"], batch_size=config["batch_size"], threads=config["threads"]
+    )
+    bind_question(scorer, question_tokens(scorer.tokenizer, options))
+    extra = {"n_resamples": config["resamples"]} if config["probe"] == "lookup" else {}
+    result = run_probe(scorer, options, progress=False, **extra)
+    return {**result, "label": config["label"], "cell": config}
+
+
+def main(argv: list[str] | None = None) -> None:
+    config_path, out = argv or sys.argv[1:]
+    write_results(run(json.loads(Path(config_path).read_text())), out)
+
+
+if __name__ == "__main__":
+    main()

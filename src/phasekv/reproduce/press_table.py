@@ -1,0 +1,119 @@
+"""The presses profile's table (markdown + JSON) and figure (accuracy by residue per method), from its cells.
+
+Columns: mean, worst and best residue (percent), gap = best - worst with its 95% interval (basic bootstrap for
+lookup), the period difference mean_r |A(r) - A(r+S)| at the method's chunk length S (else the probe's default
+S = modulus // 2), the robust phase test (`result["phase_test"]`: p-value and verdict; "-" where the result has
+none) and the KV entries the method keeps (fraction of the context for kvpress presses, counted from the cache
+after each prefill; pooled entries + local tokens over the sequence for phasekv pooling; 1 for the full cache).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..analysis.plots import _save, plt
+from ..evaluate.learned import learned
+from ..model.io import write_atomic
+from ..scoring.press_spec import PoolSpec, parse_press
+
+
+def kept_fraction(result: dict) -> float:
+    """KV entries kept at the query, as a fraction (see the module docstring)."""
+    press = result["model"].get("press")
+    if press is None:
+        return 1.0
+    if "kv_entries" in press:
+        return press["kv_entries"]["kept_fraction"]
+    spec = parse_press(press["spec"])
+    assert isinstance(spec, PoolSpec)
+    length = result["controls"]["query_positions"][0] + 1
+    return spec.cache_entries(length) / length
+
+
+def press_row(method, probe: str, result: dict) -> dict:
+    s = result["summary"]
+    intervals = s.get("stat_intervals") or {}
+    phase = result.get("phase_test")
+    return {
+        "method": method.name,
+        "label": method.label,
+        "press": method.spec_text,
+        "probe": probe,
+        "mean": 100 * s["mean"],
+        "worst": 100 * s["worst"],
+        "best": 100 * s["best"],
+        "gap": s["gap_points"],
+        "gap_ci": intervals.get("gap_points"),
+        "stride": result["stride"]["value"],
+        "stride_source": result["stride"]["source"],
+        "period_diff": s["period_difference_points"],
+        "period_diff_ci": intervals.get("period_difference_points"),
+        "phase_p": None if phase is None else phase["p_value"],
+        "phase_verdict": None if phase is None else phase["verdict"],
+        "uniformity_p": s["uniformity"]["p_value"],
+        "kept_fraction": kept_fraction(result),
+        "learned": learned(result) if probe == "lookup" else None,
+        "accuracy": s["accuracy"],
+        "ci_low": s["ci_low"],
+        "ci_high": s["ci_high"],
+        "wall_time_s": result["wall_time_s"],
+    }
+
+
+def _interval(value: float | None, ci: list | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+
+
+def markdown_press_table(rows: list[dict]) -> str:
+    lines = [
+        "| Method | probe | mean | worst | gap (95% CI) | period diff. at S (95% CI) | phase test p | verdict | "
+        "KV kept | s |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        period = "-" if r["stride"] is None else f"{_interval(r['period_diff'], r['period_diff_ci'])} (S={r['stride']})"
+        p = "-" if r["phase_p"] is None else f"{r['phase_p']:.3g}"
+        verdict = r["phase_verdict"] or "-"
+        if r["learned"] is False:
+            verdict += " (not learned: chance)"
+        lines.append(
+            f"| {r['label']} | {r['probe']} | {r['mean']:.1f} | {r['worst']:.1f} | {_interval(r['gap'], r['gap_ci'])} "
+            f"| {period} | {p} | {verdict} | {r['kept_fraction']:.2f} | {r['wall_time_s']:.0f} |"
+        )
+    lines.append(
+        "\nAccuracy in percent (full-vocabulary top-1 of the answer), by target-key position mod the probe's modulus; "
+        "gap = best - worst residue in points; S = the press's chunk length (else modulus // 2); KV kept = cache "
+        "entries kept per layer and head over the compressed tokens."
+    )
+    return "\n".join(lines)
+
+
+def plot_press_residues(rows: list[dict], path: str | Path) -> Path:
+    """Accuracy by residue, one line per method (one panel per probe), 95% intervals shaded."""
+    probes = sorted({r["probe"] for r in rows})
+    fig, axes = plt.subplots(1, len(probes), figsize=(7 * len(probes), 4.2), squeeze=False)
+    for ax, probe in zip(axes[0], probes, strict=True):
+        for r in (r for r in rows if r["probe"] == probe):
+            residues = range(len(r["accuracy"]))
+            line = ax.plot(residues, [100 * a for a in r["accuracy"]], marker="o", ms=3, label=r["label"])[0]
+            low, high = [100 * a for a in r["ci_low"]], [100 * a for a in r["ci_high"]]
+            ax.fill_between(residues, low, high, color=line.get_color(), alpha=0.12)
+        ax.set(title=f"{probe}: accuracy by target position mod M", xlabel="residue r", ylabel="accuracy (%)")
+        ax.set_ylim(-2, 102)
+        ax.legend(fontsize=7, loc="lower left")
+    return _save(fig, path)
+
+
+def write_press_table(profile, results: dict[str, dict[str, dict]], out: Path) -> list[dict]:
+    """Write out/table.md, out/presses.json and out/residues.png; returns the rows."""
+    methods = {m.name: m for m in profile.methods}
+    rows = [press_row(methods[name], probe, r) for probe, by in results.items() for name, r in by.items()]
+    table = markdown_press_table(rows)
+    write_atomic(out / "table.md", lambda tmp: Path(tmp).write_text(f"# {profile.description}\n\n{table}\n"))
+    payload = {"profile": profile.name, "description": profile.description, "rows": rows}
+    write_atomic(out / "presses.json", lambda tmp: Path(tmp).write_text(json.dumps(payload, indent=2) + "\n"))
+    plot_press_residues(rows, out / "residues.png")
+    return rows

@@ -1,0 +1,193 @@
+"""`phasekv reproduce --profile presses`: phase audits of training-free KV-cache compression on a pretrained HF
+model (default: SmolLM2-135M-Instruct as `phasekv models get smollm2-135m` writes it, `DEFAULT_MODEL`).
+
+One *cell* = one method x one probe: a result JSON under out/cells/, reused when it exists with the same cell
+config (model, press, probe options), so an interrupted or extended run only computes what is missing. Each
+cell runs in its own process (`press_cell`): kvpress needs transformers < 5.3, so cells whose press comes from
+kvpress run with the kvpress environment's Python (`kvpress_python`: $PHASEKV_KVPRESS_PYTHON, this Python if it
+has kvpress, else .venv-kvpress/bin/python from scripts/kvpress_venv.sh); the full-cache control and phasekv's
+pooling run with this Python. The table (table.md, presses.json) and the figure (residues.png) are written
+from the cells (`press_table`), and report.html shows every cell in `phasekv report`'s residue section.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..model.io import write_atomic
+from ..scoring.press_spec import PRESETS, PressCall, parse_press
+from ..tasks.lookup import LookupOptions
+from ..tasks.needle import NeedleOptions
+
+DEFAULT_MODEL = "models/smollm2-135m"  # where `phasekv models get smollm2-135m` writes by default
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class PressMethod:
+    """One compression method: `press` is a --press spec (preset name, pool:..., kvpress call) or None (full cache)."""
+
+    name: str
+    label: str
+    press: str | None = None
+
+    @property
+    def needs_kvpress(self) -> bool:
+        return self.press is not None and isinstance(parse_press(self.press), PressCall)
+
+    @property
+    def spec_text(self) -> str | None:
+        return None if self.press is None else PRESETS.get(self.press, self.press)
+
+
+@dataclass(frozen=True)
+class PressProfile:
+    name: str
+    description: str
+    methods: tuple[PressMethod, ...]
+    lookup: LookupOptions | None
+    needle: NeedleOptions | None = None
+    resamples: int = 1000
+    batch_size: int = 8
+    threads: int = 1  # torch threads of each cell's process
+    jobs: int = 2  # cells run at once (one core each: on a shared 2-core CPU this beats 2 threads per cell)
+
+    def probes(self) -> dict[str, LookupOptions | NeedleOptions]:
+        return {name: o for name, o in (("lookup", self.lookup), ("needle", self.needle)) if o is not None}
+
+
+METHODS = (
+    PressMethod("full", "Full cache (control)"),
+    PressMethod("knorm", "KNorm 0.5 (no grid)", "knorm"),
+    PressMethod("snapkv", "SnapKV 0.5 (no grid)", "snapkv"),
+    PressMethod("streaming", "StreamingLLM 0.5 (no grid)", "streaming"),
+    PressMethod("chunkkv8", "ChunkKV(SnapKV 0.5), chunk 8", "chunkkv8"),
+    PressMethod("chunkkv4", "ChunkKV(SnapKV 0.5), chunk 4", "chunkkv4"),
+    PressMethod("block8", "BlockPress(KNorm 0.5), block 8", "block8-knorm"),
+    PressMethod("pool-w8s8", "phasekv pooling W8/S8, local 16", "pool-w8s8"),
+    PressMethod("pool-w8s4", "phasekv pooling W8/S4, local 16", "pool-w8s4"),
+)
+
+# Modulus 16: a multiple of every grid (4, 8) and above each, so each grid's period check runs at its stride.
+# Cost: the prefix protocol places a mapping at 3 distinct positions per residue, so a cell scores about
+# n_mappings x 16 x 3 distinct prompts (384 here); on SmolLM2-135M one ~360-token prompt took 1.7 (full cache)
+# to 2.5 (pooling) CPU seconds on one core, so keep prompts short (16 records) to stay near 30 minutes on 2 cores.
+PRESSES = PressProfile(
+    name="presses",
+    description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",
+    methods=METHODS,
+    lookup=LookupOptions(n_records=16, n_demos=4, modulus=16, n_mappings=8, protocol="prefix", seed=0),
+)
+PRESS_PROFILES = {PRESSES.name: PRESSES}
+
+
+def kvpress_python() -> str:
+    """The Python that runs kvpress cells (see the module docstring); raises FileNotFoundError with the fix."""
+    chosen = os.environ.get("PHASEKV_KVPRESS_PYTHON")
+    if chosen:
+        return chosen
+    if importlib.util.find_spec("kvpress") is not None:
+        return sys.executable
+    for root in (Path.cwd(), REPO_ROOT):
+        candidate = root / ".venv-kvpress" / "bin" / "python"
+        if candidate.is_file():
+            return str(candidate)
+    raise FileNotFoundError(
+        "the presses profile needs kvpress for its kvpress methods: run scripts/kvpress_venv.sh "
+        "(creates .venv-kvpress) or set PHASEKV_KVPRESS_PYTHON to a Python with `phasekv[kvpress]`"
+    )
+
+
+def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: Path) -> dict:
+    """What a cell's result depends on; a stored cell with an equal config is reused."""
+    return {
+        "model": str(model.resolve()),
+        "method": method.name,
+        "label": method.label,
+        "press": method.spec_text,
+        "probe": probe,
+        "options": asdict(profile.probes()[probe]),
+        "resamples": profile.resamples,
+        "batch_size": profile.batch_size,
+        "threads": profile.threads,
+    }
+
+
+def cell_path(out: Path, method: PressMethod, probe: str) -> Path:
+    return out / "cells" / f"{method.name}-{probe}.json"
+
+
+def finished_cell(path: Path, config: dict) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return result if result.get("cell") == config else None
+
+
+def run_cell(config: dict, path: Path, python: str) -> dict:
+    """Run one cell in its own process (`python -m phasekv.reproduce.press_cell`); returns its result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config_path = path.parent.parent / "configs" / path.name  # beside cells/, so reports read results only
+    write_atomic(config_path, lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2)))
+    src = str(Path(__file__).resolve().parents[2])  # the same phasekv code in either environment
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env.setdefault("OMP_NUM_THREADS", "2")
+    done = subprocess.run(
+        [python, "-m", "phasekv.reproduce.press_cell", str(config_path), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cell {path.name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(path.read_text())
+
+
+def run_presses(
+    profile: PressProfile, out: str | Path, model: str | Path = DEFAULT_MODEL, echo=print
+) -> dict[str, dict[str, dict]]:
+    """Every (method, probe) cell of `profile` on `model` (reusing finished cells), then the table and figure.
+    Returns {probe: {method name: result}}."""
+    from ..report import build_report
+    from .press_table import write_press_table
+
+    out, model = Path(out), Path(model)
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
+        )
+    results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
+    pending = []
+    for probe in profile.probes():
+        for method in profile.methods:
+            config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
+            result = finished_cell(path, config)
+            if result is None:
+                pending.append((probe, method, config, path))
+            else:
+                echo(f"{probe} {method.name}: reused {path}")
+            results[probe][method.name] = result
+    kvpress = kvpress_python() if any(method.needs_kvpress for _, method, _, _ in pending) else None  # fail early
+
+    def run(item) -> None:
+        probe, method, config, path = item
+        started = time.perf_counter()
+        results[probe][method.name] = run_cell(config, path, kvpress if method.needs_kvpress else sys.executable)
+        echo(f"{probe} {method.name}: {time.perf_counter() - started:.0f} s")
+
+    with ThreadPoolExecutor(profile.jobs) as pool:  # each cell is its own process; threads only wait on them
+        list(pool.map(run, pending))
+    write_press_table(profile, results, out)
+    build_report(out / "cells", out / "report.html")  # the residues section shows every cell by its label
+    return results

@@ -1,0 +1,170 @@
+"""Scoring an HF causal LM whose KV cache a kvpress press compressed after the context's prefill.
+
+What is compressed. Every scored sequence is `prompt + answer[:-1]` (`score_answers`); its last
+`question_tokens` prompt tokens are the *question* (the probe's query tail, see
+`evaluate.press.question_tokens`), everything before them is the *context*. As in kvpress's own
+pipeline: the context is prefilled with the press active (`with press(model)`: each attention layer's
+forward hook prunes that layer's cache right after the layer ran, so the prefill itself is exact and
+only the cache is compressed), then the question and the teacher-forced answer tokens are run in one
+forward against the compressed cache, at their true positions (`position_ids` continue the context,
+not the shorter cache). The answer's log-probs are read from that second forward.
+
+Rows are prefilled one at a time (batch 1, like kvpress's pipeline): ChunkKVPress selects the chunks
+of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong.
+
+Kept entries are counted from the cache's size per layer and KV head after each prefill (`KVEntryCounter`):
+right for presses that remove entries (KNorm, SnapKV, StreamingLLM, ChunkKV, ChunkPress, BlockPress); presses
+that only mask entries (AdaKVPress and other head-wise presses) would be counted as keeping everything.
+
+kvpress is an optional dependency (`pip install phasekv[kvpress]`, in its own environment: it needs
+transformers < 5.3); it is imported only when a press is built.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import metadata
+
+import torch
+
+from .base import ScorerError
+from .hf_scorer import HFScorer
+from .press_spec import PressCall, PressSpecError, press_stride
+
+KVPRESS_MISSING = (
+    "--press with a kvpress press needs the kvpress package (kvpress 0.5.5 needs transformers < 5.3): "
+    "run scripts/kvpress_venv.sh and use .venv-kvpress/bin/phasekv, or use phasekv's own pooling "
+    "(--press pool:w=8,s=8,local=16)"
+)
+
+
+def build_press(spec: PressCall):
+    """The kvpress press object named by `spec` (nested presses built first)."""
+    try:
+        import kvpress
+    except ImportError as err:
+        raise ScorerError(f"{KVPRESS_MISSING} ({err})") from None
+    cls = getattr(kvpress, spec.name, None)
+    if not (isinstance(cls, type) and issubclass(cls, kvpress.presses.base_press.BasePress)):
+        known = sorted(n for n in dir(kvpress) if n.endswith("Press"))
+        raise PressSpecError(f"{spec.name} is not a kvpress press; kvpress has {', '.join(known)}")
+
+    def build(value):
+        if isinstance(value, PressCall):
+            return build_press(value)
+        if isinstance(value, list):
+            return [build(v) for v in value]
+        return value
+
+    try:
+        return cls(**{k: build(v) for k, v in spec.kwargs.items()})
+    except (TypeError, AssertionError, ValueError) as err:
+        raise PressSpecError(f"cannot build {spec.name} with {spec.kwargs}: {err}") from None
+
+
+class KVEntryCounter:
+    """Entries per layer and KV head left in the cache after each prefill, summed over prefills."""
+
+    def __init__(self) -> None:
+        self.prefills = 0
+        self.context_tokens = 0
+        self.kept: torch.Tensor | None = None  # [layers, kv heads], summed over prefills
+
+    def add(self, context_tokens: int, cache) -> None:
+        # keys [1, Hkv, n, D]: kvpress presses drop the same number of entries from every head of a layer
+        kept = torch.tensor([[layer.keys.shape[2]] * layer.keys.shape[1] for layer in cache.layers])
+        self.kept = kept if self.kept is None else self.kept + kept
+        self.prefills += 1
+        self.context_tokens += context_tokens
+
+    def record(self) -> dict:
+        if self.kept is None:
+            return {"prefills": 0}
+        per_layer = (self.kept.double().mean(1) / self.context_tokens).tolist()
+        return {
+            "prefills": self.prefills,
+            "mean_context_tokens": self.context_tokens / self.prefills,
+            "kept_fraction_per_layer": [round(f, 6) for f in per_layer],
+            "kept_fraction": round(sum(per_layer) / len(per_layer), 6),
+            "counted": "cache entries per layer and KV head after each prefill / context tokens, over all prefills",
+        }
+
+
+class KVPressScorer(HFScorer):
+    """An HF causal LM scored through a context prefill compressed by a kvpress press (module docstring).
+
+    `question_tokens` (>= 1) is how many prompt tokens at the end are the uncompressed question; the
+    probes set it (`evaluate.press.bind_question`). Rows are scored one at a time under a lock: the
+    press's hooks belong to the model, so concurrent workers would share them.
+    """
+
+    def __init__(self, model, tokenizer, *, spec: PressCall, spec_text: str, question_tokens: int = 1, **options):
+        super().__init__(model, tokenizer, **options)
+        self.spec, self.spec_text = spec, spec_text
+        self.press = build_press(spec)
+        self.question_tokens = question_tokens
+        self.counter = KVEntryCounter()
+        self._lock = threading.Lock()
+
+    @property
+    def compression_stride(self) -> int | None:
+        return press_stride(self.spec)[0]
+
+    def compressed_cache(self, context_ids: torch.Tensor):
+        """Prefill `context_ids` [1, C] with the press active; returns the compressed DynamicCache."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        with self.press(self.model):
+            self.model.model(input_ids=context_ids, past_key_values=cache, use_cache=True)
+        return cache
+
+    def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        n_last = positions.shape[1]
+        rows = []
+        for ids, wanted in zip(input_ids, positions, strict=True):
+            end = int(wanted[-1]) + 1  # the row's real length (rows are right-padded)
+            context = end - (n_last - 1) - self.question_tokens
+            if context < 1:
+                raise ScorerError(
+                    f"a {end}-token sequence has no context before its {self.question_tokens} question tokens"
+                )
+            with self._lock:
+                cache = self.compressed_cache(ids[None, :context])
+                self.counter.add(context, cache)
+                logits = self._decode(ids[None, context:end], cache, context)  # [1, end - context, V]
+            rows.append(logits[0, wanted - context])  # [n_last, V]
+        return torch.stack(rows)
+
+    def _decode(self, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
+        """Logits [1, N, V] of the `tail` tokens [1, N] run against the compressed `cache` at positions
+        context .. context+N-1. One forward when every layer kept the same number of entries; else one
+        token at a time (HF builds one causal mask for all layers, sized by the first layer's cache)."""
+        positions = torch.arange(context, context + tail.shape[1], device=tail.device)[None]
+        if len({layer.keys.shape[2] for layer in cache.layers}) == 1:
+            return self.model(input_ids=tail, past_key_values=cache, position_ids=positions).logits
+        steps = [
+            self.model(input_ids=tail[:, i : i + 1], past_key_values=cache, position_ids=positions[:, i : i + 1]).logits
+            for i in range(tail.shape[1])
+        ]
+        return torch.cat(steps, dim=1)
+
+    def describe(self) -> dict:
+        stride, source = press_stride(self.spec)
+        return {
+            **super().describe(),
+            "press": {
+                "spec": self.spec_text,
+                **self.spec.to_dict(),
+                "built": repr(self.press),
+                "library": f"kvpress {metadata.version('kvpress')}",
+                "stride": {"value": stride, "source": source},
+                "question_tokens": self.question_tokens,
+                "semantics": (
+                    "context = every prompt token before the last question_tokens (prefilled with the press, then its "
+                    "KV cache compressed); question = the last question_tokens prompt tokens, decoded with the answer "
+                    "tokens against the compressed cache at their true positions; prefill one row at a time"
+                ),
+                "kv_entries": self.counter.record(),
+            },
+        }

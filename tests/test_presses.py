@@ -1,0 +1,338 @@
+"""Training-free KV-cache compression on HF models: the --press spec, phasekv's chunked pooling (against a
+per-query float64 reference) and kvpress presses (tests marked `kvpress` need the kvpress extra: they run in
+its own environment, `scripts/test_kvpress.sh`, and skip elsewhere)."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from conftest import randomize, tiny_qwen3, word_tokenizer
+from phasekv.evaluate import run_lookup
+from phasekv.evaluate.press import bind_question, question_tokens
+from phasekv.scoring import HFScorer, ScorerError, load_scorer
+from phasekv.scoring.pooled import install_pooling
+from phasekv.scoring.press_spec import PoolSpec, PressCall, PressSpecError, parse_press, press_stride
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.needle import NeedleOptions
+
+HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
+
+
+def needs_kvpress(test):
+    """Marked `kvpress` (scripts/test_kvpress.sh runs these in the kvpress environment); skipped without it."""
+    reason = "kvpress is not installed (the kvpress extra: scripts/kvpress_venv.sh)"
+    return pytest.mark.kvpress(pytest.mark.skipif(not HAS_KVPRESS, reason=reason)(test))
+
+
+LOOKUP = LookupOptions(n_records=12, n_demos=2, modulus=8, n_mappings=2, seed=3)
+
+
+# --- the spec ---------------------------------------------------------------------------------------
+
+
+def test_spec_reads_nested_kvpress_calls_and_finds_the_chunk_grid():
+    spec = parse_press("ChunkKVPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), chunk_length=8)")
+    assert spec == PressCall(
+        "ChunkKVPress",
+        {"press": PressCall("SnapKVPress", {"compression_ratio": 0.5, "window_size": 4}), "chunk_length": 8},
+    )
+    assert spec.to_dict()["params"]["press"] == {
+        "class": "SnapKVPress",
+        "params": {"compression_ratio": 0.5, "window_size": 4},
+    }
+    assert press_stride(spec) == (8, "ChunkKVPress.chunk_length")
+    assert press_stride(parse_press("BlockPress(press=KnormPress(compression_ratio=0.25), block_size=16)"))[0] == 16
+    assert press_stride(parse_press("knorm"))[0] is None
+    assert press_stride(parse_press("pool-w8s4")) == (4, "pool stride s")
+    assert parse_press("pool:w=8, s=4") == PoolSpec(8, 4, 16)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "KnormPress(0.5)",  # positional
+        "os.system('ls')",  # not a bare class name
+        "KnormPress(compression_ratio=__import__('os'))",  # not a literal
+        "KnormPress(compression_ratio=x)",
+        "KnormPress(",
+        "pool:w=8",  # no stride
+        "pool:w=8,s=8,local=0",  # nothing visible before the first window completes
+        "pool:w=8,s=eight",
+        "ChunkKVPress(press=KnormPress(compression_ratio=0.5))",  # the grid must be explicit
+    ],
+)
+def test_bad_specs_are_refused_with_a_reason(text):
+    with pytest.raises(PressSpecError):
+        spec = parse_press(text)
+        press_stride(spec)
+
+
+# --- phasekv's chunked pooling ----------------------------------------------------------------------
+
+
+def _tiny(kind: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    sizes = dict(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4)
+    torch.manual_seed(0)
+    if kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**sizes, num_key_value_heads=2, head_dim=8))
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(**sizes, num_key_value_heads=2, head_dim=8))
+    return randomize(model.eval()).double()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("spec", [PoolSpec(8, 4, 5), PoolSpec(8, 8, 3), PoolSpec(3, 5, 2)])
+def test_pooled_attention_equals_the_per_query_reference(kind, spec):
+    model = _tiny(kind)
+    ids = torch.randint(0, 40, (2, 29), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(ids).logits
+        install_pooling(model, spec, reference=True)
+        reference = model(ids).logits
+        install_pooling(model, spec)
+        fast = model(ids).logits
+    torch.testing.assert_close(fast, reference, rtol=0, atol=1e-10)
+    assert (fast - full).abs().max() > 1e-3  # pooling changes the model
+    # Before the first window completes a query sees its local tokens only: position 0 attends to itself alone.
+    torch.testing.assert_close(fast[:, 0], full[:, 0], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_pooling_one_token_windows_without_local_tokens_is_the_full_model(kind):
+    model = _tiny(kind)
+    ids = torch.randint(0, 40, (2, 23), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(ids).logits
+        install_pooling(model, PoolSpec(1, 1, 0))
+        pooled = model(ids).logits
+    torch.testing.assert_close(pooled, full, rtol=0, atol=1e-10)
+
+
+def test_pooled_scorer_records_its_stride_and_runs_a_probe(qwen_dir):
+    scorer = load_scorer(qwen_dir, press="pool:w=4,s=2,local=3", batch_size=64)
+    result = run_lookup(scorer, LOOKUP, n_resamples=50, progress=False)
+    assert result["stride"]["value"] == 2
+    press = result["model"]["press"]
+    assert press["class"] == "phasekv.pool" and press["params"] == {"window": 4, "stride": 2, "local": 3}
+    plain = run_lookup(load_scorer(qwen_dir, batch_size=64), LOOKUP, n_resamples=50, progress=False)
+    assert result["mean_answer_logprob"] != plain["mean_answer_logprob"]
+
+
+def test_press_is_refused_for_phasekv_checkpoints(phasekv_dir):
+    with pytest.raises(ScorerError, match="HF models"):
+        load_scorer(phasekv_dir, press="knorm")
+
+
+@pytest.mark.skipif(HAS_KVPRESS, reason="checks the message shown where kvpress is missing")
+def test_kvpress_spec_without_kvpress_says_how_to_get_it(qwen_dir):
+    with pytest.raises(ScorerError, match="kvpress_venv.sh"):
+        load_scorer(qwen_dir, press="knorm")
+
+
+def test_question_is_the_query_tail_after_the_records():
+    tok = word_tokenizer()
+    assert question_tokens(tok, LOOKUP) == 3 * 2 + 2  # two demonstrations `; a n`, then `; a_k`
+    assert question_tokens(tok, NeedleOptions(key_tokens=3)) == 1 + 3  # `; q_1 q_2 q_3`
+    scorer = bind_question(HFScorer(tiny_qwen3(len(word_tokenizer())), word_tokenizer()), 5)
+    assert not hasattr(scorer, "question_tokens")  # a scorer without a press is left alone
+
+
+# --- kvpress presses ----------------------------------------------------------------------------------
+
+
+def _press_scorer(text: str, question: int = 3, model=None, **options):
+    from phasekv.scoring.press import KVPressScorer
+
+    tok = word_tokenizer()
+    model = randomize(tiny_qwen3(len(tok))) if model is None else model
+    return KVPressScorer(model, tok, spec=parse_press(text), spec_text=text, question_tokens=question, **options)
+
+
+def _kept_positions(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> list[set[int]]:
+    """Per KV head, the context positions whose keys the compressed cache holds (found by value)."""
+    heads = []
+    for h in range(full_keys.shape[1]):
+        same = (kept_keys[0, h, :, None] == full_keys[0, h, None]).all(-1)  # [kept, C]
+        assert torch.all(same.sum(1) == 1), "a kept entry is not exactly one of the context's entries"
+        heads.append({int(i) for i in same.int().argmax(dim=1)})
+        assert len(heads[-1]) == kept_keys.shape[2], "an entry is kept twice"
+    return heads
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.75])
+@pytest.mark.parametrize("press", ["KnormPress", "SnapKVPress"])
+@needs_kvpress
+def test_a_press_removes_the_intended_fraction_per_layer_and_head(press, ratio):
+    extra = ", window_size=4" if press == "SnapKVPress" else ""
+    scorer = _press_scorer(f"{press}(compression_ratio={ratio}{extra})")
+    context = torch.randint(5, len(scorer.tokenizer), (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = scorer.model.model(input_ids=context, use_cache=True).past_key_values
+        cache = scorer.compressed_cache(context)
+    differing_heads = 0
+    for full_layer, layer in zip(full.layers, cache.layers, strict=True):
+        heads = _kept_positions(full_layer.keys, layer.keys)
+        assert all(len(kept) == int(40 * (1 - ratio)) for kept in heads)
+        differing_heads += len({frozenset(kept) for kept in heads}) > 1
+    assert differing_heads > 0  # the selection is per head, not one set for the whole layer
+
+
+@pytest.mark.parametrize("chunk", [4, 8])
+@needs_kvpress
+def test_chunkkv_keeps_whole_chunks_of_its_grid(chunk):
+    scorer = _press_scorer(f"ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length={chunk})")
+    assert scorer.compression_stride == chunk
+    context = torch.randint(5, len(scorer.tokenizer), (1, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = scorer.model.model(input_ids=context, use_cache=True).past_key_values
+        cache = scorer.compressed_cache(context)
+    for full_layer, layer in zip(full.layers, cache.layers, strict=True):
+        for kept in _kept_positions(full_layer.keys, layer.keys):
+            assert len(kept) == 48 // 2
+            assert all({c * chunk + i for i in range(chunk)} <= kept for c in {p // chunk for p in kept})
+
+
+@needs_kvpress
+def test_a_press_that_keeps_everything_scores_like_no_press():
+    """Prefill, then decode the question against the (uncompressed) cache = one plain forward: bit for bit with
+    eager attention; with SDPA its kernels differ by shape, so to float32 rounding with the same top-1."""
+    tok = word_tokenizer()
+    model = randomize(tiny_qwen3(len(tok)))
+    sequences = torch.randint(5, len(tok), (3, 30), generator=torch.Generator().manual_seed(0)).tolist()
+    sdpa_plain = HFScorer(model, tok).logprobs(sequences, 2)
+    sdpa_press = _press_scorer("StreamingLLMPress(compression_ratio=0.0)", model=model).logprobs(sequences, 2)
+    torch.testing.assert_close(sdpa_press, sdpa_plain, rtol=0, atol=1e-5)
+    assert torch.equal(sdpa_press.argmax(-1), sdpa_plain.argmax(-1))
+    model.set_attn_implementation("eager")
+    eager_plain = HFScorer(model, tok).logprobs(sequences, 2)
+    press = _press_scorer("KnormPress(compression_ratio=0.0)", model=model)
+    assert torch.equal(press.logprobs(sequences, 2), eager_plain)
+    assert press.counter.record()["kept_fraction"] == 1.0
+
+
+@needs_kvpress
+def test_compressed_context_changes_the_answer_but_not_the_question():
+    """Compressing the context changes the log-probs; a sequence with no context left is refused."""
+    tok = word_tokenizer()
+    model = randomize(tiny_qwen3(len(tok)))
+    sequences = torch.randint(5, len(tok), (2, 30), generator=torch.Generator().manual_seed(0)).tolist()
+    plain = HFScorer(model, tok).logprobs(sequences, 1)
+    compressed = _press_scorer("KnormPress(compression_ratio=0.5)", model=model, question=2).logprobs(sequences, 1)
+    assert (compressed - plain).abs().max() > 1e-3
+    with pytest.raises(ScorerError, match="no context"):
+        _press_scorer("KnormPress(compression_ratio=0.5)", model=model, question=30).logprobs(sequences, 1)
+
+
+@needs_kvpress
+def test_lookup_with_a_chunk_press_records_press_stride_and_kept_entries(qwen_dir):
+    text = "ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=4)"
+    scorer = load_scorer(qwen_dir, press=text, batch_size=64)
+    bind_question(scorer, question_tokens(scorer.tokenizer, LOOKUP))
+    result = run_lookup(scorer, LOOKUP, n_resamples=50, progress=False)
+    assert result["stride"]["value"] == 4
+    press = result["model"]["press"]
+    assert press["class"] == "ChunkKVPress" and press["stride"] == {"value": 4, "source": "ChunkKVPress.chunk_length"}
+    assert press["question_tokens"] == 8
+    entries = press["kv_entries"]
+    assert 1 <= entries["prefills"] <= result["n_prompts"]  # identical prompts are scored once
+    assert 0.4 < entries["kept_fraction"] <= 0.55
+
+
+# --- the presses profile ----------------------------------------------------------------------------------
+
+
+def _tiny_profile(*methods):
+    from phasekv.reproduce.presses import PressMethod, PressProfile
+
+    return PressProfile(
+        name="presses-test",
+        description="tiny",
+        methods=(PressMethod("full", "Full cache"), *(PressMethod(name, name, spec) for name, spec in methods)),
+        lookup=LOOKUP,
+        resamples=50,
+        batch_size=64,
+        threads=1,
+        jobs=2,
+    )
+
+
+def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen_dir, tmp_path):
+    import json
+
+    from phasekv.reproduce.presses import cell_config, cell_path, finished_cell, run_presses
+
+    profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"))
+    lines = []
+    results = run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
+    assert sorted(line.split(":")[0] for line in lines) == ["lookup full", "lookup pool"]
+    rows = json.loads((tmp_path / "presses.json").read_text())["rows"]
+    assert [(r["method"], r["stride"], r["press"]) for r in rows] == [
+        ("full", 4, None),  # no press: the probe's default modulus // 2
+        ("pool", 2, "pool:w=4,s=2,local=3"),
+    ]
+    assert rows[0]["kept_fraction"] == 1.0
+    length = results["lookup"]["pool"]["controls"]["query_positions"][0] + 1
+    assert rows[1]["kept_fraction"] == pytest.approx(((length - 4) // 2 + 1 + 3) / length)
+    assert "| Full cache | lookup |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "residues.png").stat().st_size > 1000
+    lines.clear()
+    run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
+    assert all("reused" in line for line in lines)
+    config = cell_config(profile, profile.methods[1], "lookup", qwen_dir)
+    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), config) is not None
+    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), {**config, "resamples": 51}) is None
+
+
+def test_press_table_shows_the_robust_phase_test_when_present():
+    from phasekv.reproduce.press_table import markdown_press_table
+
+    row = dict(label="m", probe="lookup", mean=50.0, worst=40.0, gap=20.0, gap_ci=[5.0, 30.0], stride=8)
+    row |= dict(period_diff=3.0, period_diff_ci=None, phase_p=None, phase_verdict=None, learned=True)
+    row |= dict(kept_fraction=0.5, wall_time_s=3.0)
+    assert "| - | - |" in markdown_press_table([row])
+    row |= dict(phase_p=0.004, phase_verdict="phase-sensitive")
+    assert "| 0.004 | phase-sensitive |" in markdown_press_table([row])
+
+
+def test_pool_cache_entries_count_the_complete_windows():
+    from phasekv.compress.windows import WindowGeometry
+
+    for window, stride, length in [(8, 8, 64), (8, 4, 63), (3, 5, 2), (1, 1, 9)]:
+        spec = PoolSpec(window, stride, 4)
+        assert spec.cache_entries(length) == WindowGeometry(window, stride).num_complete(length) + min(4, length)
+
+
+@needs_kvpress
+def test_presses_profile_runs_kvpress_cells(qwen_dir, tmp_path):
+    import json
+
+    from phasekv.reproduce.presses import run_presses
+
+    spec = "ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=4)"
+    run_presses(_tiny_profile(("chunk", spec)), tmp_path, qwen_dir, echo=lambda _: None)
+    chunk = json.loads((tmp_path / "presses.json").read_text())["rows"][1]
+    assert chunk["stride"] == 4 and 0.4 < chunk["kept_fraction"] <= 0.55
+
+
+def test_cli_eval_with_press_writes_the_press_and_refuses_an_endpoint(qwen_dir, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from phasekv.evaluate.cli import eval_app
+
+    runner = CliRunner()
+    args = ["needle", str(qwen_dir), "--context-length", "64", "--records", "4", "--haystacks", "2", "--modulus", "4"]
+    out = tmp_path / "needle.json"
+    result = runner.invoke(eval_app, [*args, "--press", "pool:w=2,s=2,local=4", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert saved["stride"] == {"value": 2, "source": "model config (compression stride)"}
+    assert saved["model"]["press"]["spec"] == "pool:w=2,s=2,local=4"
+    result = runner.invoke(eval_app, [*args, "--press", "knorm", "--endpoint", "http://127.0.0.1:9"])
+    assert result.exit_code == 2 and "--endpoint" in result.output
+    result = runner.invoke(eval_app, [*args, "--press", "KnormPress(0.5)"])
+    assert result.exit_code == 2 and "keyword arguments" in result.output
