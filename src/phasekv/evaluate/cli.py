@@ -130,6 +130,23 @@ def _built(tokenizer, build, options):
     return build(tokenizer, options, prompt_prefix(tokenizer)).prompts
 
 
+def _prompt_set_scorer(model, scoring: dict, remote: dict, build, options, dry_run: bool, dump: Path | None):
+    """The scorer of a lookup or needle run (`build`: the task's `*_prompts`), after dumping its prompts
+    when asked; None after a dry run, which prints the plan and loads only the tokenizer."""
+    from .press import question_tokens
+    from .scored import plan_prompt_set
+
+    if dry_run:
+        tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
+        prompts = _built(tokenizer, build, options)
+        _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump, tokenizer)
+        return None
+    scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
+    if dump is not None:
+        _dump(_prompt_rows(_built(scorer.tokenizer, build, options)), dump, scorer.tokenizer)
+    return scorer
+
+
 def _prompt_rows(prompts):
     """The dump's rows of lookup or needle prompts, built one at a time."""
     from dataclasses import asdict
@@ -204,8 +221,6 @@ def lookup(
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
     from ..tasks.lookup import LookupOptions, lookup_prompts
     from .lookup import run_lookup
-    from .press import question_tokens
-    from .scored import plan_prompt_set
 
     with _one_line_errors():
         options = LookupOptions(
@@ -222,14 +237,9 @@ def lookup(
             held_out_modulus=held_out_modulus,
             template=template,
         )
-        if dry_run:
-            tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
-            prompts = _built(tokenizer, lookup_prompts, options)
-            _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump_prompts, tokenizer)
+        scorer = _prompt_set_scorer(model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts)
+        if scorer is None:
             return
-        scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
-        if dump_prompts is not None:
-            _dump(_prompt_rows(_built(scorer.tokenizer, lookup_prompts, options)), dump_prompts, scorer.tokenizer)
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
@@ -269,8 +279,6 @@ def needle(
     """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
     from ..tasks.needle import NeedleOptions, needle_prompts
     from .needle import run_needle
-    from .press import question_tokens
-    from .scored import plan_prompt_set
 
     with _one_line_errors():
         options = NeedleOptions(
@@ -286,14 +294,9 @@ def needle(
             seed=seed,
             template=template,
         )
-        if dry_run:
-            tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
-            prompts = _built(tokenizer, needle_prompts, options)
-            _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump_prompts, tokenizer)
+        scorer = _prompt_set_scorer(model, scoring, remote, needle_prompts, options, dry_run, dump_prompts)
+        if scorer is None:
             return
-        scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
-        if dump_prompts is not None:
-            _dump(_prompt_rows(_built(scorer.tokenizer, needle_prompts, options)), dump_prompts, scorer.tokenizer)
         result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
         heading = (
             f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
