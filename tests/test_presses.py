@@ -262,6 +262,7 @@ def _tiny_profile(*methods):
 def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen_dir, tmp_path):
     import json
 
+    from phasekv.pretrained import directory_fingerprint
     from phasekv.reproduce.presses import cell_config, cell_path, finished_cell, run_presses
 
     profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"))
@@ -281,9 +282,13 @@ def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen
     lines.clear()
     run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
     assert all("reused" in line for line in lines)
-    config = cell_config(profile, profile.methods[1], "lookup", qwen_dir)
+    files = directory_fingerprint(qwen_dir)
+    config = cell_config(profile, profile.methods[1], "lookup", qwen_dir, files)
     assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), config) is not None
     assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), {**config, "resamples": 51}) is None
+    # keyed on the model's contents: other weights at the same path are not the same model
+    changed = {**files, "model.safetensors": "0" * 64}
+    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), {**config, "model_files": changed}) is None
 
 
 def test_press_table_shows_the_robust_phase_test_when_present():

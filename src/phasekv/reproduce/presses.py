@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..model.io import write_atomic
+from ..pretrained import directory_fingerprint
 from ..scoring.press_spec import PRESETS, PressCall, parse_press
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
@@ -84,7 +85,9 @@ PRESSES = PressProfile(
     name="presses",
     description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",
     methods=METHODS,
-    lookup=LookupOptions(n_records=16, n_demos=4, modulus=16, n_mappings=8, protocol="prefix", seed=0),
+    lookup=LookupOptions(
+        n_records=16, n_demos=4, modulus=16, n_mappings=8, protocol="prefix", seed=0, template="natural"
+    ),
 )
 PRESS_PROFILES = {PRESSES.name: PRESSES}
 
@@ -106,10 +109,12 @@ def kvpress_python() -> str:
     )
 
 
-def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: Path) -> dict:
-    """What a cell's result depends on; a stored cell with an equal config is reused."""
+def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: Path, model_files: dict) -> dict:
+    """What a cell's result depends on; a stored cell with an equal config is reused. `model_files` is the
+    model directory's `directory_fingerprint`: a cell is keyed on the model's contents, not only its path."""
     return {
         "model": str(model.resolve()),
+        "model_files": model_files,
         "method": method.name,
         "label": method.label,
         "press": method.spec_text,
@@ -169,9 +174,10 @@ def run_presses(
         )
     results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
     pending = []
+    model_files = directory_fingerprint(model)
     for probe in profile.probes():
         for method in profile.methods:
-            config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
+            config, path = cell_config(profile, method, probe, model, model_files), cell_path(out, method, probe)
             result = finished_cell(path, config)
             if result is None:
                 pending.append((probe, method, config, path))
