@@ -137,7 +137,7 @@ def demo(
 def reproduce(
     profile: str = typer.Option(
         "quick",
-        help="quick (CPU, minutes), mitigations (issue 9's designs; reuses runs/quick), control (the control "
+        help="quick (CPU, minutes), mitigations (designs against the weak spots at W8/S8's cache size; reuses runs/quick), control (the control "
         "trained longer), paper, or presses (training-free KV-cache compression of a pretrained HF model: --model)",
     ),
     model: str = typer.Option(
