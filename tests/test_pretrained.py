@@ -89,7 +89,9 @@ def test_pip_failures_are_explained(tmp_path):
 
 def test_missing_extra_is_named(monkeypatch):
     real = pretrained.importlib.util.find_spec
-    monkeypatch.setattr(pretrained.importlib.util, "find_spec", lambda name: None if name in ("gguf", "accelerate") else real(name))
+    monkeypatch.setattr(
+        pretrained.importlib.util, "find_spec", lambda name: None if name in ("gguf", "accelerate") else real(name)
+    )
     with pytest.raises(pretrained.FetchError, match=r"needs gguf, accelerate: pip install 'phasekv\[gguf\]'"):
         pretrained.require_gguf_extra()
 

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..model.io import write_atomic  # noqa: E402
+from ..files import write_atomic  # noqa: E402
 
 
 def _save(fig, path: str | Path) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from phasekv.corpus.batch import SPLITS, Batch, split_index
-from phasekv.model.io import write_atomic
+from phasekv.files import write_atomic
 
 HEADER = "tokens.json"
 FORMAT = "phasekv-tokens"

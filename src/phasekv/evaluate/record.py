@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..model.io import write_atomic
+from ..files import write_atomic
 from ..scoring import Scorer
 
 SCHEMA = "phasekv.eval/1"

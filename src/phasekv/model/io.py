@@ -7,8 +7,6 @@ half-written file under the real name. Loading checks everything and names the f
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -17,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from .. import __version__
 from ..config import ConfigError, ModelConfig
+from ..files import write_atomic
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -25,19 +24,6 @@ FORMAT = "phasekv"
 
 class CheckpointError(ValueError):
     """A checkpoint directory is missing, unreadable, or does not fit its config."""
-
-
-def write_atomic(path: Path, write) -> None:
-    """Call write(tmp_path), then rename tmp_path to `path` (same directory, so the rename is atomic)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(model, directory: str | Path, extra: dict | None = None) -> Path:

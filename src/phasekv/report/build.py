@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..files import write_text_atomic
 from . import compressor, cycle, designs, flip, gates, knockout, residues, theory
 from .html import page
 from .load import Inputs, load_results
@@ -54,18 +53,6 @@ def collect(inputs: Inputs, model: str | Path | None = None) -> tuple[dict, list
     if note:
         notes.append(note)
     return data, notes
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def build_report(

@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import fmean
 
 from ..config import ModelConfig
-from ..model.io import write_atomic
+from ..files import write_atomic
 from .profiles import Profile, RunSpec
 
 SCHEMA = "phasekv.analysis.designs/1"
@@ -153,4 +153,6 @@ def markdown(table: list[dict]) -> str:
 def write_designs(table: list[dict], out: Path, knockout: str | None) -> None:
     data = {"schema": SCHEMA, "designs": table, "knockout_run": knockout}
     write_atomic(out / "designs.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
-    write_atomic(out / "designs.md", lambda tmp: Path(tmp).write_text(f"# Designs against the weak spots\n\n{markdown(table)}\n"))
+    write_atomic(
+        out / "designs.md", lambda tmp: Path(tmp).write_text(f"# Designs against the weak spots\n\n{markdown(table)}\n")
+    )

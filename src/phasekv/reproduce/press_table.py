@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..analysis.plots import _save, plt
 from ..evaluate.learned import learned
-from ..model.io import write_atomic
+from ..files import write_atomic
 from ..scoring.press_spec import PoolSpec, parse_press
 
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..model.io import write_atomic
+from ..files import write_atomic
 from ..pretrained import directory_fingerprint
 from ..scoring.press_spec import PRESETS, PressCall, parse_press
 from ..tasks.lookup import LookupOptions

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from ..analysis.probe_prompts import lookup_prompts
 from ..analysis.topk import topk_hits_by_phase
 from ..evaluate import run_lookup, write_results
-from ..model.io import write_atomic
+from ..files import write_atomic
 from ..scoring import PhaseKVScorer
 from ..train import latest_checkpoint, read_log
 from ..train.checkpoint import mark_final

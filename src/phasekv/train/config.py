@@ -15,8 +15,8 @@ from typing import Any
 
 from phasekv.config import ConfigError, ModelConfig
 from phasekv.corpus.mixture import MixtureConfig
+from phasekv.files import write_atomic
 from phasekv.model import preset_config
-from phasekv.model.io import write_atomic
 
 RUN_FILE = "run.json"
 DATA_KINDS = ("mixture", "tokens", "mixed")

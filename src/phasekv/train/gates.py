@@ -18,8 +18,8 @@ from torch import nn
 
 from phasekv.analysis.concentration import effective_numbers, effective_phases
 from phasekv.config import CompressionConfig
+from phasekv.files import write_atomic
 from phasekv.hooks import capture, hook_names
-from phasekv.model.io import write_atomic
 
 GATES_DIR = "gates"
 _GATE = re.compile(r"^layers\.(\d+)\..*hook_gate_(key|value)$")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from phasekv.model.io import write_atomic
+from phasekv.files import write_atomic
 
 LOG_FILE = "log.jsonl"
 

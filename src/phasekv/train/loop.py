@@ -31,8 +31,8 @@ from phasekv.corpus.batch import Batch, DataSource
 from phasekv.corpus.mixed import MixedSource
 from phasekv.corpus.mixture import MixtureSource
 from phasekv.corpus.tokens import TokenWindowSource
+from phasekv.files import write_atomic
 from phasekv.model import PhaseKVModel, load_checkpoint
-from phasekv.model.io import write_atomic
 from phasekv.train.checkpoint import (
     CHECKPOINT_DIR,
     checkpoint_name,

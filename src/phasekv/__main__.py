@@ -1,0 +1,5 @@
+"""`python -m phasekv`: the same command line as `phasekv`."""
+
+from .cli import main
+
+main()
