@@ -19,14 +19,9 @@ under "phase_test"; the residue summary above stays as the paper's moment-matche
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from ..scoring import Scorer
 from ..tasks.lookup import LookupOptions, lookup_prompts
-from .record import RunClock, prompt_prefix
-from .scored import position_controls, score_prompt_set
-from .stride import resolve_stride
-from .units import summarize_units
+from .units import run_unit_probe
 
 
 def run_lookup(
@@ -42,51 +37,20 @@ def run_lookup(
     `stride` overrides the period-check stride (`resolve_stride`). The bootstrap and permutation
     test are seeded with `options.seed`.
     """
-    clock = RunClock()
-    stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
-    prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = lookup_prompts(scorer.tokenizer, options, prefix)
-    key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
-    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc="lookup", progress=progress)
-    per_mapping = prompt_set.options["placements_per_mapping"]
-    cells, summary, verdict = summarize_units(
-        scores,
-        options.n_mappings,
-        options.modulus,
-        per_mapping,
-        stride=stride,
-        model_stride=scorer.compression_stride,
-        seed=options.seed,
-        n_resamples=n_resamples,
-    )
-    position_stats, controls = position_controls(scores, options.modulus)
-    return clock.envelope(
+    return run_unit_probe(
         "lookup",
         scorer,
-        prefix,
-        protocol=options.protocol,
-        seed=options.seed,
-        options={**asdict(options), **prompt_set.options},
-        n_prompts=len(scores.correct),
-        stride={"value": stride, "source": stride_source},
+        options,
+        lookup_prompts,
+        n_units=options.n_mappings,
+        unit="mapping",
         aggregation={
             "cell": "mean over the placements of one mapping in one residue group (cell_accuracy)",
             "bootstrap_unit": "mapping (resampled rows = one mapping's cells at every residue)",
             "permutation": "residue labels of the cells shuffled within each mapping",
             "counts": "prompts = mappings x placements per residue",
-            "intervals": {
-                "per_residue": "percentile bootstrap over mappings",
-                **summary.stat_interval_methods,
-            },
-            "n_mappings": options.n_mappings,
-            "placements_per_mapping": per_mapping,
-            "n_rows": int(cells.shape[0]),
         },
-        summary=summary.to_dict(),
-        phase_test=verdict.to_dict(),
-        position_stats=position_stats,
-        controls=controls,
-        cell_accuracy=cells.round(6).tolist(),
-        mean_answer_logprob=float(scores.logprob.mean()),
-        prompt_records=scores.records("mapping"),
+        stride=stride,
+        n_resamples=n_resamples,
+        progress=progress,
     )

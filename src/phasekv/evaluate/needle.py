@@ -9,14 +9,9 @@ verdict on phase sensitivity comes from `stats.phase_verdict` with haystacks as 
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from ..scoring import Scorer
 from ..tasks.needle import NeedleOptions, needle_prompts
-from .record import RunClock, prompt_prefix
-from .scored import position_controls, score_prompt_set
-from .stride import resolve_stride
-from .units import summarize_units
+from .units import run_unit_probe
 
 
 def run_needle(
@@ -28,45 +23,20 @@ def run_needle(
     progress: bool = True,
 ) -> dict:
     """Generate, score and summarise a needle run; returns the result dict."""
-    clock = RunClock()
-    stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
-    prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = needle_prompts(scorer.tokenizer, options, prefix)
-    key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
-    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc="needle", progress=progress)
-    per_haystack = prompt_set.options["placements_per_haystack"]
-    _, summary, verdict = summarize_units(
-        scores,
-        options.n_haystacks,
-        options.modulus,
-        per_haystack,
-        stride=stride,
-        model_stride=scorer.compression_stride,
-        seed=options.seed,
-        n_resamples=n_resamples,
-    )
-    position_stats, controls = position_controls(scores, options.modulus)
-    return clock.envelope(
+    return run_unit_probe(
         "needle",
         scorer,
-        prefix,
-        protocol=options.protocol,
-        seed=options.seed,
-        options={**asdict(options), **prompt_set.options},
-        n_prompts=len(scores.correct),
-        stride={"value": stride, "source": stride_source},
+        options,
+        needle_prompts,
+        n_units=options.n_haystacks,
+        unit="haystack",
         aggregation={
-            "cell": "mean over the placements of one haystack in one residue group",
+            "cell": "mean over the placements of one haystack in one residue group (cell_accuracy)",
             "bootstrap_unit": "haystack",
             "permutation": "residue labels of the cells shuffled within each haystack",
             "counts": "prompts = haystacks x placements per residue",
-            "n_haystacks": options.n_haystacks,
-            "placements_per_haystack": per_haystack,
         },
-        summary=summary.to_dict(),
-        phase_test=verdict.to_dict(),
-        position_stats=position_stats,
-        controls=controls,
-        mean_answer_logprob=float(scores.logprob.mean()),
-        prompt_records=scores.records("haystack"),
+        stride=stride,
+        n_resamples=n_resamples,
+        progress=progress,
     )

@@ -1,14 +1,18 @@
 """Outcomes of a probe whose units (key-name mappings, haystacks) are each placed at every residue:
 the per-(unit, residue) cells, the paired residue summary and the phase verdict, computed alike for
-every such probe."""
+every such probe, and `run_unit_probe`, the run of such a probe from prompts to result dict (lookup, needle)."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import numpy as np
 
 from ..stats import ResidueSummary, phase_verdict, summarize_mappings
 from ..stats.verdict import PhaseVerdict
-from .scored import PromptScores
+from .record import RunClock, prompt_prefix
+from .scored import PromptScores, position_controls, score_prompt_set
+from .stride import resolve_stride
 
 
 def correctness_cube(scores: PromptScores, n_units: int, modulus: int, placements: int) -> np.ndarray:
@@ -57,3 +61,64 @@ def summarize_units(
         scores.unit, scores.target_position, scores.correct, period, seed=seed, n_resamples=n_resamples
     )
     return cells, summary, verdict
+
+
+def run_unit_probe(
+    probe: str,
+    scorer,
+    options,
+    build_prompts,
+    *,
+    n_units: int,
+    unit: str,
+    aggregation: dict,
+    stride: int | None,
+    n_resamples: int,
+    progress: bool,
+) -> dict:
+    """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack") are each placed at every
+    residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes the prompt set,
+    `aggregation` describes the probe's cells and units in words. The bootstrap and the permutation tests are
+    seeded with `options.seed`; `stride` overrides the period-check stride (`resolve_stride`)."""
+    clock = RunClock()
+    stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
+    prefix = prompt_prefix(scorer.tokenizer)
+    prompt_set = build_prompts(scorer.tokenizer, options, prefix)
+    key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
+    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc=probe, progress=progress)
+    per_unit = prompt_set.options[f"placements_per_{unit}"]
+    cells, summary, verdict = summarize_units(
+        scores,
+        n_units,
+        options.modulus,
+        per_unit,
+        stride=stride,
+        model_stride=scorer.compression_stride,
+        seed=options.seed,
+        n_resamples=n_resamples,
+    )
+    position_stats, controls = position_controls(scores, options.modulus)
+    return clock.envelope(
+        probe,
+        scorer,
+        prefix,
+        protocol=options.protocol,
+        seed=options.seed,
+        options={**asdict(options), **prompt_set.options},
+        n_prompts=len(scores.correct),
+        stride={"value": stride, "source": stride_source},
+        aggregation={
+            **aggregation,
+            "intervals": {"per_residue": f"percentile bootstrap over {unit}s", **summary.stat_interval_methods},
+            f"n_{unit}s": n_units,
+            f"placements_per_{unit}": per_unit,
+            "n_rows": int(cells.shape[0]),
+        },
+        summary=summary.to_dict(),
+        phase_test=verdict.to_dict(),
+        position_stats=position_stats,
+        controls=controls,
+        cell_accuracy=cells.round(6).tolist(),
+        mean_answer_logprob=float(scores.logprob.mean()),
+        prompt_records=scores.records(unit),
+    )
