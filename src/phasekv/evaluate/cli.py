@@ -3,12 +3,12 @@ directory, print a short table, and optionally write the JSON results (`--out`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
+from ..cli_errors import one_line_errors
 from ..cli_options import OptionGroup, expand_groups
 from ..serve.cli import ENDPOINT
 
@@ -63,20 +63,6 @@ TEMPLATE = typer.Option(
     help="record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
     "or sentence ('The owner of the cat is Bob.')",
 )
-
-
-@contextmanager
-def _one_line_errors() -> Iterator[None]:
-    """Bad input (ValueError and its subclasses, missing files) ends with one line and exit code 2;
-    Ctrl-C with one line (an endpoint audit's says how many answers it kept) and exit code 130."""
-    try:
-        yield
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"phasekv eval: error: {err}", err=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt as err:
-        typer.echo(f"phasekv eval: {err or 'interrupted'}", err=True)
-        raise typer.Exit(130) from None
 
 
 def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[[object], int] | None = None):
@@ -222,7 +208,7 @@ def lookup(
     from ..tasks.lookup import LookupOptions, lookup_prompts
     from .lookup import run_lookup
 
-    with _one_line_errors():
+    with one_line_errors("eval"):
         options = LookupOptions(
             n_records=records,
             n_demos=demos,
@@ -280,7 +266,7 @@ def needle(
     from ..tasks.needle import NeedleOptions, needle_prompts
     from .needle import run_needle
 
-    with _one_line_errors():
+    with one_line_errors("eval"):
         options = NeedleOptions(
             context_length=context_length,
             n_records=records,
@@ -341,7 +327,7 @@ def flip(
     from .flip import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
     from .press import FLIP_QUESTION_TOKENS
 
-    with _one_line_errors():
+    with one_line_errors("eval"):
         fields = dict(
             candidates=tuple(c for c in candidates.split(",") if c),
             min_length=min_length,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from ..cli_errors import one_line_errors
 from ..cli_options import OptionGroup
 
 ENDPOINT = OptionGroup(
@@ -137,14 +138,11 @@ def serve_command(
     from ..scoring import ScorerError, load_scorer
     from .server import make_server
 
-    try:
+    with one_line_errors("serve", (ScorerError, OSError)):
         scorer = load_scorer(model, device=device, dtype=dtype, threads=threads)
         server = make_server(
             scorer, served_model or model.name, host=host, port=port, api_key=api_key, max_new_tokens=max_tokens
         )
-    except (ScorerError, OSError) as err:
-        typer.echo(f"phasekv serve: error: {err}", err=True)
-        raise typer.Exit(2) from None
     typer.echo(f"serving {server.served_model!r} at {server.url}/v1 (Ctrl-C stops)")
     try:
         server.serve_forever()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from phasekv.cli_errors import one_line_errors
+
 RUN_OPTIONS = (
     "preset size data tokens_dir tokenizer steps batch_size seq_len accum_steps lr warmup_steps min_lr_fraction "
     "weight_decay grad_clip seed data_seed records records_start curriculum_fraction max_queries precision parallel "
@@ -21,12 +23,6 @@ RUN_OPTIONS = (
 def _explicit(ctx: typer.Context) -> list[str]:
     """Run options the user typed (not left at their defaults)."""
     return [n for n in RUN_OPTIONS if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
-
-
-def _fail(err: Exception) -> typer.Exit:
-    """Print one line for an expected error and return the exit to raise."""
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
 
 
 def train_command(
@@ -82,7 +78,7 @@ def train_command(
     if config is not None and typed:
         raise typer.BadParameter(f"--config was given, so run options are not allowed (got {typed})")
     options = {name: ctx.params[name] for name in RUN_OPTIONS}
-    try:
+    with one_line_errors("train", (ConfigError, CheckpointError, FileNotFoundError)):
         if config is not None:
             run = load_run_config(config)
         elif resume and not typed and (out / RUN_FILE).is_file():
@@ -90,8 +86,6 @@ def train_command(
         else:
             run = run_config_from_options(options)
         result = train(run, out, resume=resume, progress=progress)
-    except (ConfigError, CheckpointError, FileNotFoundError) as err:
-        raise _fail(err) from err
     typer.echo(json.dumps({"checkpoint": str(result.checkpoint), "step": result.step, **result.metrics}))
 
 
@@ -160,9 +154,7 @@ def tokenize(
     from phasekv.corpus.tokenize import tokenize_files
     from phasekv.corpus.tokens import read_header
 
-    try:
+    with one_line_errors("data tokenize", (FileNotFoundError, ValueError, OSError)):
         header = read_header(tokenize_files(files, tokenizer, out, val_fraction, progress=progress).parent)
-    except (FileNotFoundError, ValueError, OSError) as err:
-        raise _fail(err) from err
     counts = ", ".join(f"{s}: {v['count']:,}" for s, v in header["splits"].items())
     typer.echo(f"wrote {out} ({header['dtype']}, vocab {header['vocab_size']:,}; tokens {counts})")
