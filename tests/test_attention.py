@@ -186,7 +186,8 @@ def test_flash_attention_passes_gradcheck(case):
         s = xs[5] if sink else None
         return flash_compressed_attention(q, q_start, ek, ev, end, xk, xv, exact_start, local, s, chunk=chunk)
 
-    assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7)
+    # fast mode checks random projections of the Jacobian (the full gradients are compared with autograd's above)
+    assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7, fast_mode=True)
 
 
 def test_flash_attention_saves_only_linear_memory():

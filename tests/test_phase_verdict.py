@@ -263,7 +263,7 @@ def test_the_needle_verdict_respects_haystacks():
     options = NeedleOptions(context_length=192, n_records=8, n_haystacks=8, modulus=8, seed=2)
     first = min(p.target_position for p in make_needle(WORD_VOCAB(), options).prompts)
     result = run_needle(PositionScorer(2, first + 30), options, n_resamples=300, progress=False)
-    assert result["summary"]["design"] == "mappings x residues" and result["phase_test"]["period"] == 4
+    assert result["summary"]["design"] == "haystacks x residues" and result["phase_test"]["period"] == 4
     assert result["phase_test"]["verdict"] == "no phase effect detected"
     # windows past a cliff hold no information (all wrong): the planted phase needs windows before it
     planted = run_needle(PositionScorer(2, first + 56, drop=(4, 1)), options, n_resamples=300, progress=False)

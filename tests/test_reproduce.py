@@ -77,6 +77,7 @@ def test_reproduce_end_to_end_on_a_miniature_profile(tmp_path):
 
 
 def _mini(name: str, runs: tuple[RunSpec, ...], **kw) -> Profile:
+    """The quick profile at miniature size, without its post-training analyses (tested in test_reproduce_stages)."""
     quick = get_profile("quick")
     return replace(
         quick,
@@ -86,7 +87,7 @@ def _mini(name: str, runs: tuple[RunSpec, ...], **kw) -> Profile:
         lookup=replace(quick.lookup, n_mappings=4, modulus=16, n_records=8, n_demos=2),
         batch_size=2,
         seq_len=128,
-        **kw,
+        **{"analyses": None, **kw},
     )
 
 

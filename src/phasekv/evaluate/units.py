@@ -46,6 +46,7 @@ def summarize_units(
     model_stride: int | None,
     seed: int,
     n_resamples: int,
+    unit: str = "mapping",
 ) -> tuple[np.ndarray, ResidueSummary, PhaseVerdict]:
     """(cells [n_units, M], the paired residue summary, the phase verdict) of one run.
 
@@ -54,7 +55,13 @@ def summarize_units(
     """
     cells = unit_residue_cells(scores, n_units, modulus, placements)
     summary = summarize_mappings(
-        cells, stride=stride, n_resamples=n_resamples, n_permutations=n_resamples, seed=seed, trials_per_cell=placements
+        cells,
+        stride=stride,
+        n_resamples=n_resamples,
+        n_permutations=n_resamples,
+        seed=seed,
+        trials_per_cell=placements,
+        unit=unit,
     )
     period = phase_period(stride, model_stride, modulus)
     verdict = phase_verdict(
@@ -96,6 +103,7 @@ def run_unit_probe(
         model_stride=scorer.compression_stride,
         seed=options.seed,
         n_resamples=n_resamples,
+        unit=unit,
     )
     position_stats, controls = position_controls(scores, options.modulus)
     return clock.envelope(

@@ -78,10 +78,10 @@ METHODS = (
 )
 
 # Modulus 16: a multiple of every grid (4, 8) and above each, so each grid's period check runs at its stride.
-# Cost: the prefix protocol places a mapping at 3 distinct positions per residue, so a cell scores about
-# n_mappings x 16 x 3 distinct prompts (384 here). Format: SmolLM2-135M answers the natural template best of
-# those measured (prefix, 4 mappings, modulus 16: natural 8 records 40.7%, 16 records 22.6-38.3%, sentence
-# 8 records 24.5%); 8 records also keep prompts near 100 tokens, so the profile fits ~30 minutes on 2 cores.
+# Cost: the prefix protocol scores few distinct prompts (329 of 4,096 here, 103 tokens each); on SmolLM2-135M a
+# cell took 5-12 minutes (ChunkKV at chunk 8: 29) on one core of a shared 2-core CPU, 55 minutes for the profile.
+# Format: SmolLM2-135M answered the natural template with 8 records best of those measured on the full cache
+# (prefix, 4 mappings, modulus 16: natural 8 records 40.7%, 16 records 38.3%, sentence 8 records 24.5%).
 PRESSES = PressProfile(
     name="presses",
     description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",

@@ -144,8 +144,10 @@ def summarize_mappings(
     seed: int = 0,
     confidence: float = 0.95,
     trials_per_cell: int | None = None,
+    unit: str = "mapping",
 ) -> ResidueSummary:
-    """Summary for ``correct`` of shape [n_mappings, M]: mapping i evaluated at every residue.
+    """Summary for ``correct`` of shape [n_mappings, M]: mapping i evaluated at every residue (``unit`` names
+    the rows in the summary's labels: "mapping", "haystack").
 
     Cells are 0/1, or fractions in [0, 1] when a cell is the mean over several placements of one
     mapping in one residue group; per-residue accuracy is the mean of the cells over mappings.
@@ -180,10 +182,10 @@ def summarize_mappings(
     )
     test = permutation_uniformity(values, n_permutations, np.random.default_rng(perm_seq))
     return ResidueSummary(
-        design=MAPPINGS,
+        design=MAPPINGS if unit == "mapping" else f"{unit}s x residues",
         ci_low=_floats(boot.accuracy_low),
         ci_high=_floats(boot.accuracy_high),
-        ci_method=BOOTSTRAP,
+        ci_method=BOOTSTRAP.replace("mappings", f"{unit}s"),
         confidence=confidence,
         uniformity=dataclasses.replace(test, seed=int(seed)),
         n_mappings=int(n),
