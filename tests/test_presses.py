@@ -300,6 +300,8 @@ def test_press_table_shows_the_robust_phase_test_when_present():
     assert "| - | - |" in markdown_press_table([row])
     row |= dict(phase_p=0.004, phase_verdict="phase-sensitive")
     assert "| 0.004 | phase-sensitive |" in markdown_press_table([row])
+    row |= dict(learned=False)
+    assert "| 0.004 | phase-sensitive (not shown above guessing) |" in markdown_press_table([row])
 
 
 def test_pool_cache_entries_count_the_complete_windows():
