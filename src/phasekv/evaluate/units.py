@@ -4,12 +4,17 @@ every such probe, and `run_unit_probe`, the run of such a probe from prompts to 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
 
+from ..scoring import Scorer
 from ..stats import ResidueSummary, phase_verdict, summarize_mappings
 from ..stats.verdict import PhaseVerdict
+from ..tasks.lookup import LookupOptions
+from ..tasks.needle import NeedleOptions
+from ..tasks.prompts import PromptSet
 from .record import RunClock, prompt_prefix
 from .scored import PromptScores, position_controls, score_prompt_set
 from .stride import resolve_stride
@@ -72,9 +77,9 @@ def summarize_units(
 
 def run_unit_probe(
     probe: str,
-    scorer,
-    options,
-    build_prompts,
+    scorer: Scorer,
+    options: LookupOptions | NeedleOptions,
+    build_prompts: Callable[..., PromptSet],
     *,
     n_units: int,
     unit: str,
