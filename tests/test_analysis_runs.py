@@ -19,9 +19,9 @@ from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
 from phasekv.analysis.hf_layers import final_attention_means, layer_knockout_logits
 from phasekv.analysis.knockout import final_position_means, knockout_logits_reference
 from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
-from phasekv.analysis.plots import plot_cycle, plot_gates, plot_knockout
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.model import PhaseKVModel, preset_config
+from phasekv.report.figures import plot_cycle, plot_gates, plot_knockout
 from phasekv.scoring import PhaseKVScorer
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer

@@ -242,7 +242,7 @@ def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
 
 
 def test_gate_plot_takes_layers_of_different_strides(tmp_path):
-    from phasekv.analysis.plots import plot_gates
+    from phasekv.report.figures import plot_gates
 
     rows = [
         {"layer": i, "kv_head": 0, "branch": "key", "window": w, "static_offsets": 2.0, "per_window_offsets": 1.5,

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from conftest import randomize
 from phasekv.analysis.cycle_run import run_cycle
+from phasekv.analysis.gate_illustration import illustration
 from phasekv.analysis.gates_run import run_gates
 from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
@@ -87,7 +88,7 @@ def results(tmp_path_factory) -> Path:
 def report(results, tmp_path_factory) -> Path:
     ckpt = save_checkpoint(_model("w8s8-1kv"), tmp_path_factory.mktemp("ckpt"))
     out = tmp_path_factory.mktemp("report") / "report.html"
-    build_report(results, out, model=ckpt)
+    build_report(results, out, compressor=illustration(ckpt))
     return out
 
 
@@ -136,7 +137,7 @@ def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path)
     data = json.loads(path.read_text())
     del data["summary"]["ci_low"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ReportInputError, match=re.escape(str(path)) + ".*'summary.ci_low'"):
+    with pytest.raises(ReportInputError, match=re.escape(str(path)) + ".*summary.ci_low: Field required"):
         load_results(subset)
     knock = _copy(results, tmp_path / "k", "analysis/knockout.json") / "analysis" / "knockout.json"
     data = json.loads(knock.read_text())
@@ -247,7 +248,9 @@ def test_cli_command_writes_the_report_and_reports_bad_files(results, tmp_path):
 
 def test_compressor_falls_back_to_illustrative_numbers_with_a_reason(results, tmp_path):
     full = save_checkpoint(_model("full-1kv"), tmp_path / "full")
-    out = build_report(_copy(results, tmp_path, "flip.json"), tmp_path / "r.html", model=full, pngs=False)
+    out = build_report(
+        _copy(results, tmp_path, "flip.json"), tmp_path / "r.html", compressor=illustration(full), pngs=False
+    )
     assert any("illustrative numbers" in n and "no compressor" in n for n in out.notes)
 
 

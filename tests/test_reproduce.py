@@ -4,11 +4,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from phasekv.evaluate.learned import learned
 from phasekv.model import PhaseKVModel
 from phasekv.reproduce import PROFILES, Profile, RunSpec, get_profile, reproduce
 from phasekv.reproduce import designs as designs_module
 from phasekv.reproduce.plan import write_plan
+from phasekv.results import learned
 from phasekv.train import RunConfig, train
 
 
@@ -69,7 +69,7 @@ def test_reproduce_end_to_end_on_a_miniature_profile(tmp_path):
     assert not any(row["learned"] for row in summary["rows"])  # 4 steps: at chance, and labelled so
     assert "not learned (chance)" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "report_figures" / "residues.png").stat().st_size > 10_000
-    assert "not learned (chance)" in (tmp_path / "report.html").read_text()
+    assert "not shown above guessing" in (tmp_path / "report.html").read_text()
     result = json.loads((tmp_path / "results" / "w8s8-1kv.json").read_text())
     assert result["controls"] and result["stride"]["value"] == 8 and not learned(result)
     again = reproduce(mini, tmp_path, progress=False)  # reuses checkpoints and results

@@ -244,7 +244,7 @@ def test_lookup_determinism_and_splits(word_vocab):
 
 @pytest.mark.parametrize("protocol", ["prefix", "in-sequence"])
 def test_lookup_held_out_pairs_only(word_vocab, protocol):
-    from phasekv.corpus.heldout import HeldOutPairs
+    from phasekv.tasks.heldout import HeldOutPairs
 
     word_of = dict(zip(word_vocab.animal_ids, word_vocab.animal_words, strict=True))
     word_of |= dict(zip(word_vocab.name_ids, word_vocab.name_words, strict=True))

@@ -75,8 +75,8 @@ def knockout_command(
     quiet: bool = QUIET,
 ) -> None:
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
+    from ..report.figures import plot_knockout
     from .knockout_run import KnockoutOptions, format_knockout, run_knockout
-    from .plots import plot_knockout
 
     with one_line_errors("knockout"):
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
@@ -102,8 +102,8 @@ def gates_command(
     quiet: bool = QUIET,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
+    from ..report.figures import plot_gate_trajectory, plot_gates
     from .gates_run import format_gates, is_run_dir, run_gate_trajectory, run_gates
-    from .plots import plot_gate_trajectory, plot_gates
     from .topk import format_topk_hits
 
     with one_line_errors("gates"):
@@ -135,8 +135,8 @@ def cycle_command(
     quiet: bool = QUIET,
 ) -> None:
     """Gate cycling (W = S models): observed vs predicted accuracy change by phase, R^2 grid over deltas."""
+    from ..report.figures import plot_cycle
     from .cycle_run import format_cycle, parse_deltas, run_cycle
-    from .plots import plot_cycle
 
     with one_line_errors("cycle"):
         deltas = parse_deltas(delta)

@@ -29,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..evaluate.record import RunClock, prompt_prefix, software_versions
+from ..results.gates import snapshot_rows
 from ..tasks.lookup import LookupOptions
 from .gates import gate_metrics
 from .hf_gates import hf_gate_metrics
@@ -77,39 +78,6 @@ def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int =
 def is_run_dir(path: Path) -> bool:
     """A training run directory (checkpoints/ or gates/ inside, no config.json of its own)."""
     return not (path / "config.json").is_file() and ((path / "checkpoints").is_dir() or (path / "gates").is_dir())
-
-
-def snapshot_rows(snapshot: dict) -> list[dict]:
-    """Rows like `gate_metrics` from a training gate snapshot (`phasekv.train.gates`)."""
-    window, stride = snapshot["window"], snapshot["stride"]
-    rows = []
-    for layer in snapshot["layers"]:
-        for branch in ("key", "value"):
-            if branch not in layer:
-                continue
-            stats = layer[branch]
-            for head, mean in enumerate(stats["mean_by_offset"]):
-                share = [0.0] * stride
-                for offset, weight in enumerate(mean):
-                    share[offset % stride] += weight * stride
-                if branch == "value":
-                    share = share[1:] + share[:1]
-                row = {
-                    "layer": layer["layer"],
-                    "kv_head": head,
-                    "branch": branch,
-                    "window": window,
-                    "stride": stride,
-                    "static_offsets": stats["static_effective"][head],
-                    "per_window_offsets": stats["per_window_effective"][head],
-                    "phase_share": share,
-                    "value_shifted_back": branch == "value",
-                }
-                if "static_effective_phases" in stats:
-                    row["static_phases"] = stats["static_effective_phases"][head]
-                    row["per_window_phases"] = stats["per_window_effective_phases"][head]
-                rows.append(row)
-    return rows
 
 
 def _snapshots(run_dir: Path) -> list[tuple[int, Path]]:

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from ..evaluate.record import RunClock, prompt_prefix
 from ..evaluate.stride import resolve_stride
+from ..report.knockout import label
 from ..tasks.lookup import LookupOptions
 from .hf_layers import final_attention_means, is_phasekv, layer_knockout_logits
 from .knockout import final_position_means, knockout_logits
@@ -194,11 +195,6 @@ def run_knockout(
     return result
 
 
-def target_label(row: dict) -> str:
-    """'L3' for a whole layer, 'L3H1' for a KV head."""
-    return f"L{row['layer']}" if row["kv_head"] is None else f"L{row['layer']}H{row['kv_head']}"
-
-
 def _cell(value: float | None) -> str:
     return "   n/a" if value is None else f"{value:+6.0f}"
 
@@ -219,5 +215,5 @@ def format_knockout(result: dict) -> str:
     for row in result["targets"]:
         overall = None if clean["accuracy"] == 0 else 100 * (row["accuracy"] - clean["accuracy"]) / clean["accuracy"]
         cells = "".join(f" {_cell(v)}" for v in row["relative_change_by_phase"])
-        lines.append(f"{target_label(row):<8}{cells} {_cell(overall)}")
+        lines.append(f"{label(row):<8}{cells} {_cell(overall)}")
     return "\n".join(lines)

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from phasekv.corpus.batch import Batch, split_index
-from phasekv.corpus.heldout import HeldOutPairs, assign_names
 from phasekv.corpus.templates import KEY, TEMPLATES, VALUE, MixtureVocab, Template, mixture_vocab
+from phasekv.tasks.heldout import HeldOutPairs, assign_names
 
 
 @dataclass(frozen=True)

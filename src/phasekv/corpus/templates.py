@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phasekv.corpus.heldout import HeldOutPairs
+from phasekv.tasks.heldout import HeldOutPairs
 from phasekv.tasks.vocab import TaskVocab, single_token_ids, task_vocab
 
 KEY = "K"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -36,9 +35,11 @@ import numpy as np
 import torch
 
 from ..files import write_atomic
+from ..results.probe import PROBE_SCHEMA
+from ..results.text import results_json
 from ..scoring import Scorer
 
-SCHEMA = "phasekv.eval/1"
+SCHEMA = PROBE_SCHEMA
 METRIC = "full-vocabulary top-1 at every answer token (teacher forced = greedy decoding yields the answer)"
 _PACKAGES = ("phasekv", "torch", "transformers", "tokenizers", "numpy", "scipy")
 
@@ -109,17 +110,6 @@ def prompt_records(columns: Mapping[str, np.ndarray], unit: str, **extra) -> dic
         else:
             out[name] = values.tolist()
     return {"unit": unit, "n": lengths.pop(), **extra, "columns": out}
-
-
-_SCALAR = r"(?:-?[0-9][0-9.eE+-]*|true|false|null|NaN|-?Infinity)"
-# a list of scalars as json.dumps(indent=...) spreads it, one item a line (strings never hold a raw newline)
-_SPREAD_LIST = re.compile(rf"\[\n\s+({_SCALAR}(?:,\n\s+{_SCALAR})*)\n\s*\]")
-
-
-def results_json(result: dict) -> str:
-    """Indented JSON with every list of numbers on one line (per-prompt records stay compact)."""
-    text = json.dumps(result, indent=2)
-    return _SPREAD_LIST.sub(lambda m: "[" + ", ".join(item.strip() for item in m[1].split(",")) + "]", text) + "\n"
 
 
 def write_results(result: dict, path: str | Path) -> Path:

@@ -107,7 +107,7 @@ function initResidues(D) {
   D.series.forEach(s => {
     const tr = h('tr', {'data-series': s.name}, tbody);
     const name = h('td', {}, tr, s.name);
-    if (s.learned === false) h('span', {class: 'chance'}, name, ' not learned (chance)');
+    if (s.learned === false) h('span', {class: 'chance'}, name, ' not shown above guessing');
     [s.stride === null ? '–' : s.stride, fmt(s.val_loss, 3), fmt(s.mean), fmt(s.worst), fmt(s.best),
      fmt(s.gap) + (s.gap_ci ? ' [' + fmt(s.gap_ci[0]) + ', ' + fmt(s.gap_ci[1]) + ']' : ''),
      s.p_value === null ? '–' : Number(s.p_value).toPrecision(2), s.verdict || '–'].forEach(v => h('td', {}, tr, String(v)));

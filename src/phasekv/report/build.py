@@ -40,7 +40,7 @@ class ReportOutput:
     notes: list[str] = field(default_factory=list)
 
 
-def collect(inputs: Inputs, model: str | Path | None = None) -> tuple[dict, list[str]]:
+def collect(inputs: Inputs, illustration: dict | None = None) -> tuple[dict, list[str]]:
     """(data for every present section, notes for the missing ones)."""
     data, notes = {}, []
     for key, (module, missing, command) in SECTIONS.items():
@@ -49,20 +49,23 @@ def collect(inputs: Inputs, model: str | Path | None = None) -> tuple[dict, list
             notes.append(f"{TITLES[key]} left out: {missing} (make them with `{command}`).")
         elif block is not None:
             data[key] = block
-    data["compressor"], note = compressor.section(model)
+    data["compressor"], note = compressor.section(illustration)
     if note:
         notes.append(note)
     return data, notes
 
 
 def build_report(
-    results_dir: str | Path, out: str | Path = "report.html", model: str | Path | None = None, pngs: bool = True
+    results_dir: str | Path,
+    out: str | Path = "report.html",
+    compressor: dict | None = None,
+    pngs: bool = True,
 ) -> ReportOutput:
     """Write the HTML report of every result under `results_dir` to `out` and PNGs beside it
     (`<out stem>_figures/`). Raises ReportInputError for a malformed result file."""
     out = Path(out)
     inputs = load_results(results_dir)
-    data, notes = collect(inputs, model)
+    data, notes = collect(inputs, compressor)
     present = [k for k in SECTIONS if k in data]
     if not present:
         notes.insert(0, f"No result files found under {results_dir}: only the compressor illustration is shown.")

@@ -19,8 +19,13 @@ def report_command(
     pngs: bool = typer.Option(True, "--pngs/--no-pngs", help="also write PNG figures beside the HTML"),
 ) -> None:
     """Write a self-contained interactive HTML report (and PNG figures) from result JSON files."""
+    compressor = None
+    if model is not None:  # reading a checkpoint needs torch: the report itself does not
+        from ..analysis.gate_illustration import illustration
+
+        compressor = illustration(model)
     try:
-        result = build_report(results_dir, out, model=model, pngs=pngs)
+        result = build_report(results_dir, out, compressor=compressor, pngs=pngs)
     except ReportInputError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

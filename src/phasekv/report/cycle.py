@@ -42,7 +42,7 @@ def section(inputs: Inputs) -> dict | None:
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    from ..analysis.plots import plot_cycle
+    from .figures import plot_cycle
 
     return [
         plot_cycle(r.data, out_dir / f"cycle{'' if i == 0 else '_' + str(i)}.png")

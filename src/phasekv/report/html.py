@@ -41,7 +41,7 @@ the residue pattern; a phase effect shows as a pattern by residue with no matchi
 <p class="small">Accuracies in percent; gap is best minus worst residue in percentage points; p is the uniformity
 test across residues (the paper's moment-matched figure, which a smooth effect of position can fool). The phase
 verdict tests whether the phase pattern at the period replicates across windows of consecutive positions
-(p beside it). Models whose mean is not clearly above guessing are marked “not learned (chance)”.</p>
+(p beside it). Models whose mean is not clearly above guessing are marked “not shown above guessing”.</p>
 </section>"""
 
 

@@ -9,6 +9,7 @@ from .load import Inputs, Result
 
 
 def label(row: dict) -> str:
+    """'L3' for a whole layer, 'L3H1' for a KV head."""
     return f"L{row['layer']}" if row.get("kv_head") is None else f"L{row['layer']}H{row['kv_head']}"
 
 

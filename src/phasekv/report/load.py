@@ -17,20 +17,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..results import ProbeResult, ResultFileError, snapshot_rows
+
 SKIP_DIRS = {"checkpoints", "tokenizer", "configs", ".git", "__pycache__"}
 SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
 MAX_BYTES = 200 * 2**20
 
 # kind -> keys a result of that kind must have (dotted paths reach into nested dicts)
+# (lookup and needle results, kind "residues", are checked by their typed format, `phasekv.results.ProbeResult`)
 REQUIRED = {
-    "residues": [
-        "summary.accuracy",
-        "summary.ci_low",
-        "summary.ci_high",
-        "summary.mean",
-        "summary.worst",
-        "summary.gap_points",
-    ],
     "flip": ["candidates", "families", "period.value", "pattern.pooled"],
     "knockout": ["mode", "modulus", "stride.value", "clean.accuracy_by_phase", "clean.accuracy_by_residue", "targets"],
     "gates": ["rows"],
@@ -68,7 +63,7 @@ ROW_KEYS = {
 }
 
 
-class ReportInputError(ValueError):
+class ReportInputError(ResultFileError):
     """A result file the report cannot use; the message names the file."""
 
 
@@ -80,6 +75,7 @@ class Result:
     path: Path
     data: dict
     name: str = ""
+    probe: ProbeResult | None = None  # the typed result, for kind "residues"
 
 
 @dataclass
@@ -127,18 +123,19 @@ def _get(data: dict, dotted: str):
     return node
 
 
-def validate(kind: str, data: dict, where: str) -> None:
-    """Raise ReportInputError naming `where` when `data` lacks a key the `kind` figures need."""
+def validate(kind: str, data: dict, where: str) -> ProbeResult | None:
+    """Raise ReportInputError naming `where` when `data` lacks a key the `kind` figures need; returns the
+    typed result of a residue probe."""
+    if kind == "residues":
+        try:
+            return ProbeResult.from_dict(data, where)
+        except ResultFileError as err:
+            raise ReportInputError(str(err)) from None
     for key in REQUIRED[kind]:
         try:
             _get(data, key)
         except KeyError:
             raise ReportInputError(f"{where}: a {kind} result needs the key {key!r}, which is missing") from None
-    if kind == "residues":
-        s = data["summary"]
-        n = len(s["accuracy"])
-        if n < 2 or len(s["ci_low"]) != n or len(s["ci_high"]) != n:
-            raise ReportInputError(f"{where}: summary.accuracy, ci_low and ci_high must be lists of one length >= 2")
     if kind in ROW_KEYS:
         list_key, keys = ROW_KEYS[kind]
         rows = data[list_key]
@@ -152,6 +149,7 @@ def validate(kind: str, data: dict, where: str) -> None:
         for i, step in enumerate(data["steps"]):
             if not isinstance(step, dict) or "step" not in step or "rows" not in step:
                 raise ReportInputError(f"{where}: steps[{i}] needs 'step' and 'rows'")
+    return None
 
 
 def read_json(path: Path, where: str) -> object:
@@ -196,8 +194,6 @@ def _result_name(kind: str, data: dict, rel: Path) -> str:
 
 def snapshot_trajectories(root: Path) -> list[Result]:
     """Gate trajectories from training runs' gate snapshots (`<run>/gates/step_*.json`) under `root`."""
-    from ..analysis.gates_run import snapshot_rows
-
     found = []
     if not root.is_dir():
         return found
@@ -243,8 +239,8 @@ def load_results(root: str | Path) -> Inputs:
         if kind is None:
             inputs.ignored.append(str(rel))
             continue
-        validate(kind, data, where)
-        inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(kind, data, rel)))
+        probe = validate(kind, data, where)
+        inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(kind, data, rel), probe))
     covered = {str(Path(r.data.get("run_dir", "")).resolve()) for r in inputs.of("gate_trajectory")}
     for traj in snapshot_trajectories(root):
         if str(Path(traj.data["run_dir"]).resolve()) not in covered:

@@ -5,27 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..evaluate.learned import learned
 from . import positions
 from .common import num, nums, plt, save_figure
 from .load import Inputs
-
-
-def _stride(data: dict) -> tuple[int | None, bool]:
-    """(period S used for boundaries and the fold, whether the model compresses)."""
-    info = data.get("stride") or {}
-    value, source = info.get("value"), str(info.get("source", ""))
-    compressed = source.startswith("model") or source.startswith("none")
-    if not compressed and str(data.get("preset", "")).startswith(("w", "dsv4")):
-        compressed = True
-    return (value if compressed else None), compressed
-
-
-def _learned(data: dict) -> bool | None:
-    try:
-        return learned(data)
-    except (KeyError, TypeError, IndexError):
-        return None  # not a lookup result with a mean interval: no verdict
 
 
 def _verdict(test: dict | None) -> str | None:
@@ -41,34 +23,36 @@ def section(inputs: Inputs) -> dict | None:
         return None
     series = []
     for r in results:
-        d, s = r.data, r.data["summary"]
-        stride, compressed = _stride(d)
-        training = d.get("training") or {}
+        d, p = r.data, r.probe
+        s = p.summary
+        compressed = p.compressed
+        stride = p.stride.value if compressed else None
+        training = p.extra("training") or {}
         series.append(
             {
                 "id": len(series),
                 "name": r.name,
                 "file": r.path.as_posix(),
-                "probe": d.get("probe", "lookup"),
-                "protocol": d.get("protocol"),
-                "modulus": len(s["accuracy"]),
+                "probe": p.probe,
+                "protocol": p.protocol,
+                "modulus": s.modulus,
                 "stride": stride,
                 "compressed": compressed,
                 "full": not compressed,
-                "accuracy": nums(s["accuracy"], 3, 100),
-                "low": nums(s["ci_low"], 3, 100),
-                "high": nums(s["ci_high"], 3, 100),
-                "interval": s.get("ci_method", "95% interval"),
-                "mean": num(100 * s["mean"], 2),
-                "worst": num(100 * s["worst"], 2),
-                "best": num(100 * s.get("best", max(s["accuracy"])), 2),
-                "gap": num(s["gap_points"], 2),
-                "gap_ci": nums((s.get("stat_intervals") or {}).get("gap_points") or [], 2) or None,
-                "period_diff": num(s.get("period_difference_points"), 2),
-                "p_value": num((s.get("uniformity") or {}).get("p_value"), 4),
+                "accuracy": nums(s.accuracy, 3, 100),
+                "low": nums(s.ci_low, 3, 100),
+                "high": nums(s.ci_high, 3, 100),
+                "interval": s.ci_method,
+                "mean": num(100 * s.mean, 2),
+                "worst": num(100 * s.worst, 2),
+                "best": num(100 * s.best, 2),
+                "gap": num(s.gap_points, 2),
+                "gap_ci": nums((s.stat_intervals or {}).get("gap_points") or [], 2) or None,
+                "period_diff": num(s.period_difference_points, 2),
+                "p_value": num(s.uniformity.p_value, 4),
                 "val_loss": num(training.get("final_val_loss"), 3),
-                "learned": _learned(d),
-                "verdict": _verdict(d.get("phase_test")),
+                "learned": p.learned(),
+                "verdict": _verdict(p.phase_test),
                 "positions": positions.series_positions(d),
             }
         )
@@ -122,5 +106,5 @@ def _draw(ax, s: dict, color: str, dashed: bool = False) -> None:
     low = [float("nan") if v is None else v for v in s["low"]]
     high = [float("nan") if v is None else v for v in s["high"]]
     ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
-    label = s["name"] + (" - not learned (chance)" if s["learned"] is False else "")
+    label = s["name"] + (" - not shown above guessing" if s["learned"] is False else "")
     ax.plot(x, s["accuracy"], color=color, ls="--" if dashed else "-", marker="o", ms=2.5, lw=1.2, label=label)

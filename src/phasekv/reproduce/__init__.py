@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..analysis.gate_illustration import illustration
 from ..report import build_report
 from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
@@ -61,7 +62,7 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
         summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, progress)
     write_json(out / "summary.json", summary)
     reported = time.perf_counter()
-    build_report(out, out / "report.html", model=_illustrated_model(profile, out))
+    build_report(out, out / "report.html", compressor=illustration(_illustrated_model(profile, out)))
     if progress:
         tqdm.write(f"stage report: {time.perf_counter() - reported:.0f} s wall")
     return {**summary, "table": table}
@@ -71,9 +72,9 @@ def compare_designs(profile: Profile, out: Path, rows: dict[str, dict], progress
     """Write designs.json/.md (every design beside W8/S8 and full attention) and the best design's
     knockout map (analysis/knockout-<run>.json/.png); returns the design rows."""
     from ..analysis.knockout_run import KnockoutOptions, run_knockout
-    from ..analysis.plots import plot_knockout
     from ..evaluate import write_results
     from ..model.io import read_config
+    from ..report.figures import plot_knockout
     from ..scoring import PhaseKVScorer
 
     checkpoints = {run.name: final_checkpoint(out, run) for run in profile.runs}

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..analysis.plots import _save, plt
-from ..evaluate.learned import learned
 from ..files import write_atomic
+from ..report.common import plt, save_figure
+from ..results import learned
 from ..scoring.press_spec import PoolSpec, parse_press
 
 
@@ -105,7 +105,7 @@ def plot_press_residues(rows: list[dict], path: str | Path) -> Path:
         ax.set(title=f"{probe}: accuracy by target position mod M", xlabel="residue r", ylabel="accuracy (%)")
         ax.set_ylim(-2, 102)
         ax.legend(fontsize=7, loc="lower left")
-    return _save(fig, path)
+    return save_figure(fig, Path(path), dpi=120, bbox_inches="tight")
 
 
 def write_press_table(profile, results: dict[str, dict[str, dict]], out: Path) -> list[dict]:

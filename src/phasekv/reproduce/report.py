@@ -7,7 +7,7 @@ flatness is never presented as a result.
 
 from __future__ import annotations
 
-from ..evaluate.learned import learned
+from ..results import learned
 
 
 def _stride(result: dict) -> int | None:

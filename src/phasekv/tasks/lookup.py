@@ -15,7 +15,7 @@ the query position P + A + R L + (demonstrations and query) - 1 is the same for 
 
 Held-out pairs: with `held_out_seed` set, every record's (animal, name) pair (hence every
 demonstration and the target) is one the training mixture held out
-(`phasekv.corpus.heldout.HeldOutPairs(held_out_seed, held_out_modulus)`), so a model trained on that
+(`phasekv.tasks.heldout.HeldOutPairs(held_out_seed, held_out_modulus)`), so a model trained on that
 mixture never saw the pairs it is asked about. Use the training run's held-out seed and modulus.
 
 Placement: target-key positions come from `placement.moment_matched_design` (exact equal mean
@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from phasekv.tasks import layout, placement
+from phasekv.tasks.heldout import HeldOutPairs, assign_names
 from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
 from phasekv.tasks.templates import PromptFormat, check_round_trip, compile_template, get_template, paper_format
 from phasekv.tasks.vocab import TaskVocab
@@ -80,7 +81,6 @@ def held_out_matrix(vocab: TaskVocab, options: LookupOptions) -> np.ndarray | No
     None when `options.held_out_seed` is None (any pair allowed)."""
     if options.held_out_seed is None:
         return None
-    from phasekv.corpus.heldout import HeldOutPairs  # corpus imports tasks: import late
 
     pairs = HeldOutPairs(seed=options.held_out_seed, modulus=options.held_out_modulus)
     return pairs.matrix(vocab.animal_words, vocab.name_words)
@@ -106,8 +106,6 @@ def draw_mapping(
     if held is None:
         names = name_ids[rng.choice(len(name_ids), size=r, replace=False)]
     else:
-        from phasekv.corpus.heldout import assign_names
-
         try:
             names = name_ids[assign_names(rng, held, rows, held_out=True)]
         except ValueError as err:

@@ -1,24 +1,19 @@
 """Figures of the analyses, drawn from their result dicts (PNG): knockout map, gate plane and phase
-preferences, gate trajectories, gate cycling."""
+preferences, gate trajectories, gate cycling. `phasekv knockout|gates|cycle --plot` and the report draw
+the same figures from here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ..files import write_atomic  # noqa: E402
+from .common import plt, save_figure
+from .knockout import label
 
 
 def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"))
-    plt.close(fig)
-    return path
+    return save_figure(fig, Path(path), dpi=120, bbox_inches="tight")
 
 
 def _nan(values: list) -> np.ndarray:
@@ -28,10 +23,8 @@ def _nan(values: list) -> np.ndarray:
 def plot_knockout(result: dict, path: str | Path) -> Path:
     """Heatmap rows = knocked-out heads/layers, columns = t_K mod M, plus the panel folded mod S;
     relative accuracy change, red lost / blue gained, clipped at +-100%."""
-    from .knockout_run import target_label
-
     rows = result["targets"]
-    labels = [target_label(r) for r in rows]
+    labels = [label(r) for r in rows]
     full = _nan([r["relative_change_by_residue"] for r in rows])
     folded = _nan([r["relative_change_by_phase"] for r in rows])
     height = max(2.5, 0.25 * len(rows) + 1.5)
