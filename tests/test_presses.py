@@ -195,6 +195,37 @@ def test_chunkkv_keeps_whole_chunks_of_its_grid(chunk):
             assert all({c * chunk + i for i in range(chunk)} <= kept for c in {p // chunk for p in kept})
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_decoding_against_layers_of_different_lengths_equals_decoding_token_by_token(attention):
+    """ChunkKV keeps a different number of entries per layer: one forward with a mask per layer must give what
+    running the question one token at a time gives (the reference runs on SDPA, whose mask HF cuts to each
+    layer's length: with eager attention HF's one mask does not fit the shorter layers at all)."""
+    import copy
+
+    from phasekv.scoring.press import decode_against, decode_token_by_token
+
+    tok = word_tokenizer()
+    model = randomize(tiny_qwen3(len(tok)))
+    model.set_attn_implementation(attention)
+    ids = torch.randint(5, len(tok), (1, 30), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = model.model(input_ids=ids[:, :24], use_cache=True).past_key_values
+        for i, layer in enumerate(cache.layers):  # as if a press had kept 24 - 2 i entries in layer i
+            keep = torch.arange(24)[2 * i :]
+            layer.keys, layer.values = layer.keys[:, :, keep], layer.values[:, :, keep]
+        assert len({layer.keys.shape[2] for layer in cache.layers}) > 1
+        batched = decode_against(model, ids[:, 24:], copy.deepcopy(cache), 24)
+        model.set_attn_implementation("sdpa")
+        reference = decode_token_by_token(model, ids[:, 24:], copy.deepcopy(cache), 24)
+        model.set_attn_implementation(attention)
+        equal_lengths = model.model(input_ids=ids[:, :24], use_cache=True).past_key_values
+        plain = model(input_ids=ids).logits[:, 24:]
+        unchanged = decode_against(model, ids[:, 24:], equal_lengths, 24)
+    torch.testing.assert_close(batched, reference, rtol=0, atol=1e-5)
+    torch.testing.assert_close(unchanged, plain, rtol=0, atol=1e-5)
+    assert (batched - plain).abs().max() > 1e-3  # the pruned layers did change the result
+
+
 @needs_kvpress
 def test_a_press_that_keeps_everything_scores_like_no_press():
     """Prefill, then decode the question against the (uncompressed) cache = one plain forward: bit for bit with

@@ -143,6 +143,16 @@ def test_natural_lookup_keeps_the_position_invariants_and_round_trips(tokenizers
         c, s1, s2 = sums.get(p.residue, (0, 0, 0))
         sums[p.residue] = (c + 1, s1 + t, s2 + t * t)
     assert len(set(sums.values())) == 1  # equal count, mean and variance of t_K in every residue group
+    # the padding is filler words (not one repeated token): the same words for every prompt of a mapping
+    filler = set(form.words.filler_ids)
+    assert form.filler_pad and filler and not filler & (names | animals)
+    assert ps.options["padding_text"].startswith("filler words")
+    words_of_unit = {}
+    for p in ps.prompts:
+        pads = sorted(i for i in p.input_ids[len(prefix) :] if i in filler)
+        assert len(pads) == ps.options["padding"]
+        assert words_of_unit.setdefault(p.unit, pads) == pads
+    assert len({tuple(w) for w in words_of_unit.values()}) == len(words_of_unit)  # drawn per mapping
 
 
 @pytest.mark.parametrize("family", ["bpe", "sentencepiece"])

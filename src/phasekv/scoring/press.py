@@ -137,17 +137,7 @@ class KVPressScorer(HFScorer):
         return torch.stack(rows)
 
     def _decode(self, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
-        """Logits [1, N, V] of the `tail` tokens [1, N] run against the compressed `cache` at positions
-        context .. context+N-1. One forward when every layer kept the same number of entries; else one
-        token at a time (HF builds one causal mask for all layers, sized by the first layer's cache)."""
-        positions = torch.arange(context, context + tail.shape[1], device=tail.device)[None]
-        if len({layer.keys.shape[2] for layer in cache.layers}) == 1:
-            return self.model(input_ids=tail, past_key_values=cache, position_ids=positions).logits
-        steps = [
-            self.model(input_ids=tail[:, i : i + 1], past_key_values=cache, position_ids=positions[:, i : i + 1]).logits
-            for i in range(tail.shape[1])
-        ]
-        return torch.cat(steps, dim=1)
+        return decode_against(self.model, tail, cache, context)
 
     def describe(self) -> dict:
         stride, source = press_stride(self.spec)
@@ -163,8 +153,57 @@ class KVPressScorer(HFScorer):
                 "semantics": (
                     "context = every prompt token before the last question_tokens (prefilled with the press, then its "
                     "KV cache compressed); question = the last question_tokens prompt tokens, decoded with the answer "
-                    "tokens against the compressed cache at their true positions; prefill one row at a time"
+                    "tokens against the compressed cache at their true positions (one forward, a causal mask per "
+                    "layer when layers kept different numbers of entries); prefill one row at a time"
                 ),
                 "kv_entries": self.counter.record(),
             },
         }
+
+
+def decode_against(model, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
+    """Logits [1, N, V] of the `tail` tokens [1, N] run in one forward against a (compressed) `cache` at positions
+    context .. context+N-1. HF builds one causal mask for all layers, sized by the first layer's cache; a press
+    may keep a different number of entries per layer (ChunkKV does), so each decoder layer is handed a mask of
+    its own (a forward pre-hook): every cached entry visible, the tail causal. `decode_token_by_token` is the
+    plain reference."""
+    positions = torch.arange(context, context + tail.shape[1], device=tail.device)[None]
+    lengths = [layer.keys.shape[2] for layer in cache.layers]
+    if len(set(lengths)) == 1:
+        return model(input_ids=tail, past_key_values=cache, position_ids=positions).logits
+    if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
+        return decode_token_by_token(model, tail, cache, context)  # the masks below know no sliding window
+    n = tail.shape[1]
+    dtype = next(model.parameters()).dtype
+    blocked = torch.finfo(dtype).min
+
+    def mask_for(kept: int) -> torch.Tensor:
+        future = torch.ones(n, n, dtype=torch.bool, device=tail.device).triu(1)  # [N, N] tail token j > i
+        hidden = torch.cat([torch.zeros(n, kept, dtype=torch.bool, device=tail.device), future], dim=1)
+        return torch.zeros(hidden.shape, dtype=dtype, device=tail.device).masked_fill(hidden, blocked)[None, None]
+
+    masks = [mask_for(kept) for kept in lengths]  # [1, 1, N, kept + N] per layer
+
+    def hook(layer_index: int):
+        def use_own_mask(_module, args, kwargs):
+            return args, {**kwargs, "attention_mask": masks[layer_index]}
+
+        return use_own_mask
+
+    handles = [layer.register_forward_pre_hook(hook(i), with_kwargs=True) for i, layer in enumerate(model.model.layers)]
+    try:
+        return model(input_ids=tail, past_key_values=cache, position_ids=positions).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def decode_token_by_token(model, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
+    """`decode_against` one token at a time: a single query sees every cached entry, so HF's one mask, cut to
+    each layer's length by its SDPA attention, is right for every layer (eager attention does not cut it)."""
+    positions = torch.arange(context, context + tail.shape[1], device=tail.device)[None]
+    steps = [
+        model(input_ids=tail[:, i : i + 1], past_key_values=cache, position_ids=positions[:, i : i + 1]).logits
+        for i in range(tail.shape[1])
+    ]
+    return torch.cat(steps, dim=1)

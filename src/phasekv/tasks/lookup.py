@@ -8,9 +8,10 @@ Token layout (ids; P = len(prefix_ids), L = record length, A = padding):
 This is the `paper` template: each record is an animal key followed directly by its name (then
 the record separator, unless `record_separator=False`). The prompt ends with the target animal
 a_k; the answer is n_k, the token right after the target key in the records. Other templates
-(`templates.LOOKUP_TEMPLATES`, e.g. `natural`: "The cat's owner is Bob.") write records,
-demonstrations and the query as other text; the query then ends with the record's key phrase
-(" cat's owner is") and the answer follows it. The padding slots hold A pad tokens in all, so
+(`templates.LOOKUP_TEMPLATES`, e.g. `natural`: " cat: Bob,") write records, demonstrations and
+the query as other text; the query then ends with the record's key phrase (" cat:") and the
+answer follows it. The padding slots hold A pad tokens in all (the
+template's pad token, or filler words drawn per mapping for `natural` and `sentence`), so
 the query position P + A + R L + (demonstrations and query) - 1 is the same for every prompt.
 
 Held-out pairs: with `held_out_seed` set, every record's (animal, name) pair (hence every
@@ -33,7 +34,7 @@ import numpy as np
 
 from phasekv.tasks import layout, placement
 from phasekv.tasks.heldout import HeldOutPairs, assign_names
-from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
+from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, filler_rng, placement_rng
 from phasekv.tasks.templates import PromptFormat, check_round_trip, compile_template, get_template, paper_format
 from phasekv.tasks.vocab import TaskVocab
 
@@ -178,11 +179,12 @@ def make_lookup(
         mapping = draw_mapping(vocab, o, i, k_min, k_max, held)
         records = form.record.render({"key": mapping.animal_ids, "value": mapping.name_ids})
         tail = _tail(form, mapping)
+        pads = _padding_ids(form, o, i, padding)
         for r in sorted(dealt):
             for p, t in enumerate(dealt[r][i]):
                 before = int(t) - key_start - mapping.target * rec_len
                 slots = layout.padding_slots(o.protocol, o.n_records, mapping.target, before, padding, gaps)
-                ids = _assemble(prefix_ids, records, slots, tail, form.pad_id, length)
+                ids = _assemble(prefix_ids, records, slots, tail, pads, length)
                 prompts.append(
                     Prompt(
                         input_ids=ids,
@@ -225,6 +227,17 @@ def _format(source: TaskVocab | PromptFormat, options: LookupOptions) -> PromptF
     return paper_format(source, "lookup", options.record_separator)
 
 
+def _padding_ids(form: PromptFormat, options: LookupOptions, unit: int, padding: int) -> int | np.ndarray:
+    """What fills a unit's `padding` positions, in order: the template's pad token, or filler words drawn
+    for this unit (the same words at every residue: only their split before and after the records moves)."""
+    if not form.filler_pad:
+        return form.pad_id
+    if not form.words.filler_ids:
+        raise ValueError(f"the {form.template} template pads with filler words, but none is a single token here")
+    rng = filler_rng(options.seed, options.split, unit)
+    return rng.choice(np.asarray(form.words.filler_ids), size=padding)
+
+
 def _tail(form: PromptFormat, mapping: Mapping) -> np.ndarray:
     """Demonstrations then the query, as one id array."""
     demos = form.demo.render({"key": mapping.animal_ids[mapping.demos], "value": mapping.name_ids[mapping.demos]})
@@ -244,14 +257,15 @@ def _assemble(
     records: np.ndarray,
     slots: np.ndarray,
     tail: np.ndarray,
-    pad_id: int,
+    pads: int | np.ndarray,
     length: int,
 ) -> list[int]:
     n, rec_len = records.shape
-    ids = np.full(length, pad_id, dtype=np.int64)
+    ids = np.full(length, -1, dtype=np.int64)
     start = len(prefix_ids)
     ids[:start] = prefix_ids
     record_starts = start + np.cumsum(slots[:n]) + rec_len * np.arange(n)
     ids[record_starts[:, None] + np.arange(rec_len)] = records
     ids[length - len(tail) :] = tail
+    ids[ids < 0] = pads  # the padding positions, in order
     return ids.tolist()

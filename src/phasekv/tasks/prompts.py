@@ -31,6 +31,12 @@ def content_rng(seed: int, split: str, unit: int) -> np.random.Generator:
     return np.random.default_rng([seed, split_index(split), unit, 0])
 
 
+def filler_rng(seed: int, split: str, unit: int) -> np.random.Generator:
+    """Generator for the filler words padding one lookup unit, a stream of its own so the unit's content
+    (drawn from `content_rng`) is the same whatever the padding text."""
+    return np.random.default_rng([seed, split_index(split), unit, 2])
+
+
 def placement_rng(seed: int, split: str, *keys: int) -> np.random.Generator:
     """Generator for placements (position dealing, gaps) named by `keys`, independent of every
     content stream."""

@@ -35,13 +35,18 @@ from phasekv.tasks import words
 from phasekv.tasks.vocab import TaskVocab, single_token_ids
 
 SLOT = re.compile(r" \{(key|value)\}")
+# A lookup template's `pad` meaning one filler word per padding position (drawn per mapping). A pretrained model
+# reads filler words as ordinary text, while a long run of one repeated pad token derails it: SmolLM2-135M-Instruct
+# answered a natural list 79% of the time behind 32 filler words and 50% behind 32 " ." pads (48 prompts each).
+FILLER_PAD = "{filler}"
 CONTEXT_CHARS = 24  # text kept on each side of a word when it is checked in context
 
 
 @dataclass(frozen=True)
 class Template:
     """The texts of a prompt's units. `demo` (lookup only) is one demonstration; `pad` (lookup
-    only) is the text of one padding token; needle haystacks are padded with filler words. The
+    only) is the text of one padding token, or FILLER_PAD for filler words; needle haystacks are
+    padded with filler words. The
     query must end with the record's text from `{key}` up to `{value}`, so that the answer
     follows the same tokens in the target record and at the end of the prompt."""
 
@@ -68,7 +73,7 @@ LOOKUP_TEMPLATES = {
         record=" {key}: {value},",
         demo=" {key}: {value},",
         query=" {key}:",
-        pad=" .",
+        pad=FILLER_PAD,
     ),
     "sentence": Template(
         "sentence",
@@ -76,7 +81,7 @@ LOOKUP_TEMPLATES = {
         record=" The owner of the {key} is {value}.",
         demo=" The owner of the {key} is {value}.",
         query=" The owner of the {key} is",
-        pad=" .",
+        pad=FILLER_PAD,
     ),
 }
 
@@ -157,6 +162,7 @@ class PromptFormat:
     key_tokens: int = 1
     value_tokens: int = 1
     lead: str = ""
+    filler_pad: bool = False  # lookup padding is filler words (`words.filler_ids`), not `pad_id`
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -184,6 +190,7 @@ class PromptFormat:
             "key_offset": self.key_offset,
             "answer_offset": self.answer_offset,
             "query_length": self.query.length(self.sizes),
+            "padding_text": "filler words, drawn per unit" if self.filler_pad else "one repeated pad token",
         }
 
 
@@ -263,7 +270,8 @@ def compile_template(
     sizes = {"key": key_tokens, "value": value_tokens, "filler": 1}
     units = {"record": _parse(template.record), "query": _parse(template.query)}
     if probe == "lookup":
-        units |= {"demo": _parse(template.demo), "pad": ["=" + template.pad]}
+        pad = ["filler"] if template.pad == FILLER_PAD else ["=" + template.pad]
+        units |= {"demo": _parse(template.demo), "pad": pad}
     else:
         units["filler"] = ["filler"]
     phrase_length = _check_layout(template, units)
@@ -314,7 +322,11 @@ def compile_template(
     template_ids = {tok for ids in literal_ids.values() for tok in ids}
     kept = {slot: _words_in_context(tokenizer, candidates[slot], specimens, slot, template_ids) for slot in candidates}
     pad_id = None
-    if probe == "lookup":
+    filler_pad = probe == "lookup" and template.pad == FILLER_PAD
+    if filler_pad:  # padding words must not be keys or answers
+        answers = set(kept["key"].values()) | set(kept["value"].values())
+        kept["filler"] = {word: i for word, i in kept["filler"].items() if i not in answers}
+    elif probe == "lookup":
         pad = compiled["pad"].segments[0]
         if len(pad) != 1:
             raise ValueError(
@@ -334,7 +346,16 @@ def compile_template(
     )
     demo = compiled.get("demo")
     return PromptFormat(
-        template.name, vocab, compiled["record"], compiled["query"], demo, pad_id, key_tokens, value_tokens, lead
+        template.name,
+        vocab,
+        compiled["record"],
+        compiled["query"],
+        demo,
+        pad_id,
+        key_tokens,
+        value_tokens,
+        lead,
+        filler_pad,
     )
 
 
