@@ -20,8 +20,8 @@ button:focus-visible, tr:focus-visible, svg:focus-visible, td:focus-visible { ou
 table.data { border-collapse: collapse; font-size: .88em; margin: 8px 0; }
 table.data th, table.data td { padding: 3px 9px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
 table.data th:first-child, table.data td:first-child { text-align: left; }
-table.select tbody tr { cursor: pointer; }
-table.select tbody tr:hover { background: #f3f6fa; }
+table.select tbody tr[data-param] { cursor: pointer; }
+table.select tbody tr[data-param]:hover { background: #f3f6fa; }
 table.select tbody tr[aria-selected="true"] { background: #fbeae8; font-weight: 600; }
 .chance { color: #a00; font-weight: normal; font-size: .85em; }
 .row2 figure { max-width: 470px; flex: 0 0 auto; }
@@ -32,6 +32,7 @@ svg text { font-family: system-ui, sans-serif; }
 .r2grid td.cell { cursor: pointer; text-align: center; min-width: 52px; }
 .r2grid td.cell[aria-selected="true"] { outline: 2px solid var(--sel); }
 .chip { cursor: pointer; }
+.vega-bindings { display: flex; flex-wrap: wrap; gap: 14px; font-size: .9em; margin: 4px 0 0 40px; }
 #selftest-result { white-space: pre-wrap; font-size: 11px; }
 .small { font-size: .85em; color: var(--muted); }
 """

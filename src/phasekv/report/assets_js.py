@@ -1,10 +1,11 @@
 # ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
-"""The report's JavaScript (inlined into the HTML): plain SVG drawing, no external library.
+"""The report's JavaScript (inlined into the HTML): it embeds the figures drawn from Vega-Lite specs
+(with the Vega bundle the page inlines, see `vega.py`) and keeps their shared params in step; the
+figures not yet drawn from a spec are plain SVG drawn here from `report-data` (one block per section).
 
-`DATA` (a JSON object written by `build`) holds one block per section. With `?selftest=1` in the URL
-the page checks itself after drawing (figures non-empty, a model row changes the highlighted series,
-the fold toggle changes the x axis, no errors) and writes the outcome as JSON into
-`#selftest-result`, for headless browser tests.
+With `?selftest=1` in the URL the page checks itself after drawing (every figure has marks, a model
+row narrows the residue figure to its panel and the position figure follows, the fold toggle changes
+the x axis, no errors) and writes the outcome as JSON into `#selftest-result`, for headless browser tests.
 """
 
 EARLY = r"""
@@ -83,129 +84,34 @@ function layerColor(i, n) {  // viridis-like ramp by depth
   const f = p - k; const c = stops[k].map((x, j) => Math.round(x + (stops[k + 1][j] - x) * f));
   return 'rgb(' + c.join(',') + ')';
 }
-function selectRows(tbody, index, onSelect) {
-  const rows = Array.from(tbody.querySelectorAll('tr'));
-  rows.forEach((tr, i) => {
-    tr.tabIndex = 0; tr.setAttribute('role', 'option');
-    tr.addEventListener('click', () => onSelect(i));
-    tr.addEventListener('keydown', e => {
-      if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); onSelect(i); }
-      if (e.key === 'ArrowDown' && i + 1 < rows.length) { e.preventDefault(); rows[i + 1].focus(); onSelect(i + 1); }
-      if (e.key === 'ArrowUp' && i > 0) { e.preventDefault(); rows[i - 1].focus(); onSelect(i - 1); }
-    });
-  });
-  const mark = k => rows.forEach((tr, i) => tr.setAttribute('aria-selected', i === k ? 'true' : 'false'));
-  mark(index);
-  return mark;
+/* ---------- figures drawn from Vega-Lite specs (built in Python, one per figure; see vega.py) ---------- */
+const VIEWS = {};  // figure id -> its Vega view
+function embedFigures() {
+  const figures = Array.from(document.querySelectorAll('[data-vega]'));
+  return Promise.all(figures.map(div => {
+    const spec = JSON.parse(document.querySelector('script[data-spec-for="' + div.id + '"]').textContent);
+    return vegaEmbed(div, spec, {actions: false, renderer: 'svg'}).then(result => { VIEWS[div.id] = result.view; });
+  })).then(() => document.querySelectorAll('section').forEach(linkParams));
 }
-
-/* ---------- accuracy by residue ---------- */
-function initResidues(D) {
-  const svg = $('fig-residues'), tbody = $('residue-table').querySelector('tbody'), fold = $('fold-toggle');
-  const state = {sel: D.selected, fold: false};
-  const byId = {}; D.series.forEach(s => byId[s.id] = s);
-  D.series.forEach(s => {
-    const tr = h('tr', {'data-series': s.name}, tbody);
-    const name = h('td', {}, tr, s.name);
-    if (s.learned === false) h('span', {class: 'chance'}, name, ' not shown above guessing');
-    [s.stride === null ? '–' : s.stride, fmt(s.val_loss, 3), fmt(s.mean), fmt(s.worst), fmt(s.best),
-     fmt(s.gap) + (s.gap_ci ? ' [' + fmt(s.gap_ci[0]) + ', ' + fmt(s.gap_ci[1]) + ']' : ''),
-     s.p_value === null ? '–' : Number(s.p_value).toPrecision(2), s.verdict || '–'].forEach(v => h('td', {}, tr, String(v)));
-  });
-  const mark = selectRows(tbody, D.series.findIndex(s => s.id === state.sel), i => { state.sel = D.series[i].id; mark(i); draw(); });
-  fold.addEventListener('click', () => { state.fold = !state.fold; draw(); });
-  function draw() {
-    const s = byId[state.sel], m = s.modulus, S = s.stride;
-    const folding = state.fold && S;
-    fold.setAttribute('aria-pressed', folding ? 'true' : 'false');
-    fold.disabled = !S;
-    const W = 760, H = 360, L = 56, R = W - 16, T = 16, B = H - 62;
-    const n = folding ? S : m;
-    const xlabel = folding ? 'phase: target position mod ' + S + ' (periods overlaid)' : 'target position mod ' + m;
-    resetSvg(svg, W, H, 'Accuracy by residue, ' + s.name + (folding ? ', folded by S=' + S : '') + '; 95% bands');
-    const x = scale(-0.5, n - 0.5, L, R), y = scale(0, 100, B, T);
-    svg.dataset.selected = s.name; svg.dataset.xaxis = xlabel; svg.dataset.fold = folding ? 'true' : 'false';
-    axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xlabel, ylabel: 'accuracy (%)',
-               xticks: range(n).map(v => ({v, label: String(v)})), yticks: [0, 25, 50, 75, 100].map(v => ({v, label: String(v)})),
-               xlabelOffset: 44});
-    const others = D.series.filter(o => o.id !== s.id && o.modulus === m);
-    // other compressed models: faint gray; full attention: gray dashed with band, behind the selection
-    others.filter(o => !o.full).forEach(o => drawSeries(o, '#c8c8c8', {width: 1, band: false, cls: 'series-other'}));
-    others.filter(o => o.full).forEach(o => drawSeries(o, '#8a8a8a', {width: 1.6, band: true, dash: '5 3', cls: 'series-full'}));
-    if (S && !folding) {
-      for (let b = S; b < m; b += S) el('line', {x1: x(b - 0.5), x2: x(b - 0.5), y1: T, y2: B, stroke: '#555', 'stroke-dasharray': '4 4', class: 'boundary'}, svg);
-    }
-    if (S) {  // boundary phase S-1: triangles under the axis
-      const marks = folding ? [S - 1] : range(m).filter(r => r % S === S - 1);
-      marks.forEach(r => el('path', {d: 'M' + (x(r) - 5) + ',' + (B + 24) + 'l10,0l-5,-8z', fill: '#444', class: 'boundary-phase'}, svg));
-    }
-    drawSeries(s, SEL, {width: 2.4, band: true, cls: 'series-selected', markers: true});
-    function drawSeries(o, color, opt) {
-      const groups = folding ? range(Math.ceil(o.modulus / S)).map(p => range(S).map(k => p * S + k).filter(r => r < o.modulus))
-                             : [range(o.modulus)];
-      groups.forEach((idx, p) => {
-        const pos = i => folding ? i % S : i;
-        if (opt.band) {
-          const pts = idx.filter(i => o.low[i] !== null && o.high[i] !== null);
-          if (pts.length) {
-            const d = pts.map((i, k) => (k ? 'L' : 'M') + x(pos(i)) + ',' + y(o.high[i])).join('') +
-                      pts.slice().reverse().map(i => 'L' + x(pos(i)) + ',' + y(o.low[i])).join('') + 'Z';
-            el('path', {d, fill: color, 'fill-opacity': p === 0 ? 0.16 : 0.08, stroke: 'none', class: opt.cls + '-band'}, svg);
-          }
-        }
-        const g = el('g', {class: opt.cls, 'data-name': o.name}, svg);
-        for (let k = 0; k + 1 < idx.length; k++) {
-          const a = idx[k], b = idx[k + 1];
-          if (o.accuracy[a] === null || o.accuracy[b] === null) continue;
-          const crosses = !folding && S && (b % S === 0);
-          const dash = folding ? (p === 0 ? opt.dash : '6 4') : (crosses ? '2 3' : opt.dash);
-          el('line', {x1: x(pos(a)), y1: y(o.accuracy[a]), x2: x(pos(b)), y2: y(o.accuracy[b]), stroke: color,
-                      'stroke-width': opt.width, 'stroke-dasharray': dash}, g);
-        }
-        if (opt.markers) idx.forEach(i => { if (o.accuracy[i] !== null) {
-          const c = el('circle', {cx: x(pos(i)), cy: y(o.accuracy[i]), r: 3, fill: color}, g);
-          el('title', {}, c, o.name + ': residue ' + i + ', ' + fmt(o.accuracy[i]) + '% [' + fmt(o.low[i]) + ', ' + fmt(o.high[i]) + ']');
-        } });
-      });
-    }
-    el('text', {x: R, y: T + 12, 'text-anchor': 'end', class: 'label'}, svg, s.name + (S ? ' (S=' + S + ')' : ''));
-    $('residue-caption-model').textContent = s.name + ': mean ' + fmt(s.mean) + '%, worst ' + fmt(s.worst) + '%, gap ' + fmt(s.gap) + ' points' +
-      (s.period_diff !== null && S ? ', mean |A(r) − A(r+S)| ' + fmt(s.period_diff) + ' points' : '') + '.';
-    drawPositions(D, s);
-  }
-  draw();
+// A param named in a figure's data-link stays equal across the figures of its section, and rows with
+// data-param/data-value (the residue table) set it: one choice of model drives every figure beside it.
+function linkedViews(section, name) {
+  return Array.from(section.querySelectorAll('[data-vega]')).filter(div => div.dataset.link.split(' ').includes(name)).map(div => VIEWS[div.id]);
 }
-
-/* ---------- accuracy by absolute target position (beside the residues) ---------- */
-function drawPositions(D, s) {
-  const svg = $('fig-positions'), p = s.positions;
-  const W = 760, H = 300, L = 56, R = W - 16, T = 16, B = H - 52;
-  resetSvg(svg, W, H, 'Accuracy by absolute target position, ' + s.name + (p ? ', binned, with Wilson 95% bands' : ': no per-prompt records'));
-  svg.dataset.selected = s.name;
-  if (!p) {
-    svg.dataset.empty = D.no_records_note;
-    el('text', {x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'label'}, svg, s.name + ': ' + D.no_records_note);
-    return;
-  }
-  delete svg.dataset.empty;
-  const x = scale(p.min - 0.5, p.max + 0.5, L, R), y = scale(0, 100, B, T);
-  axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'target position t_K (prompts binned)', ylabel: 'accuracy (%)',
-             xticks: ticksFor(p.min, p.max, 10).map(v => ({v, label: String(v)})), yticks: [0, 25, 50, 75, 100].map(v => ({v, label: String(v)})),
-             xlabelOffset: 40});
-  const idx = range(p.n.length);
-  const band = idx.map((i, k) => (k ? 'L' : 'M') + x(p.center[i]) + ',' + y(p.high[i])).join('') +
-               idx.slice().reverse().map(i => 'L' + x(p.center[i]) + ',' + y(p.low[i])).join('') + 'Z';
-  el('path', {d: band, fill: SEL, 'fill-opacity': 0.16, stroke: 'none', class: 'positions-band'}, svg);
-  if (s.mean !== null) el('line', {x1: L, x2: R, y1: y(s.mean), y2: y(s.mean), stroke: '#8a8a8a', 'stroke-dasharray': '5 3', class: 'positions-mean'}, svg);
-  const g = el('g', {class: 'positions-line', 'data-name': s.name}, svg);
-  el('path', {d: idx.map((i, k) => (k ? 'L' : 'M') + x(p.center[i]) + ',' + y(p.accuracy[i])).join(''), fill: 'none', stroke: SEL, 'stroke-width': 2}, g);
-  idx.forEach(i => {
-    el('line', {x1: x(p.first[i] - 0.5), x2: x(p.last[i] + 0.5), y1: y(p.accuracy[i]), y2: y(p.accuracy[i]), stroke: SEL, 'stroke-opacity': 0.45, 'stroke-width': 1}, g);
-    const c = el('circle', {cx: x(p.center[i]), cy: y(p.accuracy[i]), r: 3, fill: SEL}, g);
-    el('title', {}, c, 'positions ' + p.first[i] + '–' + p.last[i] + ': ' + fmt(p.accuracy[i]) + '% [' + fmt(p.low[i]) + ', ' + fmt(p.high[i]) + '], ' + p.n[i] + ' prompts');
-  });
-  el('text', {x: R, y: T + 12, 'text-anchor': 'end', class: 'label'}, svg, s.name + ' (dashed: mean accuracy; short bars: bin widths)');
+function setParam(section, name, value) {
+  section.querySelectorAll('[data-param="' + name + '"]').forEach(row => row.setAttribute('aria-selected', row.dataset.value === value ? 'true' : 'false'));
+  return Promise.all(linkedViews(section, name).filter(v => v.signal(name) !== value).map(v => v.signal(name, value).runAsync()));
 }
+function linkParams(section) {
+  const names = new Set(Array.from(section.querySelectorAll('[data-vega]')).flatMap(div => div.dataset.link.split(' ').filter(Boolean)));
+  names.forEach(name => linkedViews(section, name).forEach(v => v.addSignalListener(name, (_, value) => setParam(section, name, value))));
+  section.querySelectorAll('[data-param]').forEach(row => {
+    const pick = () => setParam(section, row.dataset.param, row.dataset.value);
+    row.addEventListener('click', pick);
+    row.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(); } });
+  });
+}
+function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
 
 /* ---------- flip ---------- */
 function initFlip(D) {
@@ -552,37 +458,40 @@ function initCompressor(D) {
 }
 
 /* ---------- self-test (?selftest=1) ---------- */
-function selfTest() {
+async function selfTest() {
   const checks = [];
   const ok = (name, pass, info) => checks.push({name, pass: !!pass, info: info === undefined ? '' : String(info)});
-  document.querySelectorAll('svg[data-figure]').forEach(svg => {
-    if (svg.closest('[hidden]')) return;  // a figure without data for the current selection is hidden, not empty
-    if (svg.dataset.empty) { ok('figure ' + svg.id + ' says why it is empty', svg.querySelector('text'), svg.dataset.empty); return; }
-    const n = svg.querySelectorAll('path,rect,circle,line,text').length, box = svg.getBoundingClientRect();
-    ok('figure ' + svg.id + ' renders', n > 3 && box.width > 0 && box.height > 0, n + ' shapes, ' + Math.round(box.width) + 'x' + Math.round(box.height));
-    ok('figure ' + svg.id + ' has a text alternative', (svg.getAttribute('aria-label') || '').length > 10 && svg.querySelector('title'));
+  document.querySelectorAll('[data-figure]').forEach(fig => {
+    if (fig.closest('[hidden]')) return;  // a figure without data for the current selection is hidden, not empty
+    if (fig.dataset.empty) { ok('figure ' + fig.id + ' says why it is empty', fig.querySelector('text'), fig.dataset.empty); return; }
+    const svg = fig.dataset.vega ? fig.querySelector('svg') : fig;  // a Vega view draws into an <svg> inside its container
+    const n = svg ? svg.querySelectorAll(fig.dataset.vega ? '.role-mark > *' : 'path,rect,circle,line,text').length : 0;
+    const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+    ok('figure ' + fig.id + ' renders', n > 3 && box.width > 0 && box.height > 0, n + ' marks, ' + Math.round(box.width) + 'x' + Math.round(box.height));
+    const label = fig.getAttribute('aria-label') || '';  // a Vega view's is its spec's description
+    ok('figure ' + fig.id + ' has a text alternative', label.length > 10 && label !== 'Vega visualization' && (fig.dataset.vega || svg.querySelector('title')), label);
   });
-  const fig = $('fig-residues');
-  if (fig) {
-    const rows = Array.from(document.querySelectorAll('#residue-table tbody tr'));
-    const before = fig.dataset.selected, hlBefore = fig.querySelector('g.series-selected').getAttribute('data-name');
-    const target = rows.find(r => r.dataset.series !== before);
-    if (target) {
-      target.dispatchEvent(new MouseEvent('click', {bubbles: true}));
-      const hl = fig.querySelector('g.series-selected').getAttribute('data-name');
-      ok('clicking a model row changes the highlighted series', hl !== hlBefore && hl === target.dataset.series && target.getAttribute('aria-selected') === 'true', hlBefore + ' -> ' + hl);
-      const pos = $('fig-positions');
-      if (pos) ok('the position figure follows the selected model', pos.dataset.selected === hl && (pos.dataset.empty || pos.querySelector('g.positions-line circle')), pos.dataset.selected);
-    } else ok('clicking a model row changes the highlighted series', rows.length === 1, 'only one model');
-    const foldable = rows.find(r => { r.click(); return !$('fold-toggle').disabled; });
-    if (foldable) {
-      const axis0 = fig.dataset.xaxis, ticks0 = fig.querySelectorAll('.xtick').length;
-      $('fold-toggle').click();
-      const axis1 = fig.dataset.xaxis, ticks1 = fig.querySelectorAll('.xtick').length;
-      ok('the fold toggle changes the x axis', axis1 !== axis0 && ticks1 !== ticks0 && fig.querySelector('.xlabel').textContent === axis1, axis0 + ' (' + ticks0 + ' ticks) -> ' + axis1 + ' (' + ticks1 + ' ticks)');
-      $('fold-toggle').click();
-      ok('the fold toggle restores the x axis', fig.dataset.xaxis === axis0);
-    } else ok('the fold toggle changes the x axis', false, 'no model with a stride');
+  const residues = VIEWS['fig-residues'];
+  if (residues) {
+    const fig = $('fig-residues'), section = $('sec-residues');
+    const panels = () => fig.querySelectorAll('.role-scope.cell > g').length;
+    const xAxis = () => Array.from(fig.querySelectorAll('.role-axis')).filter(a => /^X-axis/.test(a.getAttribute('aria-label'))).map(a => Array.from(a.querySelectorAll('.role-axis-label text')).map(t => t.textContent).join(',')).join(' | ');
+    const rows = Array.from(section.querySelectorAll('tr[data-param="model"]'));
+    const all = panels(), target = rows.find(r => r.dataset.foldable) || rows[rows.length - 1];
+    target.click(); await settle();
+    ok('clicking a model row shows its panel alone', residues.signal('model') === target.dataset.value && panels() === 1 && target.getAttribute('aria-selected') === 'true',
+       all + ' panels -> ' + panels() + ' (' + residues.signal('model') + ')');
+    const positions = VIEWS['fig-positions'];
+    if (positions) ok('the position figure follows the selected model', positions.signal('model') === target.dataset.value, positions.signal('model'));
+    const fold = fig.querySelector('.vega-bindings input[type="checkbox"]');
+    if (target.dataset.foldable && fold) {
+      const axis0 = xAxis();
+      fold.click(); await settle();
+      const axis1 = xAxis();
+      ok('the fold toggle changes the x axis', residues.signal('fold') === true && axis1 !== axis0, axis0 + ' -> ' + axis1);
+      fold.click(); await settle();
+      ok('the fold toggle restores the x axis', xAxis() === axis0, xAxis());
+    } else ok('the fold toggle changes the x axis', false, 'no model with a stride below its modulus');
   }
   const km = $('fig-knockout');
   if (km) {
@@ -607,11 +516,12 @@ function selfTest() {
 
 function main() {
   const D = JSON.parse($('report-data').textContent);
-  const inits = {residues: initResidues, flip: initFlip, knockout: initKnockout, gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
+  const inits = {flip: initFlip, knockout: initKnockout, gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
   for (const k in inits) if (D[k]) {
     try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
   }
-  if (/[?&]selftest=1/.test(location.search)) selfTest();
+  const embedded = embedFigures().catch(err => { window.__errors.push('vega: ' + err); });
+  if (/[?&]selftest=1/.test(location.search)) embedded.then(selfTest).catch(err => { window.__errors.push('selftest: ' + err); });
 }
 main();
 """

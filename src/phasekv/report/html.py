@@ -6,8 +6,10 @@ from __future__ import annotations
 import html
 import json
 
+from . import positions, residues
 from .assets_css import CSS
 from .assets_js import EARLY, JS
+from .vega import figure_html, javascript_bundle
 
 
 def _svg(fig_id: str, title: str, extra: str = "") -> str:
@@ -19,30 +21,60 @@ def _svg(fig_id: str, title: str, extra: str = "") -> str:
 
 def residues_html(d: dict) -> str:
     probes = " and ".join(d["probes"])
+    has_positions = any(s["positions"] is not None for s in d["series"])
+    position_figure = ""
+    if has_positions:
+        spec = positions.spec(d["series"], residues.panel_names(d))
+        position_figure = f"""<figure>{figure_html("fig-positions", spec, link="model")}
+<figcaption>Accuracy against the absolute target position t<sub>K</sub>, in up to 12 bins of equal width, with
+Wilson 95% bands (prompts counted as independent, so the bands are narrower than the residue plot's, which resample
+whole units); dashed: the model's mean accuracy, thin bars: each bin's width. A smooth trend here (a step, a slope,
+a dip in the middle) can leak into the residue pattern; a phase effect shows as a pattern by residue with no
+matching trend here.{_positions_note(d)}</figcaption></figure>"""
+    choices = residues.panel_names(d)
+    rows = "".join(_residue_row(s, s["name"] in choices) for s in d["series"])
     return f"""
 <section id="sec-residues"><h2>Accuracy by residue</h2>
 <p class="sub">{html.escape(probes)} accuracy grouped by the target position modulo a multiple of the stride.</p>
-<div class="controls"><button type="button" id="fold-toggle" aria-pressed="false">Fold periods</button>
-<span class="small">Select a model in the table (click, or focus a row and use ↑/↓).</span></div>
-<figure>{_svg("fig-residues", "Accuracy by residue with 95% bands")}
-<figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}).
-The selected model is drawn in red, full attention in dashed gray behind it, other models in light gray.
-Dashed vertical lines mark the period boundaries every S positions, triangles under the axis mark the
-boundary phase S−1, and the selected line is dotted where it crosses a boundary. “Fold periods” overlays
-the periods (first solid, later dashed). <span id="residue-caption-model"></span></figcaption></figure>
-<figure>{_svg("fig-positions", "Accuracy by absolute target position with Wilson 95% bands")}
-<figcaption>The same model's accuracy against the absolute target position t<sub>K</sub>, in up to 12 bins of equal
-width, with Wilson 95% bands (prompts counted as independent, so the bands are narrower than the
-residue plot's, which resample whole units). A smooth trend here (a step, a slope, a dip in the middle) can leak into
-the residue pattern; a phase effect shows as a pattern by residue with no matching trend here.{_positions_note(d)}</figcaption></figure>
-<table class="data select" id="residue-table" role="listbox" aria-label="Models: select one to plot it">
+<figure>{figure_html("fig-residues", residues.spec(d), link="model")}
+<figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}), one panel per
+compressed model (red) with full attention dashed in gray behind it. Dashed vertical rules mark the period boundaries
+every S positions, triangles under the axis mark the boundary phase S−1. Choose a model (or click its row in the
+table) to see its panel alone, beside its accuracy by position; “fold periods” overlays the periods (first solid,
+later dashed).</figcaption></figure>
+{position_figure}
+<table class="data select" id="residue-table" aria-label="Models: click one to plot it alone">
 <thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th><th>gap [95% CI]</th><th>p (uniform)</th><th>phase verdict</th></tr></thead>
-<tbody></tbody></table>
+<tbody>{rows}</tbody></table>
 <p class="small">Accuracies in percent; gap is best minus worst residue in percentage points; p is the uniformity
 test across residues (the paper's moment-matched figure, which a smooth effect of position can fool). The phase
 verdict tests whether the phase pattern at the period replicates across windows of consecutive positions
 (p beside it). Models whose mean is not clearly above guessing are marked “not shown above guessing”.</p>
 </section>"""
+
+
+def _fmt(value, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _residue_row(s: dict, selectable: bool) -> str:
+    """A row of the residue table; a selectable one (a model with a panel) sets the figures' `model`."""
+    chance = ' <span class="chance">not shown above guessing</span>' if s["learned"] is False else ""
+    gap = _fmt(s["gap"]) + (f" [{_fmt(s['gap_ci'][0])}, {_fmt(s['gap_ci'][1])}]" if s["gap_ci"] else "")
+    cells = [
+        "–" if s["stride"] is None else str(s["stride"]),
+        _fmt(s["val_loss"], 3),
+        _fmt(s["mean"]),
+        _fmt(s["worst"]),
+        _fmt(s["best"]),
+        gap,
+        "–" if s["p_value"] is None else f"{s['p_value']:.2g}",
+        s["verdict"] or "–",
+    ]
+    name = html.escape(s["name"])
+    foldable = ' data-foldable="1"' if s["stride"] and s["stride"] < s["modulus"] else ""
+    select = f' data-param="model" data-value="{name}" tabindex="0"{foldable}' if selectable else ""
+    return f"<tr{select}><td>{name}{chance}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
 
 
 def _positions_note(d: dict) -> str:
@@ -184,10 +216,17 @@ SECTIONS = [
 ]
 
 
+# sections whose figures the page's hand-written script draws from `report-data` (the others embed a Vega-Lite spec)
+DRAWN_BY_SCRIPT = ("flip", "knockout", "gates", "cycle", "theory", "compressor")
+
+
 def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:
     body = "".join(render(data[key]) for key, render in SECTIONS if data.get(key))
+    # Vega, Vega-Lite and vega-embed, once, for every figure drawn from a Vega-Lite spec
+    vega_script = f"<script>{javascript_bundle()}</script>" if 'data-vega="1"' in body else ""
     notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    scripted = {key: block for key, block in data.items() if key in DRAWN_BY_SCRIPT}
+    payload = json.dumps(scripted, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title><style>{CSS}</style><script>{EARLY}</script></head>
@@ -197,5 +236,5 @@ def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool
 <pre id="selftest-result" aria-hidden="true"></pre>
 </main>
 <script type="application/json" id="report-data">{payload}</script>
-<script>{JS}</script></body></html>
+{vega_script}<script>{JS}</script></body></html>
 """

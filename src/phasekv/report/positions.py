@@ -5,12 +5,14 @@ plot where it could pass for a phase effect."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
+import altair as alt
 import numpy as np
 
 from ..stats import wilson_interval
-from .common import num, nums, plt, save_figure
+from . import vega
+from .common import num, nums
 
 MAX_BINS = 12
 NO_RECORDS = "no per-prompt records in this result file (written before they were recorded): re-run the probe"
@@ -68,25 +70,40 @@ def series_positions(data: dict) -> dict | None:
     }
 
 
-def png(series: list[dict], out_dir: Path) -> list[Path]:
-    """One panel per result with records: accuracy by binned target position with 95% bands."""
-    panels = [s for s in series if s["positions"] is not None]
-    if not panels:
-        return []
-    cols = min(3, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False, sharey=True)
-    for ax, s in zip(axes.ravel(), panels, strict=False):
+def spec(series: list[dict], choices: list[str]) -> dict:
+    """One panel per result with records: accuracy by binned target position with Wilson 95% bands,
+    the result's mean accuracy (dashed) and each bin's width (thin bar). Param `model` ("all" or one
+    of `choices`, the residue figure's panels) matches the residue figure's: the page moves both together."""
+    drawn = [s for s in series if s["positions"] is not None]
+    rows = []
+    for order, s in enumerate(drawn):
         p = s["positions"]
-        ax.fill_between(p["center"], p["low"], p["high"], color="C0", alpha=0.2, lw=0)
-        ax.plot(p["center"], p["accuracy"], color="C0", marker="o", ms=3, lw=1.2)
-        ax.set_title(s["name"], fontsize=9)
-        ax.set_xlabel("target position t_K (binned)")
-        ax.set_ylim(-4, 104)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("accuracy (%)")
-    for ax in axes.ravel()[len(panels) :]:
-        ax.axis("off")
-    fig.suptitle("Accuracy by absolute target position with Wilson 95% bands (prompts as independent)", fontsize=9)
-    fig.tight_layout()
-    return [save_figure(fig, out_dir / "positions.png")]
+        for i in range(len(p["n"])):
+            bin_ = {k: p[k][i] for k in ("first", "last", "center", "n", "accuracy", "low", "high")}
+            rows.append({"model": s["name"], "order": order, "mean": s["mean"], **bin_})
+    model = alt.param(name="model", value="all", bind=alt.binding_select(options=["all", *choices], name="model "))
+    # explicit x domains (the chosen model's positions, all of them for "all"): no extent of an emptied layer
+    spans = {s["name"]: [s["positions"]["min"] - 0.5, s["positions"]["max"] + 0.5] for s in drawn}
+    every = [min(lo for lo, _ in spans.values()), max(hi for _, hi in spans.values())] if spans else [0, 1]
+    domain = alt.ExprRef(expr=f"({json.dumps(spans)})[model] || {json.dumps(every)}")
+    positions = alt.Scale(domain=domain, nice=False)
+    x = alt.X("center:Q", title="target position t_K (prompts binned)", scale=positions)
+    y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(domain=[0, 100]))
+    base = alt.Chart()
+    band = base.mark_area(opacity=0.16, color=vega.SELECTED).encode(x=x, y="low:Q", y2="high:Q")
+    tooltip = ["first:Q", "last:Q", "n:Q", "accuracy:Q", "low:Q", "high:Q"]
+    line = base.mark_line(color=vega.SELECTED, point=alt.OverlayMarkDef(color=vega.SELECTED))
+    line = line.encode(x=x, y=y, tooltip=tooltip)
+    widths = base.transform_calculate(start="datum.first - 0.5", end="datum.last + 0.5")
+    widths = widths.mark_rule(color=vega.SELECTED, opacity=0.45).encode(
+        x=alt.X("start:Q", scale=positions), x2="end:Q", y=y
+    )
+    mean = base.mark_rule(color="#8a8a8a", strokeDash=[5, 3]).encode(y="mean(mean):Q")
+    chart = alt.layer(band, widths, line, mean).properties(width=280, height=180)
+    facet = alt.Facet("model:N", title=None, sort=alt.SortField("order"))
+    chart = chart.facet(facet=facet, columns=3, data=vega.values(rows))
+    chart = chart.transform_filter("model == 'all' || datum.model == model").add_params(model)
+    return vega.finish(chart.properties(title=TITLE, description=TITLE))
+
+
+TITLE = "Accuracy by absolute target position with Wilson 95% bands (prompts as independent); dashed: mean accuracy"

@@ -3,10 +3,13 @@ accuracy by absolute target position (`positions`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from . import positions
-from .common import num, nums, plt, save_figure
+import altair as alt
+
+from . import positions, vega
+from .common import num, nums
 from .load import Inputs
 
 
@@ -30,7 +33,6 @@ def section(inputs: Inputs) -> dict | None:
         training = p.extra("training") or {}
         series.append(
             {
-                "id": len(series),
                 "name": r.name,
                 "file": r.path.as_posix(),
                 "probe": p.probe,
@@ -56,55 +58,102 @@ def section(inputs: Inputs) -> dict | None:
                 "positions": positions.series_positions(d),
             }
         )
-    compressed = [x for x in series if x["compressed"]]
-    selected = (compressed or series)[0]["id"]
     return {
         "series": series,
-        "selected": selected,
         "probes": sorted({x["probe"] for x in series}),
         "without_records": [x["name"] for x in series if x["positions"] is None],
         "no_records_note": positions.NO_RECORDS,
     }
 
 
-def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    """One panel per compressed model (full attention dashed gray behind it)."""
-    series = data["series"]
-    full = [x for x in series if x["full"]]
-    panels = [x for x in series if not x["full"]] or full
-    cols = min(3, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False, sharey=True)
-    for ax, s in zip(axes.ravel(), panels, strict=False):
-        for f in full:
-            if f is not s and f["modulus"] == s["modulus"]:
-                _draw(ax, f, "0.55", dashed=True)
-        _draw(ax, s, "C3")
-        m, stride = s["modulus"], s["stride"]
-        if stride:
-            for x in range(stride, m, stride):
-                ax.axvline(x - 0.5, color="0.3", ls="--", lw=0.8)
-            marks = list(range(stride - 1, m, stride))
-            ax.plot(marks, [-5] * len(marks), "v", color="0.3", ms=5, clip_on=False)
-        ax.set_title(s["name"], fontsize=9)
-        ax.set_xlabel(f"target position mod {m}")
-        ax.set_ylim(-7, 104)
-        ax.legend(fontsize=7, loc="lower right")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("accuracy (%)")
-    for ax in axes.ravel()[len(panels) :]:
-        ax.axis("off")
-    fig.suptitle(
-        "Accuracy by residue with 95% bands; dashed: period boundaries, triangles: boundary phase S-1", fontsize=9
+def _rows(data: dict) -> list[dict]:
+    """One data row per drawn point: a panel per compressed model (per model when none
+    is compressed), holding that model and every full-attention control of the same modulus; plus a row
+    per period boundary and per boundary-phase residue of the panel's model."""
+    full = [x for x in data["series"] if x["full"]]
+    rows = []
+    for order, panel in enumerate(panels(data)):
+        chance = " (not shown above guessing)" if panel["learned"] is False else ""
+        stride = f", S={panel['stride']}" if panel["stride"] else ""
+        where = {
+            "panel": panel["name"],
+            "title": panel["name"] + stride + chance,
+            "order": order,
+            "stride": panel["stride"],
+        }
+        drawn = [(panel, "model")] + [
+            (f, "full attention") for f in full if f is not panel and f["modulus"] == panel["modulus"]
+        ]
+        for s, role in drawn:
+            for residue in range(s["modulus"]):
+                values = {k: s[k][residue] for k in ("accuracy", "low", "high")}
+                rows.append({**where, "kind": "series", "model": s["name"], "role": role, "residue": residue, **values})
+        if panel["stride"]:
+            m, stride = panel["modulus"], panel["stride"]
+            rows += [{**where, "kind": "boundary", "residue": b} for b in range(stride, m, stride)]
+            rows += [{**where, "kind": "boundary phase", "residue": r} for r in range(stride - 1, m, stride)]
+    return rows
+
+
+def panels(data: dict) -> list[dict]:
+    """The series drawn in panels of their own: the compressed ones (all when none is compressed)."""
+    return [x for x in data["series"] if not x["full"]] or data["series"]
+
+
+def panel_names(data: dict) -> list[str]:
+    return [x["name"] for x in panels(data)]
+
+
+def spec(data: dict) -> dict:
+    """Accuracy by residue with 95% bands, one panel per compressed model with full attention dashed
+    behind it, period boundaries (dashed rules) and the boundary phase S-1 (triangles under the axis).
+    Params: `model` ("all" or one panel) and `fold` (overlay the periods: x = residue mod S, the first
+    period solid, later ones dashed)."""
+    shown = panels(data)
+    choices = ["all", *panel_names(data)]
+    model = alt.param(name="model", value="all", bind=alt.binding_select(options=choices, name="model "))
+    fold = alt.param(name="fold", value=False, bind=alt.binding_checkbox(name="fold periods "))
+    # explicit x domains (no extent of a layer that folding or the model choice empties)
+    width = max(s["modulus"] for s in shown)
+    folded = {s["name"]: s["stride"] or s["modulus"] for s in shown}
+    folded_width = f"({json.dumps(folded)})[model] || {max(folded.values())}"
+    domain = alt.ExprRef(expr=f"[-0.5, (fold ? {folded_width} : {width}) - 0.5]")
+    x = alt.X("x:Q", title="target position mod M (folded: mod S)", scale=alt.Scale(domain=domain, nice=False))
+    x = x.axis(tickMinStep=1, format="d")
+    y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(domain=[-8, 100]))
+    roles = alt.Scale(domain=["model", "full attention"], range=[vega.SELECTED, "#8a8a8a"])
+    color = alt.Color("role:N", title=None, scale=roles)
+    dash = alt.StrokeDash("dash:N", legend=None, scale=alt.Scale(domain=["solid", "dashed"], range=[[1, 0], [5, 3]]))
+    folding = "fold && datum.stride"
+    position = f"{folding} ? datum.residue % datum.stride : datum.residue"
+    series = alt.Chart().transform_filter("datum.kind == 'series'")
+    series = series.transform_calculate(x=position, period=f"{folding} ? floor(datum.residue / datum.stride) : 0")
+    series = series.transform_calculate(dash="datum.role == 'full attention' || datum.period > 0 ? 'dashed' : 'solid'")
+    lines = ["model:N", "period:Q"]
+    band = series.mark_area(opacity=0.15).encode(x=x, y="low:Q", y2="high:Q", color=color, detail=lines)
+    tooltip = ["model:N", "residue:Q", "accuracy:Q", "low:Q", "high:Q"]
+    line = series.mark_line(point=alt.OverlayMarkDef(size=18)).encode(
+        x=x, y=y, color=color, strokeDash=dash, detail=lines, tooltip=tooltip
     )
-    fig.tight_layout()
-    return [save_figure(fig, out_dir / "residues.png"), *positions.png(series, out_dir)]
+    boundary = alt.Chart().transform_filter(f"datum.kind == 'boundary' && !({folding})")
+    boundary = boundary.transform_calculate(x="datum.residue - 0.5").mark_rule(color="#555", strokeDash=[4, 4])
+    phase = alt.Chart().transform_filter("datum.kind == 'boundary phase'")
+    phase = phase.transform_calculate(x=position, accuracy="-5")
+    phase = phase.mark_point(shape="triangle-down", filled=True, color="#444", size=50)
+    chart = alt.layer(band, line, boundary.encode(x=x), phase.encode(x=x, y=y)).properties(width=280, height=200)
+    facet = alt.Facet("title:N", title=None, sort=alt.SortField("order"))
+    chart = chart.facet(facet=facet, columns=3, data=vega.values(_rows(data)))
+    chart = chart.transform_filter("model == 'all' || datum.panel == model").add_params(model, fold)
+    return vega.finish(chart.properties(title=TITLE, description=DESCRIPTION))
 
 
-def _draw(ax, s: dict, color: str, dashed: bool = False) -> None:
-    x = list(range(s["modulus"]))
-    low = [float("nan") if v is None else v for v in s["low"]]
-    high = [float("nan") if v is None else v for v in s["high"]]
-    ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
-    label = s["name"] + (" - not shown above guessing" if s["learned"] is False else "")
-    ax.plot(x, s["accuracy"], color=color, ls="--" if dashed else "-", marker="o", ms=2.5, lw=1.2, label=label)
+TITLE = "Accuracy by residue with 95% bands; dashed rules: period boundaries, triangles: boundary phase S-1"
+DESCRIPTION = "Accuracy by residue with 95% bands, one panel per compressed model, full attention dashed behind it"
+
+
+def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
+    """The residue figure and, beside it, accuracy by absolute position."""
+    paths = [vega.write_png(spec(data), out_dir / "residues.png")]
+    if any(s["positions"] is not None for s in data["series"]):
+        paths.append(vega.write_png(positions.spec(data["series"], panel_names(data)), out_dir / "positions.png"))
+    return paths
