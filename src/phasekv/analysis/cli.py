@@ -12,6 +12,7 @@ import typer
 
 from ..cli_errors import one_line_errors
 from ..cli_options import OptionGroup, expand_groups
+from ..cli_scoring import LOADING
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
@@ -25,11 +26,6 @@ PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments
     seed=(int, typer.Option(0, "--seed", help="seed of the prompts and the bootstrap")),
 )
 HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
-SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keyword arguments
-    batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
-    threads=(int, typer.Option(None, "--threads", min=1, help="torch CPU threads")),
-    device=(str, typer.Option("cpu", "--device", help="torch device")),
-)
 QUIET = typer.Option(False, "--quiet", help="no progress bars")
 
 
@@ -70,7 +66,7 @@ def knockout_command(
     stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
     prompts: dict = PROMPTS,
     held_out_seed: int = HELD_OUT,
-    scoring: dict = SCORING,
+    scoring: dict = LOADING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -97,7 +93,7 @@ def gates_command(
     model: Path = typer.Argument(..., help="checkpoint / HF DeepseekV4 directory, or a training run directory"),
     source: str = typer.Option("auto", "--source", help="run dirs: auto, checkpoints or snapshots"),
     prompts: dict = PROMPTS,
-    scoring: dict = SCORING,
+    scoring: dict = LOADING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:
@@ -130,7 +126,7 @@ def cycle_command(
     resamples: int = typer.Option(2000, "--resamples", min=10, help="bootstrap resamples over mappings"),
     prompts: dict = PROMPTS,
     held_out_seed: int = HELD_OUT,
-    scoring: dict = SCORING,
+    scoring: dict = LOADING,
     out: Path = OUT,
     quiet: bool = QUIET,
 ) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 
 from ..cli_errors import one_line_errors
-from ..cli_options import OptionGroup, expand_groups
-from ..serve.cli import ENDPOINT
+from ..cli_options import expand_groups
+from ..cli_scoring import ENDPOINT, SCORING
 
 eval_app = typer.Typer(
     help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
@@ -20,29 +20,6 @@ eval_app = typer.Typer(
 
 MODEL = typer.Argument(None, help="phasekv checkpoint or HF model directory (with --endpoint: its tokenizer)")
 SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
-SCORING = OptionGroup(  # how the model is loaded and run: `load_scorer`'s keyword arguments
-    batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
-    threads=(int, typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)")),
-    workers=(
-        int,
-        typer.Option(
-            1, min=1, help="batches scored at once, each on one thread (2 on a shared 2-core CPU avoids per-op stalls)"
-        ),
-    ),
-    device=(str, typer.Option("cpu", help="torch device, e.g. cpu or cuda")),
-    dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),
-    press=(
-        str,
-        typer.Option(
-            None,
-            "--press",
-            help="compress an HF model's KV cache: a preset (knorm, snapkv, streaming, chunkkv4, chunkkv8, chunkkv16, "
-            "chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
-            "or a kvpress call such as 'ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)' "
-            "(needs the kvpress extra); a chunk grid becomes the period check's stride",
-        ),
-    ),
-)
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
 DRY_RUN = typer.Option(
@@ -68,7 +45,7 @@ TEMPLATE = typer.Option(
 def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[[object], int] | None = None):
     """The probe's scorer; a press scorer learns how many prompt tokens are the uncompressed question
     (`question(tokenizer)`: the probe's query tail as its template compiles for the tokenizer)."""
-    from ..serve.cli import scorer_from_options
+    from ..cli_scoring import scorer_from_options
     from .press import bind_question
 
     if remote["url"] is not None and scoring["press"] is not None:

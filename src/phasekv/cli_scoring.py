@@ -1,0 +1,150 @@
+"""The options that choose the model a command scores, shared by `phasekv eval` and the analyses.
+
+`LOADING` and `SCORING` are `OptionGroup`s of `load_scorer`'s keyword arguments; `ENDPOINT` points `phasekv
+eval` at an OpenAI-compatible server (--endpoint (key "url"), --served-model, --tokenizer, --concurrency,
+--timeout, --retries, --backoff, --cache, --no-cache, --text-prompts, --echo/--no-echo, --top-k);
+`scorer_from_options` builds the scorer an eval command runs on: an `EndpointScorer` when --endpoint is given,
+else the local model directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import typer
+
+from .cli_options import OptionGroup
+
+# How a local model is loaded and run (`load_scorer`'s keyword arguments). The analyses read a model's
+# internals, so they take LOADING only; the probes take SCORING (also workers, dtype and a press).
+LOADING = OptionGroup(
+    batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
+    threads=(int, typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)")),
+    device=(str, typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda")),
+)
+SCORING = OptionGroup(
+    **LOADING,
+    workers=(
+        int,
+        typer.Option(
+            1, min=1, help="batches scored at once, each on one thread (2 on a shared 2-core CPU avoids per-op stalls)"
+        ),
+    ),
+    dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),
+    press=(
+        str,
+        typer.Option(
+            None,
+            "--press",
+            help="compress an HF model's KV cache: a preset (knorm, snapkv, streaming, chunkkv4, chunkkv8, chunkkv16, "
+            "chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
+            "or a kvpress call such as 'ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)' "
+            "(needs the kvpress extra); a chunk grid becomes the period check's stride",
+        ),
+    ),
+)
+
+ENDPOINT = OptionGroup(
+    url=(
+        str,
+        typer.Option(None, "--endpoint", help="score through this OpenAI-compatible server (http://host:port)"),
+    ),
+    served_model=(str, typer.Option(None, "--served-model", help="the model name the server serves (with --endpoint)")),
+    tokenizer=(
+        Path,
+        typer.Option(None, "--tokenizer", help="local directory with the served model's tokenizer (default: MODEL)"),
+    ),
+    concurrency=(int, typer.Option(4, "--concurrency", min=1, help="requests in flight at once (with --endpoint)")),
+    timeout=(float, typer.Option(120.0, "--timeout", min=0.001, help="seconds per request before it is retried")),
+    retries=(int, typer.Option(4, "--retries", min=0, help="retries on 429/5xx, timeouts and connection errors")),
+    backoff=(float, typer.Option(0.5, "--backoff", min=0.0, help="seconds before the first retry (doubling)")),
+    cache=(
+        Path,
+        typer.Option(
+            None,
+            "--cache",
+            help="results cache (JSONL); default: ~/.cache/phasekv/endpoints/<served>-<fingerprint>.jsonl",
+        ),
+    ),
+    no_cache=(bool, typer.Option(False, "--no-cache", help="keep answers in memory only (no resume)")),
+    text_prompts=(
+        bool,
+        typer.Option(False, "--text-prompts", help="send text (round trip verified token-exactly), not token ids"),
+    ),
+    echo=(
+        bool,
+        typer.Option(
+            None,
+            "--echo/--no-echo",
+            help="score answers with echo (one request each) or without (one request per answer token, for "
+            "servers that ignore echo such as llama.cpp's); default: ask the server",
+        ),
+    ),
+    top_k=(int, typer.Option(20, "--top-k", min=1, help="log-probs asked per position without echo")),
+)
+
+
+def default_cache_path(served_model: str, fingerprint_id: str) -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/phasekv/endpoints/<served model, made file-safe>-<fingerprint id>.jsonl:
+    one file per server, model and tokenizer, so the default never meets another model's answers."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", served_model)
+    return root / "phasekv" / "endpoints" / f"{name}-{fingerprint_id}.jsonl"
+
+
+def endpoint_scorer_from_options(
+    url: str,
+    served_model: str | None,
+    tokenizer: Path | None,
+    *,
+    concurrency: int = 4,
+    timeout: float = 120.0,
+    retries: int = 4,
+    backoff: float = 0.5,
+    cache: Path | None = None,
+    no_cache: bool = False,
+    text_prompts: bool = False,
+    echo: bool | None = None,
+    top_k: int = 20,
+):
+    """An `EndpointScorer` from the ENDPOINT options (API key from the environment); what loading
+    the results cache repaired is printed to stderr."""
+    from .scoring import ScorerError
+    from .serve.client import EndpointScorer
+
+    if not served_model:
+        raise ScorerError("--endpoint needs --served-model NAME (the name the server serves, see GET /v1/models)")
+    if tokenizer is None:
+        raise ScorerError("--endpoint needs --tokenizer DIR (or MODEL): the served model's tokenizer, locally")
+    if no_cache and cache is not None:
+        raise ScorerError("give --cache FILE or --no-cache, not both")
+    scorer = EndpointScorer(
+        url,
+        served_model,
+        tokenizer,
+        concurrency=concurrency,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        cache=None if no_cache else cache or default_cache_path,
+        text_prompts=text_prompts,
+        echo=echo,
+        top_k=top_k,
+    )
+    if scorer.notice:
+        typer.echo(scorer.notice, err=True)
+    return scorer
+
+
+def scorer_from_options(model: Path | None, scoring: dict, endpoint: dict):
+    """The scorer of an eval command: through the server when `endpoint["url"]` (--endpoint) is set
+    (MODEL, if given, is the default tokenizer directory), else `load_scorer(model, **scoring)`."""
+    from .scoring import ScorerError, load_scorer
+
+    if endpoint["url"] is not None:
+        return endpoint_scorer_from_options(**{**endpoint, "tokenizer": endpoint["tokenizer"] or model})
+    if model is None:
+        raise ScorerError("give MODEL (a model directory) or --endpoint URL")
+    return load_scorer(model, **scoring)
