@@ -360,3 +360,21 @@ def test_training_options_need_a_compressed_model(tmp_path):
     with pytest.raises(RunConfigError, match="random_window_offset and static_concentration_weight need a compressed"):
         train(config, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_train_command_defaults_are_the_run_config_defaults_and_every_option_reaches_the_config():
+    """`phasekv train` builds its RunConfig from every parameter except the command's own; its defaults are the
+    config's, and options such as --text-fraction (mixed data) and --lr land where they belong."""
+    import typer
+
+    from phasekv.train.cli import RUN_OPTIONS, run_config_from_options, train_app
+
+    command = typer.main.get_command(train_app)
+
+    def config(*args: str) -> RunConfig:
+        params = command.make_context("train", ["--out", "x", *args]).params
+        return run_config_from_options({name: params[name] for name in RUN_OPTIONS})
+
+    assert config() == RunConfig()
+    run = config("--data", "mixed", "--tokens-dir", "t", "--text-fraction", "0.25", "--lr", "0.01", "--gate-steps", "0,5")
+    assert (run.data.kind, run.data.text_fraction, run.optim.lr, run.gate_steps) == ("mixed", 0.25, 0.01, (0, 5))

@@ -5,6 +5,7 @@ form to launch with torchrun: `torchrun --nproc_per_node 8 -m phasekv.train --co
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -12,12 +13,7 @@ import typer
 
 from phasekv.cli_errors import one_line_errors
 
-RUN_OPTIONS = (
-    "preset size data tokens_dir tokenizer steps batch_size seq_len accum_steps lr warmup_steps min_lr_fraction "
-    "weight_decay grad_clip seed data_seed records records_start curriculum_fraction max_queries precision parallel "
-    "threads checkpoint_every keep_checkpoints log_every val_every val_batches gate_every gate_steps "
-    "random_window_offset static_concentration_weight"
-).split()
+COMMAND_ONLY = ("ctx", "out", "config", "resume", "progress")  # every other parameter of train_command is a run option
 
 
 def _explicit(ctx: typer.Context) -> list[str]:
@@ -33,8 +29,13 @@ def train_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
     preset: str = typer.Option("w8s8-1kv", help="model preset (see `phasekv models`)"),
     size: str = typer.Option("tiny", help="model size: tiny or paper"),
-    data: str = typer.Option("mixture", help="mixture (synthetic retrieval) or tokens (--tokens-dir)"),
+    data: str = typer.Option(
+        "mixture", help="mixture (synthetic retrieval), tokens (--tokens-dir) or mixed (--text-fraction of both)"
+    ),
     tokens_dir: Path | None = typer.Option(None, help="token directory from `phasekv data tokenize`"),
+    text_fraction: float = typer.Option(
+        0.0, help="mixed: fraction of every batch taken from --tokens-dir text, the rest from the mixture"
+    ),
     tokenizer: Path | None = typer.Option(None, help="HF tokenizer dir for the mixture (default: word-level)"),
     steps: int = typer.Option(1000, min=1, help="optimiser steps"),
     batch_size: int = typer.Option(16, min=1, help="global batch (sequences per step)"),
@@ -91,6 +92,8 @@ def train_command(
 
 def run_config_from_options(o: dict):
     """The RunConfig that command-line options `o` describe (keys: RUN_OPTIONS, as in `train_command`)."""
+    from dataclasses import fields
+
     from phasekv.corpus.mixture import MixtureConfig
     from phasekv.train.config import DataConfig, ModelSpec, OptimConfig, RunConfig
 
@@ -101,34 +104,19 @@ def run_config_from_options(o: dict):
         max_queries=o["max_queries"],
         tokenizer=str(o["tokenizer"]) if o["tokenizer"] else None,
     )
+    same_names = {f.name for f in fields(RunConfig)} - {"model", "data", "optim", "gate_steps"}
     return RunConfig(
         model=ModelSpec(o["preset"], o["size"]),
-        data=DataConfig(o["data"], o["data_seed"], mixture, str(o["tokens_dir"]) if o["tokens_dir"] else None),
-        optim=OptimConfig(
-            lr=o["lr"],
-            weight_decay=o["weight_decay"],
-            warmup_steps=o["warmup_steps"],
-            min_lr_fraction=o["min_lr_fraction"],
-            grad_clip=o["grad_clip"],
+        data=DataConfig(
+            o["data"], o["data_seed"], mixture, str(o["tokens_dir"]) if o["tokens_dir"] else None, o["text_fraction"]
         ),
-        steps=o["steps"],
-        batch_size=o["batch_size"],
-        seq_len=o["seq_len"],
-        accum_steps=o["accum_steps"],
-        seed=o["seed"],
-        precision=o["precision"],
-        parallel=o["parallel"],
-        threads=o["threads"],
-        checkpoint_every=o["checkpoint_every"],
-        keep_checkpoints=o["keep_checkpoints"],
-        log_every=o["log_every"],
-        val_every=o["val_every"],
-        val_batches=o["val_batches"],
-        gate_every=o["gate_every"],
+        optim=OptimConfig(**{f.name: o[f.name] for f in fields(OptimConfig) if f.name in o}),
         gate_steps=tuple(int(s) for s in o["gate_steps"].split(",") if s.strip()),
-        random_window_offset=o["random_window_offset"],
-        static_concentration_weight=o["static_concentration_weight"],
+        **{name: o[name] for name in same_names},
     )
+
+
+RUN_OPTIONS = [name for name in inspect.signature(train_command).parameters if name not in COMMAND_ONLY]
 
 
 train_app = typer.Typer(add_completion=False)
