@@ -376,5 +376,7 @@ def test_train_command_defaults_are_the_run_config_defaults_and_every_option_rea
         return run_config_from_options({name: params[name] for name in RUN_OPTIONS})
 
     assert config() == RunConfig()
-    run = config("--data", "mixed", "--tokens-dir", "t", "--text-fraction", "0.25", "--lr", "0.01", "--gate-steps", "0,5")
+    run = config(
+        "--data", "mixed", "--tokens-dir", "t", "--text-fraction", "0.25", "--lr", "0.01", "--gate-steps", "0,5"
+    )
     assert (run.data.kind, run.data.text_fraction, run.optim.lr, run.gate_steps) == ("mixed", 0.25, 0.01, (0, 5))
