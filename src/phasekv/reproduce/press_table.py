@@ -14,50 +14,50 @@ from pathlib import Path
 
 from ..files import write_atomic
 from ..report.common import plt, save_figure
-from ..results import learned
+from ..results import ProbeResult
 from ..scoring.press_spec import PoolSpec, parse_press
 
 
-def kept_fraction(result: dict) -> float:
+def kept_fraction(result: ProbeResult) -> float:
     """KV entries kept at the query, as a fraction (see the module docstring)."""
-    press = result["model"].get("press")
+    press = result.model.get("press")
     if press is None:
         return 1.0
     if "kv_entries" in press:
         return press["kv_entries"]["kept_fraction"]
     spec = parse_press(press["spec"])
     assert isinstance(spec, PoolSpec)
-    length = result["controls"]["query_positions"][0] + 1
+    length = result.controls["query_positions"][0] + 1
     return spec.cache_entries(length) / length
 
 
-def press_row(method, probe: str, result: dict) -> dict:
-    s = result["summary"]
-    intervals = s.get("stat_intervals") or {}
-    phase = result.get("phase_test")
+def press_row(method, probe: str, result: ProbeResult) -> dict:
+    s = result.summary
+    intervals = s.stat_intervals or {}
+    phase = result.phase_test
     return {
         "method": method.name,
         "label": method.label,
         "press": method.spec_text,
         "probe": probe,
-        "mean": 100 * s["mean"],
-        "worst": 100 * s["worst"],
-        "best": 100 * s["best"],
-        "gap": s["gap_points"],
+        "mean": 100 * s.mean,
+        "worst": 100 * s.worst,
+        "best": 100 * s.best,
+        "gap": s.gap_points,
         "gap_ci": intervals.get("gap_points"),
-        "stride": result["stride"]["value"],
-        "stride_source": result["stride"]["source"],
-        "period_diff": s["period_difference_points"],
+        "stride": result.stride.value,
+        "stride_source": result.stride.source,
+        "period_diff": s.period_difference_points,
         "period_diff_ci": intervals.get("period_difference_points"),
         "phase_p": None if phase is None else phase["p_value"],
         "phase_verdict": None if phase is None else phase["verdict"],
-        "uniformity_p": s["uniformity"]["p_value"],
+        "uniformity_p": s.uniformity.p_value,
         "kept_fraction": kept_fraction(result),
-        "learned": learned(result) if probe == "lookup" else None,
-        "accuracy": s["accuracy"],
-        "ci_low": s["ci_low"],
-        "ci_high": s["ci_high"],
-        "wall_time_s": result["wall_time_s"],
+        "learned": result.learned(),
+        "accuracy": s.accuracy,
+        "ci_low": s.ci_low,
+        "ci_high": s.ci_high,
+        "wall_time_s": result.wall_time_s,
     }
 
 
@@ -111,7 +111,11 @@ def plot_press_residues(rows: list[dict], path: str | Path) -> Path:
 def write_press_table(profile, results: dict[str, dict[str, dict]], out: Path) -> list[dict]:
     """Write out/table.md, out/presses.json and out/residues.png; returns the rows."""
     methods = {m.name: m for m in profile.methods}
-    rows = [press_row(methods[name], probe, r) for probe, by in results.items() for name, r in by.items()]
+    rows = [
+        press_row(methods[name], probe, ProbeResult.from_dict(result, f"{out / 'cells'}/{name}-{probe}.json"))
+        for probe, by in results.items()
+        for name, result in by.items()
+    ]
     table = markdown_press_table(rows)
     write_atomic(out / "table.md", lambda tmp: Path(tmp).write_text(f"# {profile.description}\n\n{table}\n"))
     payload = {"profile": profile.name, "description": profile.description, "rows": rows}
