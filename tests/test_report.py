@@ -26,8 +26,9 @@ from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, load_results, residues
+from phasekv.report import ReportInputError, build_report, knockout, load_results, residues
 from phasekv.report.cli import report_command
+from phasekv.report.figures import plot_knockout
 from phasekv.report.positions import position_bins
 from phasekv.report.vega import write_png
 from phasekv.scoring import PhaseKVScorer
@@ -179,8 +180,9 @@ def test_html_is_self_contained_with_every_section(report):
     assert text.count("window.vegaEmbed=") == 1  # the Vega bundle, once, for every spec-drawn figure
     data = _report_data(text)
     assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
-    assert data["knockout"]["maps"][0]["rows"][0]["gate"]["key"]  # gate preference beside the knockout row
-    assert "residues" not in data  # drawn from its spec, not by the page's own script
+    knocked = _values(_spec(text, "fig-knockout"))
+    assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
+    assert "residues" not in data and "knockout" not in data  # drawn from their specs, not by the page's script
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
         "w8s8-1kv",
@@ -249,11 +251,35 @@ def test_pngs_are_written_beside_the_report_and_the_write_is_atomic(report):
     assert [p.name for p in figures.iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_knockout_spec_holds_one_row_per_target_by_residue_and_phase_with_gates(results):
+    inputs = load_results(results)
+    result = inputs.of("knockout")[0].data
+    (block,) = knockout.section(inputs)["maps"]
+    spec = knockout.spec(block)
+    rows = _values(spec)
+    labels = [knockout.label(t) for t in result["targets"]]
+    for kind, key, width in (("residue", "relative_change_by_residue", 8), ("phase", "relative_change_by_phase", 8)):
+        cells = [r for r in rows if r["kind"] == kind]
+        assert len(cells) == len(labels) * width
+        for target, label in zip(result["targets"], labels, strict=True):
+            drawn = [r["change"] for r in sorted(cells, key=lambda r: r["position"]) if r["label"] == label]
+            assert drawn == [round(v, 2) for v in target[key]]
+    gates = {(r["label"], r["branch"]) for r in rows if r["kind"] == "gate"}
+    assert gates == {(label, branch) for label in labels for branch in ("key", "value")}  # matched gate results
+    params = {p["name"]: p for p in spec["params"]}
+    assert params["row"]["value"] == [{"label": labels[0]}] and len(params["row"]["views"]) == 2  # both heatmaps
+    assert params["branch"]["bind"]["options"] == ["key", "value"]
+
+
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):
-    data = residues.section(load_results(results))
+    inputs = load_results(results)
+    data = residues.section(inputs)
     path = write_png(residues.spec(data), tmp_path / "figs" / "residues.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
     assert [p.name for p in path.parent.iterdir()] == ["residues.png"]  # written atomically: no temporary left
+    knocked = inputs.of("knockout")[0].data
+    path = plot_knockout(knocked, tmp_path / "k.png")  # `phasekv knockout --plot`: the report's spec
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
 
 def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):

@@ -70,14 +70,6 @@ function axes(svg, o) {
 }
 function range(n) { return Array.from({length: n}, (_, i) => i); }
 function ticksFor(lo, hi, n) { const step = Math.max(1, Math.ceil((hi - lo + 1) / n)); const t = []; for (let v = lo; v <= hi; v += step) t.push(v); return t; }
-function diverge(v) {  // -100 (red, lost) .. +100 (blue, gained)
-  if (v === null || v === undefined) return '#e6e6e6';
-  const t = Math.max(-1, Math.min(1, v / 100));
-  const a = Math.abs(t);
-  const c = t < 0 ? [178, 24, 43] : [33, 102, 172];
-  const mix = c.map(x => Math.round(255 + (x - 255) * a));
-  return 'rgb(' + mix.join(',') + ')';
-}
 function layerColor(i, n) {  // viridis-like ramp by depth
   const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
   const t = n <= 1 ? 0 : i / (n - 1); const p = t * (stops.length - 1); const k = Math.min(stops.length - 2, Math.floor(p));
@@ -152,90 +144,6 @@ function initFlip(D) {
       (run.p_value !== null ? ' (permutation p = ' + run.p_value + ')' : '') + '. Period ' + P + ' from ' + run.period_source + '.';
   }
   fillFamilies(); draw();
-}
-
-/* ---------- knockout ---------- */
-function initKnockout(D) {
-  const svg = $('fig-knockout'), detail = $('fig-knockout-row'), gate = $('fig-gate-pref'), mapSel = $('knockout-map'), foldBtn = $('knockout-fold');
-  const state = {map: 0, row: 0, fold: true, branch: 'key'};
-  D.maps.forEach((m, i) => h('option', {value: i}, mapSel, m.name + ' (' + m.mode + ')'));
-  mapSel.addEventListener('change', () => { state.map = +mapSel.value; state.row = 0; draw(); });
-  foldBtn.addEventListener('click', () => { state.fold = !state.fold; draw(); });
-  $('gate-branch').addEventListener('change', e => { state.branch = e.target.value; drawGate(); });
-  svg.addEventListener('keydown', e => {
-    const n = D.maps[state.map].rows.length;
-    if (e.key === 'ArrowDown') { e.preventDefault(); state.row = Math.min(n - 1, state.row + 1); draw(); }
-    if (e.key === 'ArrowUp') { e.preventDefault(); state.row = Math.max(0, state.row - 1); draw(); }
-  });
-  function draw() {
-    const m = D.maps[state.map], key = state.fold ? 'phase' : 'residue';
-    const n = state.fold ? m.stride : m.modulus;
-    foldBtn.setAttribute('aria-pressed', state.fold ? 'true' : 'false');
-    const cw = Math.max(14, Math.min(36, 600 / n)), rh = Math.max(6, Math.min(18, 420 / m.rows.length));
-    const L = 70, T = 10, W = L + cw * n + 90, H = Math.max(T + rh * m.rows.length + 44, T + 164);
-    resetSvg(svg, W, H, 'Knockout map of ' + m.name + ': rows are knocked-out ' + (m.mode === 'heads' ? 'KV heads' : 'layers') +
-      ', columns positions mod ' + n + ', color the relative accuracy change (red lost, blue gained, clipped at ±100%)');
-    svg.dataset.selectedRow = m.rows[state.row].label;
-    m.rows.forEach((row, i) => {
-      const g = el('g', {class: 'krow', 'data-row': row.label}, svg);
-      g.addEventListener('click', () => { state.row = i; draw(); });
-      row[key].forEach((v, c) => {
-        const r = el('rect', {x: L + c * cw, y: T + i * rh, width: cw - 1, height: rh - 1, fill: diverge(v)}, g);
-        el('title', {}, r, row.label + ', position ' + c + ': ' + (v === null ? 'n/a (clean accuracy 0)' : fmt(v) + '%'));
-      });
-      if (rh >= 9 || i === state.row) el('text', {x: L - 6, y: T + i * rh + rh * 0.75, 'text-anchor': 'end', class: 'axis', 'font-size': Math.min(11, rh)}, g, row.label);
-    });
-    el('rect', {x: L - 2, y: T + state.row * rh - 1, width: cw * n + 2, height: rh + 1, fill: 'none', stroke: '#111', 'stroke-width': 2, class: 'krow-selected'}, svg);
-    range(n).forEach(c => { if (cw >= 14 || c % 2 === 0) el('text', {x: L + c * cw + cw / 2, y: T + rh * m.rows.length + 14, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, svg, String(c)); });
-    el('text', {x: L + cw * n / 2, y: H - 6, 'text-anchor': 'middle', class: 'label'}, svg, state.fold ? 'position mod ' + m.stride : 'position mod ' + m.modulus);
-    for (let k = 0; k <= 10; k++) el('rect', {x: W - 60, y: T + k * 14, width: 14, height: 14, fill: diverge(100 - 20 * k)}, svg);
-    el('text', {x: W - 42, y: T + 11, class: 'axis', 'font-size': 10}, svg, '+100%');
-    el('text', {x: W - 42, y: T + 151, class: 'axis', 'font-size': 10}, svg, '−100%');
-    drawRow(); drawGate();
-  }
-  function drawRow() {
-    const m = D.maps[state.map], row = m.rows[state.row], key = state.fold ? 'phase' : 'residue';
-    const vals = row[key], clean = state.fold ? m.clean_phase : m.clean_residue, n = vals.length;
-    const W = 460, H = 210, L = 50, R = W - 10, T = 12, B = H - 40;
-    resetSvg(detail, W, H, 'Changes by position when ' + row.label + ' is knocked out (relative accuracy change, %)');
-    const x = scale(-0.5, n - 0.5, L, R), y = scale(-100, 100, B, T);
-    axes(detail, {left: L, right: R, top: T, bottom: B, x, y, xlabel: (state.fold ? 'position mod ' + m.stride : 'position mod ' + m.modulus) + ' · ' + row.label,
-                  xticks: range(n).filter(v => n <= 24 || v % 2 === 0).map(v => ({v, label: String(v)})), yticks: [-100, -50, 0, 50, 100].map(v => ({v, label: v + '%'}))});
-    const bw = (R - L) / n * 0.7;
-    vals.forEach((v, i) => {
-      if (v === null) return;
-      const c = Math.max(-100, Math.min(100, v));
-      const r = el('rect', {x: x(i) - bw / 2, y: Math.min(y(0), y(c)), width: bw, height: Math.max(1, Math.abs(y(c) - y(0))), fill: diverge(c < 0 ? -70 : 70), class: 'kbar'}, detail);
-      el('title', {}, r, 'position ' + i + ': ' + fmt(v) + '% (clean ' + fmt(clean[i]) + '%)');
-    });
-  }
-  function drawGate() {
-    const m = D.maps[state.map], row = m.rows[state.row], g = row.gate;
-    const W = 300, H = 210, L = 40, R = W - 10, T = 12, B = H - 40;
-    const any = m.rows.some(r => r.gate), fig = gate.closest('figure');
-    fig.hidden = !any;
-    $('gate-pref-note').textContent = any ? '' : 'No gate result for this model: run `phasekv gates` on it to see its gate preferences beside the knockouts.';
-    resetSvg(gate, W, H, 'Gate preference by phase of ' + row.label + ' (' + state.branch + ' gate, relative to a uniform share)');
-    delete gate.dataset.empty;
-    if (!g || !g[state.branch]) {
-      gate.dataset.empty = 'no gate result for ' + row.label;
-      el('text', {x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'label'}, gate, 'no gate result for ' + row.label);
-      el('rect', {x: 0, y: 0, width: W, height: H, fill: 'none', stroke: '#eee'}, gate);
-      return;
-    }
-    const share = g[state.branch], n = share.length, top = Math.max(2, ...share.filter(v => v !== null));
-    const x = scale(-0.5, n - 0.5, L, R), y = scale(0, top, B, T);
-    axes(gate, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'phase' + (state.branch === 'value' ? ' (value shifted back by one)' : ''),
-                xticks: range(n).map(v => ({v, label: String(v)})), yticks: [0, 1, Math.round(top)].map(v => ({v, label: v + '×'}))});
-    el('line', {x1: L, x2: R, y1: y(1), y2: y(1), stroke: '#888', 'stroke-dasharray': '3 3'}, gate);
-    const bw = (R - L) / n * 0.7;
-    share.forEach((v, i) => { if (v !== null) {
-      const r = el('rect', {x: x(i) - bw / 2, y: y(v), width: bw, height: Math.max(1, y(0) - y(v)), fill: PALETTE[i % PALETTE.length], class: 'gbar'}, gate);
-      el('title', {}, r, 'phase ' + i + ': ' + fmt(v, 2) + '× uniform');
-    } });
-    el('text', {x: R, y: T + 10, 'text-anchor': 'end', class: 'label'}, gate, 'key static eff. ' + fmt(g.key_static, 2) + ' of ' + g.key_static_max);
-  }
-  draw();
 }
 
 /* ---------- gate plane ---------- */
@@ -493,14 +401,14 @@ async function selfTest() {
       ok('the fold toggle restores the x axis', xAxis() === axis0, xAxis());
     } else ok('the fold toggle changes the x axis', false, 'no model with a stride below its modulus');
   }
-  const km = $('fig-knockout');
-  if (km) {
-    const rows = km.querySelectorAll('g.krow');
-    if (rows.length > 1) {
-      const before = km.dataset.selectedRow;
-      rows[rows.length - 1].dispatchEvent(new MouseEvent('click', {bubbles: true}));
-      ok('clicking a knockout row selects it', km.dataset.selectedRow !== before, before + ' -> ' + km.dataset.selectedRow);
-    }
+  const knockout = VIEWS['fig-knockout'];
+  if (knockout) {  // click the last cell of the folded map: its row becomes the selection
+    const selected = () => (knockout.data('row_store')[0] || {values: []}).values[0];
+    const cells = $('fig-knockout').querySelectorAll('.mark-rect.role-mark')[1].querySelectorAll('path');
+    const before = selected(), cell = cells[cells.length - 1];
+    cell.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+    await settle();
+    ok('clicking a knockout row selects it', selected() !== before && cell.__data__.datum.label === selected(), before + ' -> ' + selected());
   }
   const comp = $('fig-compressor');
   if (comp) {
@@ -516,7 +424,7 @@ async function selfTest() {
 
 function main() {
   const D = JSON.parse($('report-data').textContent);
-  const inits = {flip: initFlip, knockout: initKnockout, gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
+  const inits = {flip: initFlip, gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
   for (const k in inits) if (D[k]) {
     try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
   }

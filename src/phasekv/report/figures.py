@@ -1,6 +1,6 @@
 """Figures of the analyses, drawn from their result dicts (PNG): knockout map, gate plane and phase
-preferences, gate trajectories, gate cycling. `phasekv knockout|gates|cycle --plot` and the report draw
-the same figures from here."""
+preferences, gate trajectories, gate cycling, for `phasekv knockout|gates|cycle --plot` and the
+reproduction. The knockout map is the report's own Vega-Lite spec; the others are still matplotlib."""
 
 from __future__ import annotations
 
@@ -8,40 +8,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import plt, save_figure
-from .knockout import label
+from . import knockout, vega
+from .common import model_name, plt, save_figure
 
 
 def _save(fig, path: str | Path) -> Path:
     return save_figure(fig, Path(path), dpi=120, bbox_inches="tight")
 
 
-def _nan(values: list) -> np.ndarray:
-    return np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
-
-
 def plot_knockout(result: dict, path: str | Path) -> Path:
-    """Heatmap rows = knocked-out heads/layers, columns = t_K mod M, plus the panel folded mod S;
-    relative accuracy change, red lost / blue gained, clipped at +-100%."""
-    rows = result["targets"]
-    labels = [label(r) for r in rows]
-    full = _nan([r["relative_change_by_residue"] for r in rows])
-    folded = _nan([r["relative_change_by_phase"] for r in rows])
-    height = max(2.5, 0.25 * len(rows) + 1.5)
-    fig, axes = plt.subplots(1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [full.shape[1], folded.shape[1]]})
-    cmap = plt.get_cmap("RdBu").with_extremes(bad="0.85")
-    for ax, data, title in (
-        (axes[0], full, f"t_K mod {result['modulus']}"),
-        (axes[1], folded, f"folded: t_K mod {result['stride']['value']}"),
-    ):
-        image = ax.imshow(data, cmap=cmap, vmin=-100, vmax=100, aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(data.shape[1]))
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
-        ax.set_xlabel(title)
-        ax.tick_params(axis="x", labelsize=7)
-    fig.colorbar(image, ax=axes, label="accuracy change relative to clean (%), clipped at ±100")
-    fig.suptitle(f"knockout map ({result['mode']}): clean accuracy {100 * result['clean']['accuracy']:.1f}%")
-    return _save(fig, path)
+    """The report's knockout figure (`knockout.spec`) of one knockout result, as PNG."""
+    return vega.write_png(knockout.spec(knockout.map_block(result, model_name(result, Path(path).stem))), path)
 
 
 def _plane(ax, window: int, title: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from . import positions, residues
+from . import knockout, positions, residues
 from .assets_css import CSS
 from .assets_js import EARLY, JS
 from .vega import figure_html, javascript_bundle
@@ -102,21 +102,23 @@ period P. <span id="flip-summary"></span></figcaption></figure></section>"""
 
 
 def knockout_html(d: dict) -> str:
+    figures = "".join(_knockout_figure(i, m) for i, m in enumerate(d["maps"]))
     return f"""
-<section id="sec-knockout"><h2>Knockout map and gate preferences</h2>
-<div class="controls"><label>map <select id="knockout-map"></select></label>
-<button type="button" id="knockout-fold" aria-pressed="true">Fold by S</button>
-<label>gate <select id="gate-branch"><option value="key">key</option><option value="value">value (shifted back by one)</option></select></label></div>
-<figure>{_svg("fig-knockout", "Knockout map", ' tabindex="0"')}
-<figcaption>Each row knocks out one KV head (or a whole layer) by mean replacement at the final position; columns
-are target positions folded by the stride S or over all residues; color is the accuracy change relative to
-clean: red lost, blue gained, clipped at ±100% (gray: clean accuracy 0). Click a row, or focus the map and use ↑/↓.</figcaption></figure>
-<div class="row2"><figure>{_svg("fig-knockout-row", "Changes by position of the selected row")}
-<figcaption>The selected row's relative accuracy change by position.</figcaption></figure>
-<figure>{_svg("fig-gate-pref", "Gate preference by phase of the selected head")}
-<figcaption>The same head's mean gate score by phase relative to a uniform share (dashed = 1×).</figcaption></figure></div>
-<p class="small" id="gate-pref-note"></p>
-</section>"""
+<section id="sec-knockout"><h2>Knockout map and gate preferences</h2>{figures}</section>"""
+
+
+def _knockout_figure(i: int, m: dict) -> str:
+    if any(row["gate"] for row in m["rows"]):
+        gates = f"""; beside it, the same head's mean gate score by phase relative to a uniform share (dashed = 1×,
+gate results matched by {html.escape(m["gates_from"])}; “gate” switches to the value gate, shifted back by one)"""
+    else:
+        gates = " (no gate result for this model: run `phasekv gates` on it to see its gate preferences beside the knockouts)"
+    return f"""
+<figure>{figure_html("fig-knockout" + (f"-{i}" if i else ""), knockout.spec(m))}
+<figcaption>{html.escape(m["name"])}: each row knocks out one KV head (or a whole layer) by mean replacement at the
+final position; columns are target positions by residue (left) and folded by the stride S (right); color is the
+accuracy change relative to clean: red lost, blue gained, clipped at ±100% (gray: clean accuracy 0). Click a row to
+see its change by phase below{gates}.</figcaption></figure>"""
 
 
 def gates_html(d: dict) -> str:
@@ -217,7 +219,7 @@ SECTIONS = [
 
 
 # sections whose figures the page's hand-written script draws from `report-data` (the others embed a Vega-Lite spec)
-DRAWN_BY_SCRIPT = ("flip", "knockout", "gates", "cycle", "theory", "compressor")
+DRAWN_BY_SCRIPT = ("flip", "gates", "cycle", "theory", "compressor")
 
 
 def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:

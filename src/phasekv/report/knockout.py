@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
+import altair as alt
+
+from . import vega
 from .common import model_name, nums
 from .load import Inputs, Result
 
@@ -63,6 +67,32 @@ def _match_gates(knockout: Result, sources) -> tuple[dict, str]:
     return table, how
 
 
+def map_block(data: dict, name: str, gates: dict | None = None, gates_from: str = "") -> dict:
+    """One knockout result as the figure's data: relative changes by residue and folded by phase per
+    target row, the clean accuracies, and (`gates`, by row label) the head's gate phase shares."""
+    gates = gates or {}
+    return {
+        "name": name,
+        "mode": data["mode"],
+        "stride": data["stride"]["value"],
+        "modulus": data["modulus"],
+        "clean_phase": nums(data["clean"]["accuracy_by_phase"], 4, 100),
+        "clean_residue": nums(data["clean"]["accuracy_by_residue"], 4, 100),
+        "rows": [
+            {
+                "label": label(t),
+                "phase": nums(t["relative_change_by_phase"], 2),
+                "residue": nums(t["relative_change_by_residue"], 2),
+                "phase_points": nums(t["change_by_phase"], 2, 100),
+                "residue_points": nums(t["change_by_residue"], 2, 100),
+                "gate": gates.get(label(t)),
+            }
+            for t in data["targets"]
+        ],
+        "gates_from": gates_from,
+    }
+
+
 def section(inputs: Inputs) -> dict | None:
     results = inputs.of("knockout")
     if not results:
@@ -70,49 +100,98 @@ def section(inputs: Inputs) -> dict | None:
     sources = _gate_sources(inputs)
     maps = []
     for r in results:
-        d = r.data
-        gates, how = _match_gates(r, sources) if d["mode"] == "heads" else ({}, "")
-        maps.append(
-            {
-                "name": model_name(d, r.name),
-                "file": r.path.as_posix(),
-                "mode": d["mode"],
-                "stride": d["stride"]["value"],
-                "modulus": d["modulus"],
-                "clean_phase": nums(d["clean"]["accuracy_by_phase"], 4, 100),
-                "clean_residue": nums(d["clean"]["accuracy_by_residue"], 4, 100),
-                "rows": [
-                    {
-                        "label": label(t),
-                        "phase": nums(t["relative_change_by_phase"], 2),
-                        "residue": nums(t["relative_change_by_residue"], 2),
-                        "phase_points": nums(t["change_by_phase"], 2, 100),
-                        "residue_points": nums(t["change_by_residue"], 2, 100),
-                        "gate": gates.get(label(t)),
-                    }
-                    for t in d["targets"]
-                ],
-                "gates_from": how,
-            }
-        )
+        gates, how = _match_gates(r, sources) if r.data["mode"] == "heads" else ({}, "")
+        maps.append({**map_block(r.data, model_name(r.data, r.name), gates, how), "file": r.path.as_posix()})
     return {"maps": maps}
 
 
+def _rows(m: dict) -> list[dict]:
+    """A row per heatmap cell (by residue and folded by phase) and per gate phase share."""
+    rows = []
+    for order, row in enumerate(m["rows"]):
+        where = {"label": row["label"], "order": order}
+        for axis in ("residue", "phase"):
+            clean = m[f"clean_{axis}"]
+            for position, change in enumerate(row[axis]):
+                points = row[f"{axis}_points"][position]
+                rows.append({**where, "kind": axis, "position": position, "change": change, "points": points})
+                rows[-1]["clean"] = clean[position]
+        for branch, shares in (row["gate"] or {}).items():
+            if branch in ("key", "value"):
+                rows += [
+                    {**where, "kind": "gate", "branch": branch, "phase": i, "share": v} for i, v in enumerate(shares)
+                ]
+    return rows
+
+
+def spec(m: dict) -> dict:
+    """Knockout map of one result: heatmaps of the relative accuracy change by residue and folded by
+    the stride S (rows: knocked-out heads or layers; red lost, blue gained, clipped at +-100%, gray
+    where clean accuracy is 0); below, the selected row's change by phase and, with gate results,
+    that head's gate preference by phase. Params: `row` (click a row; the first to start) and, with
+    value gates, `branch` (key or value gate)."""
+    with warnings.catch_warnings():  # altair merges the row selection both heatmaps hold into one, as meant
+        warnings.filterwarnings("ignore", "Automatically deduplicated selection parameter", UserWarning)
+        return vega.finish(_chart(m))
+
+
+def _chart(m: dict) -> alt.VConcatChart:
+    rows = _rows(m)
+    row = alt.selection_point(
+        name="row", fields=["label"], value=[{"label": m["rows"][0]["label"]}], toggle=False, clear=False, empty=False
+    )
+    y = alt.Y("label:N", title=None, sort=alt.SortField("order"))
+    change = alt.Color(
+        "change:Q",
+        title="relative change (%)",
+        scale=alt.Scale(scheme="redblue", domain=[-100, 100], clamp=True),
+        legend=alt.Legend(gradientLength=140),
+    )
+    color = alt.condition("datum.change === null", alt.value("#e6e6e6"), change)
+    tooltip = ["label:N", "position:O", "change:Q", alt.Tooltip("points:Q", title="change (points)"), "clean:Q"]
+
+    def heatmap(axis: str, title: str) -> alt.Chart:
+        cells = alt.Chart().transform_filter(f"datum.kind == '{axis}'").mark_rect(stroke="#111")
+        cells = cells.encode(
+            x=alt.X("position:O", title=title, axis=alt.Axis(labelAngle=0)),
+            y=y,
+            color=color,
+            strokeWidth=alt.condition(row, alt.value(1.5), alt.value(0)),
+            tooltip=tooltip,
+        )
+        return cells.properties(width=alt.Step(18), height=alt.Step(14)).add_params(row)
+
+    maps = alt.hconcat(
+        heatmap("residue", f"t_K mod {m['modulus']}"), heatmap("phase", f"folded: t_K mod {m['stride']}")
+    )
+    detail = alt.Chart().transform_filter(row).transform_filter("datum.kind == 'phase' && datum.change !== null")
+    detail = detail.mark_bar().encode(
+        x=alt.X("position:O", title=f"selected row: position mod {m['stride']}", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("change:Q", title="relative change (%)", scale=alt.Scale(domain=[-100, 100], clamp=True)),
+        color=alt.condition("datum.change < 0", alt.value("#b2182b"), alt.value("#2166ac")),
+        tooltip=tooltip,
+    )
+    below = [detail.properties(width=260, height=160, title="the selected row's change by phase")]
+    branches = sorted({r["branch"] for r in rows if r["kind"] == "gate"})
+    params = []
+    if branches:
+        branch = alt.param(name="branch", value="key", bind=alt.binding_select(options=branches, name="gate "))
+        params.append(branch)
+        gate = alt.Chart().transform_filter(row).transform_filter("datum.kind == 'gate' && datum.branch == branch")
+        bars = gate.mark_bar(color="#7570b3").encode(
+            x=alt.X("phase:O", title="phase (value gate: shifted back by one)", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("share:Q", title="gate score / uniform share"),
+            tooltip=["label:N", "branch:N", "phase:O", "share:Q"],
+        )
+        uniform = alt.Chart().mark_rule(strokeDash=[3, 3], color="#888").encode(y=alt.datum(1))
+        below.append(alt.layer(bars, uniform).properties(width=220, height=160, title="its gate preference by phase"))
+    title = f"Knockout map ({m['mode']}) of {m['name']}: accuracy change relative to clean; click a row"
+    chart = alt.vconcat(maps, alt.hconcat(*below), data=vega.values(rows)).add_params(*params)
+    return chart.properties(title=title, description=title)
+
+
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    import numpy as np
-
-    from .common import plt, save_figure
-
-    paths = []
-    for i, m in enumerate(data["maps"]):
-        grid = np.array([[np.nan if v is None else v for v in row["phase"]] for row in m["rows"]], dtype=float)
-        fig, ax = plt.subplots(figsize=(1.8 + 0.45 * grid.shape[1], 1.2 + 0.28 * grid.shape[0]))
-        im = ax.imshow(np.clip(grid, -100, 100), cmap="RdBu", vmin=-100, vmax=100, aspect="auto")
-        ax.set_yticks(range(len(m["rows"])), [row["label"] for row in m["rows"]], fontsize=7)
-        ax.set_xticks(range(grid.shape[1]))
-        ax.set_xlabel(f"target position mod {m['stride']}")
-        ax.set_title(f"knockout: {m['name']}", fontsize=9)
-        fig.colorbar(im, ax=ax, label="accuracy change relative to clean (%)")
-        fig.tight_layout()
-        paths.append(save_figure(fig, out_dir / f"knockout{'' if i == 0 else '_' + str(i)}.png"))
-    return paths
+    return [
+        vega.write_png(spec(m), out_dir / f"knockout{'' if i == 0 else '_' + str(i)}.png")
+        for i, m in enumerate(data["maps"])
+    ]
