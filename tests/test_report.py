@@ -26,7 +26,7 @@ from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, knockout, load_results, residues
+from phasekv.report import ReportInputError, build_report, flip, knockout, load_results, residues
 from phasekv.report.cli import report_command
 from phasekv.report.figures import plot_knockout
 from phasekv.report.positions import position_bins
@@ -182,7 +182,7 @@ def test_html_is_self_contained_with_every_section(report):
     assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
     knocked = _values(_spec(text, "fig-knockout"))
     assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
-    assert "residues" not in data and "knockout" not in data  # drawn from their specs, not by the page's script
+    assert not {"residues", "knockout", "flip"} & set(data)  # drawn from their specs, not by the page's script
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
         "w8s8-1kv",
@@ -269,6 +269,27 @@ def test_knockout_spec_holds_one_row_per_target_by_residue_and_phase_with_gates(
     params = {p["name"]: p for p in spec["params"]}
     assert params["row"]["value"] == [{"label": labels[0]}] and len(params["row"]["views"]) == 2  # both heatmaps
     assert params["branch"]["bind"]["options"] == ["key", "value"]
+
+
+def test_flip_spec_holds_every_family_length_and_candidate(results):
+    inputs = load_results(results)
+    result = inputs.of("flip")[0].data
+    (run,) = flip.section(inputs)["runs"]
+    spec = flip.spec(run)
+    rows = _values(spec)
+    candidates = run["candidates"]
+    for family, rec in result["families"].items():
+        drawn = [r for r in rows if r["family"] == family and r["kind"] == "p"]
+        assert len(drawn) == len(rec["lengths"]) * len(candidates)
+        for i, length in enumerate(rec["lengths"]):
+            at = {r["candidate"]: r for r in drawn if r["length"] == length}
+            assert [at[c]["p"] for c in candidates] == [round(p, 6) for p in rec["probabilities"][i]]
+            assert [c for c in candidates if at[c]["top"]] == [rec["top"][i]]
+        cycles = [r["edge"] for r in rows if r["family"] == family and r["kind"] == "cycle"]
+        period, first = result["period"]["value"], rec["lengths"][0]
+        assert cycles == [n - 0.5 for n in rec["lengths"][1:] if (n - first) % period == 0]
+    family = next(p for p in spec["params"] if p["name"] == "family")
+    assert family["value"] == "all" and family["bind"]["options"] == ["all", *result["families"]]
 
 
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):

@@ -105,47 +105,6 @@ function linkParams(section) {
 }
 function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
 
-/* ---------- flip ---------- */
-function initFlip(D) {
-  const svg = $('fig-flip'), runSel = $('flip-run'), famSel = $('flip-family');
-  D.runs.forEach((r, i) => h('option', {value: i}, runSel, r.name));
-  function fillFamilies() {
-    famSel.innerHTML = '';
-    Object.keys(D.runs[+runSel.value].families).forEach(f => h('option', {value: f}, famSel, f));
-  }
-  runSel.addEventListener('change', () => { fillFamilies(); draw(); });
-  famSel.addEventListener('change', draw);
-  function draw() {
-    const run = D.runs[+runSel.value], fam = run.families[famSel.value], P = run.period;
-    const W = 760, H = 330, L = 60, R = W - 110, T = 14, B = 220;
-    resetSvg(svg, W, H, 'Flip probe, ' + run.name + ', ' + famSel.value + ': probability of each candidate by filler length, and which is on top');
-    const Ls = fam.lengths; const lo = Ls[0], hi = Ls[Ls.length - 1];
-    const maxP = Math.max(1e-9, ...fam.probabilities.flat().filter(v => v !== null));
-    const x = scale(lo - 0.5, hi + 0.5, L, R), y = scale(0, maxP * 1.05, B, T);
-    axes(svg, {left: L, right: R, top: T, bottom: B, x, y, ylabel: 'next-token probability',
-               xticks: Ls.map(v => ({v, label: String(v)})), yticks: [0, 0.5, 1].map(f => ({v: f * maxP, label: (f * maxP).toPrecision(2)}))});
-    run.candidates.forEach((c, ci) => {
-      const d = Ls.map((l, i) => (i ? 'L' : 'M') + x(l) + ',' + y(fam.probabilities[i][ci])).join('');
-      el('path', {d, fill: 'none', stroke: PALETTE[ci], 'stroke-width': 2, class: 'flip-line'}, svg);
-      Ls.forEach((l, i) => el('circle', {cx: x(l), cy: y(fam.probabilities[i][ci]), r: 3, fill: PALETTE[ci]}, svg));
-      el('text', {x: R + 10, y: T + 16 + 18 * ci, fill: PALETTE[ci], class: 'label'}, svg, 'P(' + c + ')');
-    });
-    const sy = B + 30, sh = 26;
-    el('text', {x: L - 6, y: sy + 17, 'text-anchor': 'end', class: 'label'}, svg, 'top');
-    Ls.forEach((l, i) => {
-      const ci = run.candidates.indexOf(fam.top[i]);
-      const r = el('rect', {x: x(l - 0.5) + 1, y: sy, width: x(l + 0.5) - x(l - 0.5) - 2, height: sh, fill: PALETTE[ci < 0 ? 11 : ci], class: 'strip-cell'}, svg);
-      el('title', {}, r, 'L=' + l + ': ' + fam.top[i] + ' on top');
-      if ((l - lo) % P === 0 && l !== lo) el('line', {x1: x(l - 0.5), x2: x(l - 0.5), y1: sy - 4, y2: sy + sh + 4, stroke: '#333', 'stroke-dasharray': '3 3'}, svg);
-    });
-    el('text', {x: (L + R) / 2, y: sy + sh + 28, 'text-anchor': 'middle', class: 'label'}, svg, 'filler length L (tokens); dashed: cycles of P=' + P);
-    $('flip-summary').textContent = famSel.value + ': ' + fam.pattern + (fam.agree !== null ? ' (' + fam.agree + ' of ' + fam.total + ' lengths agree)' : '') +
-      '. Pooled over families: ' + run.pooled + ', ' + run.agree + ' of ' + run.total + ' rankings follow it' +
-      (run.p_value !== null ? ' (permutation p = ' + run.p_value + ')' : '') + '. Period ' + P + ' from ' + run.period_source + '.';
-  }
-  fillFamilies(); draw();
-}
-
 /* ---------- gate plane ---------- */
 function initGates(D) {
   const svg = $('fig-gates'), sel = $('gates-plane'), replay = $('gates-replay'), slider = $('gates-step');
@@ -424,7 +383,7 @@ async function selfTest() {
 
 function main() {
   const D = JSON.parse($('report-data').textContent);
-  const inits = {flip: initFlip, gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
+  const inits = {gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
   for (const k in inits) if (D[k]) {
     try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
   }

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import num, nums, plt, save_figure
+import altair as alt
+
+from . import vega
+from .common import num, nums
 from .load import Inputs
 
 
@@ -44,20 +47,69 @@ def section(inputs: Inputs) -> dict | None:
     return {"runs": runs}
 
 
+def _rows(run: dict) -> list[dict]:
+    """A row per (family, filler length, candidate) and per cycle boundary of the period P."""
+    rows = []
+    for order, (family, rec) in enumerate(run["families"].items()):
+        where = {"family": family, "order": order}
+        for length, probabilities, top in zip(rec["lengths"], rec["probabilities"], rec["top"], strict=True):
+            for candidate, p in zip(run["candidates"], probabilities, strict=True):
+                rows.append(
+                    {**where, "kind": "p", "length": length, "candidate": candidate, "p": p, "top": top == candidate}
+                )
+        first = rec["lengths"][0]
+        rows += [
+            {**where, "kind": "cycle", "edge": n - 0.5} for n in rec["lengths"][1:] if (n - first) % run["period"] == 0
+        ]
+    return rows
+
+
+def spec(run: dict) -> dict:
+    """One flip run: per filler family, the probability of each candidate completion by filler length,
+    a strip above it coloured by the candidate on top, and dashed rules between cycles of the period P.
+    Param `family` ("all" or one family)."""
+    families = list(run["families"])
+    family = alt.param(name="family", value="all", bind=alt.binding_select(options=["all", *families], name="family "))
+    candidates = alt.Scale(domain=run["candidates"], scheme="dark2")
+    x = alt.X("length:Q", title="filler length L (tokens)", scale=alt.Scale(zero=False, nice=False, padding=12))
+    x = x.axis(tickMinStep=1, format="d")
+    tooltip = ["family:N", "length:Q", "candidate:N", alt.Tooltip("p:Q", format=".3g"), "top:N"]
+    lines = (
+        alt.Chart()
+        .transform_filter("datum.kind == 'p'")
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("p:Q", title="next-token probability"),
+            color=alt.Color("candidate:N", title="candidate", scale=candidates),
+            tooltip=tooltip,
+        )
+    )
+    # the strip of the candidate on top, in pixels above the plot
+    strip = (
+        alt.Chart()
+        .transform_filter("datum.kind == 'p' && datum.top")
+        .mark_tick(thickness=10, size=16, orient="vertical")
+        .encode(x=x, y=alt.value(-10), color=alt.Color("candidate:N", scale=candidates), tooltip=tooltip)
+    )
+    cycles = (
+        alt.Chart()
+        .transform_filter("datum.kind == 'cycle'")
+        .mark_rule(color="#333", strokeDash=[3, 3])
+        .encode(x="edge:Q")
+    )
+    chart = alt.layer(lines, strip, cycles).properties(width=620, height=170)
+    header = alt.Header(labelFontSize=12, labelOrient="top", labelAngle=0, labelAnchor="start", labelPadding=22)
+    facet = alt.Facet("family:N", title=None, sort=alt.SortField("order"), header=header)
+    chart = chart.facet(row=facet, data=vega.values(_rows(run))).resolve_scale(y="independent")
+    chart = chart.transform_filter("family == 'all' || datum.family == family").add_params(family)
+    title = f"Flip probe ({run['name']}): candidate probabilities by filler length"
+    title += f"; strip: the candidate on top; dashed: cycles of P={run['period']}"
+    return vega.finish(chart.properties(title=title, description=title))
+
+
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    run = data["runs"][0]
-    fams = list(run["families"].items())
-    fig, axes = plt.subplots(len(fams), 1, figsize=(7, 2.2 * len(fams)), squeeze=False)
-    for ax, (fam, rec) in zip(axes[:, 0], fams, strict=True):
-        for c, cand in enumerate(run["candidates"]):
-            ax.plot(rec["lengths"], [p[c] for p in rec["probabilities"]], marker="o", ms=3, label=cand)
-        lo = rec["lengths"][0]
-        for x in rec["lengths"]:
-            if (x - lo) % run["period"] == 0 and x != lo:
-                ax.axvline(x - 0.5, color="0.5", ls="--", lw=0.7)
-        ax.set_title(f"{run['name']} · {fam}: {rec['pattern']}", fontsize=8)
-        ax.set_ylabel("probability")
-        ax.legend(fontsize=7)
-    axes[-1, 0].set_xlabel("filler length L (tokens)")
-    fig.tight_layout()
-    return [save_figure(fig, out_dir / "flip.png")]
+    return [
+        vega.write_png(spec(run), out_dir / f"flip{'' if i == 0 else '_' + str(i)}.png")
+        for i, run in enumerate(data["runs"])
+    ]
