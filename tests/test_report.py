@@ -26,9 +26,9 @@ from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, flip, knockout, load_results, residues
+from phasekv.report import ReportInputError, build_report, flip, gates, knockout, load_results, residues
 from phasekv.report.cli import report_command
-from phasekv.report.figures import plot_knockout
+from phasekv.report.figures import plot_gate_trajectory, plot_gates, plot_knockout
 from phasekv.report.positions import position_bins
 from phasekv.report.vega import write_png
 from phasekv.scoring import PhaseKVScorer
@@ -182,7 +182,7 @@ def test_html_is_self_contained_with_every_section(report):
     assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
     knocked = _values(_spec(text, "fig-knockout"))
     assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
-    assert not {"residues", "knockout", "flip"} & set(data)  # drawn from their specs, not by the page's script
+    assert not {"residues", "knockout", "flip", "gates"} & set(data)  # drawn from their specs, not by the page's script
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
         "w8s8-1kv",
@@ -241,6 +241,7 @@ def test_pngs_are_written_beside_the_report_and_the_write_is_atomic(report):
         "cycle.png",
         "flip.png",
         "gate_plane.png",
+        "gate_plane_1.png",  # the training run's gate snapshots
         "knockout.png",
         "positions.png",
         "residues.png",
@@ -292,6 +293,35 @@ def test_flip_spec_holds_every_family_length_and_candidate(results):
     assert family["value"] == "all" and family["bind"]["options"] == ["all", *result["families"]]
 
 
+def test_gate_plane_specs_hold_every_head_the_shares_and_the_replayed_steps(results):
+    inputs = load_results(results)
+    result, trajectory = inputs.of("gates")[0].data, inputs.of("gate_trajectory")[0].data
+    plane, run = gates.section(inputs)["planes"]
+    rows = _values(gates.spec(plane))
+    keys = [r for r in result["rows"] if r["branch"] == "key"]
+    heads = {r["label"]: r for r in rows if r["kind"] == "head"}
+    assert len(heads) == len(keys) == 16
+    for r in keys:
+        head = heads[knockout.label(r)]
+        assert (head["x"], head["y"], head["layer"]) == (
+            round(r["static_offsets"], 3),
+            round(r["per_window_offsets"], 3),
+            r["layer"],
+        )
+    shares = [r for r in rows if r["kind"] == "share"]
+    assert len(shares) == sum(len(r["phase_share"]) for r in result["rows"])  # key and value gates
+    spec = gates.spec(run)
+    (step,) = spec["params"]
+    assert step["name"] == "step" and step["value"] == 2 and step["bind"]["input"] == "range"
+    rows = _values(spec)
+    assert [r["text"] for r in rows if r["kind"] == "step"] == ["step 0", "step 10", "step 20"]
+    for index, snapshot in enumerate(trajectory["steps"]):
+        drawn = [r for r in rows if r["kind"] == "head" and r["index"] == index]
+        assert len(drawn) == sum(r["branch"] == "key" for r in snapshot["rows"])
+    final = sorted((r for r in rows if r["kind"] == "head" and r["index"] == 2), key=lambda r: r["x"])
+    assert {r["label"] for r in rows if r["kind"] == "head" and r["traced"]} == {r["label"] for r in final[:3]}
+
+
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):
     inputs = load_results(results)
     data = residues.section(inputs)
@@ -299,8 +329,12 @@ def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
     assert [p.name for p in path.parent.iterdir()] == ["residues.png"]  # written atomically: no temporary left
     knocked = inputs.of("knockout")[0].data
-    path = plot_knockout(knocked, tmp_path / "k.png")  # `phasekv knockout --plot`: the report's spec
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+    for path in (  # `phasekv knockout|gates --plot`: the report's specs
+        plot_knockout(knocked, tmp_path / "k.png"),
+        plot_gates(inputs.of("gates")[0].data["rows"], tmp_path / "g.png"),
+        plot_gate_trajectory(inputs.of("gate_trajectory")[0].data, tmp_path / "t.png"),
+    ):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
 
 def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):

@@ -70,12 +70,6 @@ function axes(svg, o) {
 }
 function range(n) { return Array.from({length: n}, (_, i) => i); }
 function ticksFor(lo, hi, n) { const step = Math.max(1, Math.ceil((hi - lo + 1) / n)); const t = []; for (let v = lo; v <= hi; v += step) t.push(v); return t; }
-function layerColor(i, n) {  // viridis-like ramp by depth
-  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
-  const t = n <= 1 ? 0 : i / (n - 1); const p = t * (stops.length - 1); const k = Math.min(stops.length - 2, Math.floor(p));
-  const f = p - k; const c = stops[k].map((x, j) => Math.round(x + (stops[k + 1][j] - x) * f));
-  return 'rgb(' + c.join(',') + ')';
-}
 /* ---------- figures drawn from Vega-Lite specs (built in Python, one per figure; see vega.py) ---------- */
 const VIEWS = {};  // figure id -> its Vega view
 function embedFigures() {
@@ -104,55 +98,6 @@ function linkParams(section) {
   });
 }
 function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
-
-/* ---------- gate plane ---------- */
-function initGates(D) {
-  const svg = $('fig-gates'), sel = $('gates-plane'), replay = $('gates-replay'), slider = $('gates-step');
-  D.planes.forEach((p, i) => h('option', {value: i}, sel, p.name));
-  const state = {plane: 0, step: null, timer: null};
-  sel.addEventListener('change', () => { state.plane = +sel.value; stop(); state.step = null; draw(); });
-  slider.addEventListener('input', () => { stop(); state.step = +slider.value; draw(); });
-  replay.addEventListener('click', () => {
-    const p = D.planes[state.plane]; if (!p.paths) return;
-    if (state.timer) { stop(); return; }
-    state.step = 0; replay.setAttribute('aria-pressed', 'true');
-    state.timer = setInterval(() => { state.step += 1; if (state.step >= p.steps.length - 1) { state.step = p.steps.length - 1; stop(); } draw(); }, 350);
-    draw();
-  });
-  function stop() { if (state.timer) clearInterval(state.timer); state.timer = null; replay.setAttribute('aria-pressed', 'false'); }
-  function draw() {
-    const p = D.planes[state.plane], w = p.window;
-    const has = !!p.paths && p.steps.length > 1;
-    replay.disabled = !has; slider.disabled = !has;
-    if (has) { slider.max = p.steps.length - 1; if (state.step === null) state.step = p.steps.length - 1; slider.value = state.step; }
-    const W = 440, H = 420, L = 60, R = W - 20, T = 16, B = H - 56;
-    resetSvg(svg, W, H, 'Gate plane of ' + p.name + ': each KV head\'s key gate at (static, per-window) effective number of offsets, from 1 to ' + w);
-    const x = scale(1, w, L, R), y = scale(1, w, B, T);
-    const ticks = ticksFor(1, w, 8).map(v => ({v, label: String(v)}));
-    axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xticks: ticks, yticks: ticks,
-               xlabel: 'static  exp(H(E[α]))', ylabel: 'per window  E[exp(H(α))]'});
-    el('line', {x1: x(1), y1: y(1), x2: x(w), y2: y(w), stroke: '#777', 'stroke-dasharray': '5 4', class: 'diagonal'}, svg);
-    p.points.forEach(pt => {
-      const c = el('circle', {cx: x(pt.x), cy: y(pt.y), r: 4.5, fill: layerColor(pt.layer, D.n_layers), 'fill-opacity': has ? 0.45 : 0.9, class: 'gate-point'}, svg);
-      el('title', {}, c, pt.label + ': static ' + fmt(pt.x, 2) + ', per window ' + fmt(pt.y, 2));
-    });
-    if (has) {
-      const k = state.step;
-      Object.entries(p.paths).forEach(([label, trace]) => {
-        const upto = trace.filter(t => t[0] <= p.steps[k]);
-        if (!upto.length) return;
-        el('path', {d: upto.map((t, i) => (i ? 'L' : 'M') + x(t[1]) + ',' + y(t[2])).join(''), fill: 'none', stroke: '#333', 'stroke-width': 1.4, class: 'trajectory'}, svg);
-        el('circle', {cx: x(trace[0][1]), cy: y(trace[0][2]), r: 4, fill: '#fff', stroke: '#333'}, svg);
-        const last = upto[upto.length - 1];
-        el('circle', {cx: x(last[1]), cy: y(last[2]), r: 4.5, fill: '#333'}, svg);
-        el('text', {x: x(last[1]) + 7, y: y(last[2]) - 5, class: 'axis', 'font-size': 10}, svg, label);
-      });
-      $('gates-step-label').textContent = 'step ' + p.steps[k];
-    } else { $('gates-step-label').textContent = ''; }
-    svg.dataset.step = has ? String(p.steps[state.step]) : '';
-  }
-  draw();
-}
 
 /* ---------- gate cycling ---------- */
 function initCycle(D) {
@@ -369,6 +314,16 @@ async function selfTest() {
     await settle();
     ok('clicking a knockout row selects it', selected() !== before && cell.__data__.datum.label === selected(), before + ' -> ' + selected());
   }
+  const replay = Array.from(document.querySelectorAll('#sec-gates [data-vega]')).find(fig => fig.querySelector('input[type="range"]'));
+  if (replay) {  // drag the training-step slider to the first snapshot: the plane shows that step
+    const view = VIEWS[replay.id], slider = replay.querySelector('input[type="range"]'), last = view.signal('step');
+    const spec = JSON.parse(document.querySelector('script[data-spec-for="' + replay.id + '"]').textContent);
+    const first = spec.data.values.find(row => row.kind === 'step' && row.index === 0).text;
+    slider.value = '0'; slider.dispatchEvent(new Event('input', {bubbles: true}));
+    await settle();
+    const shown = Array.from(replay.querySelectorAll('.mark-text text')).map(t => t.textContent).find(t => /^step /.test(t));
+    ok('the step slider replays the training', last > 0 && view.signal('step') === 0 && shown === first, last + ' -> ' + view.signal('step') + ' (' + shown + ')');
+  }
   const comp = $('fig-compressor');
   if (comp) {
     const before = comp.dataset.offset;
@@ -383,7 +338,7 @@ async function selfTest() {
 
 function main() {
   const D = JSON.parse($('report-data').textContent);
-  const inits = {gates: initGates, cycle: initCycle, theory: initTheory, compressor: initCompressor};
+  const inits = {cycle: initCycle, theory: initTheory, compressor: initCompressor};
   for (const k in inits) if (D[k]) {
     try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
   }

@@ -1,6 +1,7 @@
 """Figures of the analyses, drawn from their result dicts (PNG): knockout map, gate plane and phase
 preferences, gate trajectories, gate cycling, for `phasekv knockout|gates|cycle --plot` and the
-reproduction. The knockout map is the report's own Vega-Lite spec; the others are still matplotlib."""
+reproduction. The knockout map and the gate plane are the report's own Vega-Lite specs; gate cycling is
+still matplotlib."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import knockout, vega
+from . import gates, knockout, vega
 from .common import model_name, plt, save_figure
 
 
@@ -21,72 +22,19 @@ def plot_knockout(result: dict, path: str | Path) -> Path:
     return vega.write_png(knockout.spec(knockout.map_block(result, model_name(result, Path(path).stem))), path)
 
 
-def _plane(ax, window: int, title: str) -> None:
-    ax.plot([1, window], [1, window], "k--", lw=1)
-    ax.set_xlim(0.9, window + 0.1)
-    ax.set_ylim(0.9, window + 0.1)
-    ax.set_xlabel("static exp(H(E[alpha]))")
-    ax.set_ylabel("per window E[exp(H(alpha))]")
-    ax.set_title(title, fontsize=9)
-
-
-def _layer_colors(rows: list[dict]):
-    layers = sorted({r["layer"] for r in rows})
-    cmap = plt.get_cmap("viridis")
-    return {layer: cmap(i / max(1, len(layers) - 1)) for i, layer in enumerate(layers)}
-
-
 def plot_gates(rows: list[dict], path: str | Path) -> Path:
-    """(static, per-window) plane of every KV head's key gate colored by layer, and the phase shares of
-    key and (shifted) value gates as heatmaps (rows = layer/head)."""
-    keys = [r for r in rows if r["branch"] == "key"]
-    values = [r for r in rows if r["branch"] == "value"]
-    window = max(r["window"] for r in keys)
-    colors = _layer_colors(keys)
-    panels = 2 + bool(values)
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.5))
-    vector = any(r.get("per_channel_mean") for r in keys)
-    _plane(axes[0], window, "key gates" + (" (per channel, averaged)" if vector else ""))
-    for r in keys:
-        axes[0].scatter(r["static_offsets"], r["per_window_offsets"], color=colors[r["layer"]], s=25)
-    for layer, color in colors.items():
-        axes[0].scatter([], [], color=color, label=f"layer {layer}")
-    axes[0].legend(fontsize=6, ncol=2)
-    shares = [(axes[1], keys, "key gate: phase share / uniform")]
-    if values:
-        shares.append((axes[2], values, "value gate, shifted back by one"))
-    for ax, group, title in shares:
-        width = max(len(r["phase_share"]) for r in group)  # layers of different strides (DeepSeek-V4 CSA / HCA)
-        data = np.array([r["phase_share"] + [np.nan] * (width - len(r["phase_share"])) for r in group])
-        image = ax.imshow(data, cmap="magma", aspect="auto", interpolation="nearest", vmin=0)
-        ax.set_yticks(range(len(group)), [f"L{r['layer']}H{r['kv_head']}" for r in group], fontsize=6)
-        ax.set_xlabel("phase")
-        ax.set_title(title, fontsize=9)
-        fig.colorbar(image, ax=ax)
-    return _save(fig, path)
+    """The report's gate plane figure (`gates.spec`) of one gate result's rows, as PNG: every KV head's
+    key gate in the (static, per-window) plane, and the key and value gates' phase shares."""
+    return vega.write_png(gates.spec(gates.plane_block(rows, Path(path).stem)), path)
 
 
 def plot_gate_trajectory(trajectory: dict, path: str | Path) -> Path:
-    """Paths of every KV head's key gate in the (static, per-window) plane, open circle at the first
-    step, filled at the last."""
-    steps = trajectory["steps"]
-    first = [r for r in steps[0]["rows"] if r["branch"] == "key"]
-    window = max(r["window"] for r in first)
-    colors = _layer_colors(first)
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    _plane(ax, window, f"key gates, steps {steps[0]['step']}..{steps[-1]['step']} ({trajectory['source']})")
-    for layer, head in sorted({(r["layer"], r["kv_head"]) for r in first}):
-        points = [
-            (r["static_offsets"], r["per_window_offsets"])
-            for s in steps
-            for r in s["rows"]
-            if r["branch"] == "key" and (r["layer"], r["kv_head"]) == (layer, head)
-        ]
-        xs, ys = zip(*points, strict=True)
-        ax.plot(xs, ys, color=colors[layer], lw=1)
-        ax.scatter(xs[0], ys[0], facecolors="none", edgecolors=colors[layer], s=25)
-        ax.scatter(xs[-1], ys[-1], color=colors[layer], s=25)
-    return _save(fig, path)
+    """The report's gate plane figure of a training run, as PNG, every head traced from the first step
+    (open circle) to the last (filled)."""
+    block = gates.trajectory_block(trajectory, model_name(trajectory, Path(path).stem), traced=None)
+    if block is None:
+        raise ValueError("the gate trajectory has no key gates to plot")
+    return vega.write_png(gates.spec(block), path)
 
 
 def plot_cycle(result: dict, path: str | Path) -> Path:

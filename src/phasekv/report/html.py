@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from . import flip, knockout, positions, residues
+from . import flip, gates, knockout, positions, residues
 from .assets_css import CSS
 from .assets_js import EARLY, JS
 from .vega import figure_html, javascript_bundle
@@ -136,17 +136,19 @@ see its change by phase below{gates}.</figcaption></figure>"""
 
 
 def gates_html(d: dict) -> str:
+    figures = "".join(
+        f"""<figure>{figure_html("fig-gates" + (f"-{i}" if i else ""), gates.spec(plane))}</figure>"""
+        for i, plane in enumerate(d["planes"])
+    )
     return f"""
-<section id="sec-gates"><h2>Gate plane</h2>
-<div class="controls"><label>model <select id="gates-plane"></select></label>
-<button type="button" id="gates-replay" aria-pressed="false">Replay training</button>
-<input type="range" id="gates-step" min="0" max="0" value="0" aria-label="training step"><span id="gates-step-label" class="small"></span></div>
-<figure>{_svg("fig-gates", "Gate plane")}
-<figcaption>Each point is one KV head's key gate, placed by its static effective number of offsets
-exp(H(E[α])) (horizontal) and its per-window effective number E[exp(H(α))] (vertical), both from 1 (one
-offset) to W (uniform); color marks layer depth. On the dashed diagonal a gate gives each offset the same
-score in every window. For a training run the lines trace the most statically concentrated heads from the
-first step (open circle) to the selected one (filled); replay animates them. Vector gates are omitted.</figcaption></figure></section>"""
+<section id="sec-gates"><h2>Gate plane</h2>{figures}
+<p class="small">Each point is one KV head's key gate, placed by its static effective number of offsets exp(H(E[α]))
+(horizontal) and its per-window effective number E[exp(H(α))] (vertical), both from 1 (one offset) to W (uniform);
+color marks layer depth, diamonds mark vector gates (measured per channel, averaged). On the dashed diagonal a gate
+gives each offset the same score in every window. Beside a gate result, its gates' phase shares relative to uniform
+(the value gate shifted back by one). For a training run the points are the heads at the chosen snapshot and the lines
+trace the most statically concentrated heads from the first snapshot (open circle) to it (filled): drag the step
+slider to replay training (the figures are Vega-Lite, which has no timer, so there is no play button).</p></section>"""
 
 
 def cycle_html(d: dict) -> str:
@@ -233,7 +235,7 @@ SECTIONS = [
 
 
 # sections whose figures the page's hand-written script draws from `report-data` (the others embed a Vega-Lite spec)
-DRAWN_BY_SCRIPT = ("gates", "cycle", "theory", "compressor")
+DRAWN_BY_SCRIPT = ("cycle", "theory", "compressor")
 
 
 def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:
