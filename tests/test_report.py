@@ -26,9 +26,9 @@ from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, flip, gates, knockout, load_results, residues
+from phasekv.report import ReportInputError, build_report, cycle, flip, gates, knockout, load_results, residues
 from phasekv.report.cli import report_command
-from phasekv.report.figures import plot_gate_trajectory, plot_gates, plot_knockout
+from phasekv.report.figures import plot_cycle, plot_gate_trajectory, plot_gates, plot_knockout
 from phasekv.report.positions import position_bins
 from phasekv.report.vega import write_png
 from phasekv.scoring import PhaseKVScorer
@@ -75,6 +75,8 @@ def results(tmp_path_factory) -> Path:
         model = _model("w8s8-1kv", seed=step)
         write_snapshot(run_dir, gate_snapshot(model, model.config.compression, ids, step))
     cycle = run_cycle(_scorer(_model("w8s8-1kv")), [-1, 1, 2], LOOKUP, n_resamples=50, progress=False)
+    for i, c in enumerate(cycle["cycles"]):  # random models retrieve nothing (R² undefined): plant fits to select
+        c.update(r2=0.5 + 0.1 * i, r2_interval=[0.3, 0.9])
     write_results(cycle, out / "analysis" / "cycle.json")
     flip = FlipOptions(context="y = T . Cast ( FP", n_lengths=8, families=("equals", "lorem"), n_permutations=50)
     write_results(run_flip(_scorer(_model("w8s4-1kv")), flip, progress=False), out / "flip.json")
@@ -182,7 +184,9 @@ def test_html_is_self_contained_with_every_section(report):
     assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
     knocked = _values(_spec(text, "fig-knockout"))
     assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
-    assert not {"residues", "knockout", "flip", "gates"} & set(data)  # drawn from their specs, not by the page's script
+    assert not {"residues", "knockout", "flip", "gates", "cycle"} & set(
+        data
+    )  # drawn from their specs, not by the page's script
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
         "w8s8-1kv",
@@ -322,6 +326,28 @@ def test_gate_plane_specs_hold_every_head_the_shares_and_the_replayed_steps(resu
     assert {r["label"] for r in rows if r["kind"] == "head" and r["traced"]} == {r["label"] for r in final[:3]}
 
 
+def test_cycle_spec_holds_every_delta_by_phase_with_its_prediction_and_r2(results):
+    inputs = load_results(results)
+    result = inputs.of("cycle")[0].data
+    (m,) = cycle.section(inputs)["models"]
+    spec = cycle.spec(m)
+    rows = _values(spec)
+    stride, base = result["stride"], result["base"]["accuracy_by_phase"]
+    assert [r["accuracy"] for r in rows if r["kind"] == "base"] == [round(100 * a, 3) for a in base]
+    for c in result["cycles"]:
+        drawn = [r for r in rows if r["kind"] == "cycle" and r["delta"] == c["delta"]]
+        assert [r["phase"] for r in drawn] == list(range(stride))
+        assert [r["accuracy"] for r in drawn] == [round(100 * a, 3) for a in c["accuracy_by_phase"]]
+        assert [r["prediction"] for r in drawn] == [
+            round(100 * base[(r - c["delta"]) % stride], 3) for r in range(stride)
+        ]
+        assert [r["boundary"] for r in drawn] == [r == result["boundary_phase"] for r in range(stride)]
+        (fit,) = [r for r in rows if r["kind"] == "r2" and r["delta"] == c["delta"]]
+        assert (fit["r2"], fit["r2_low"], fit["r2_high"]) == (round(c["r2"], 3), 0.3, 0.9)
+    (delta,) = spec["params"]
+    assert delta["value"] == -1 and delta["bind"]["options"] == [-1, 1, 2]
+
+
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):
     inputs = load_results(results)
     data = residues.section(inputs)
@@ -329,10 +355,11 @@ def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
     assert [p.name for p in path.parent.iterdir()] == ["residues.png"]  # written atomically: no temporary left
     knocked = inputs.of("knockout")[0].data
-    for path in (  # `phasekv knockout|gates --plot`: the report's specs
+    for path in (  # `phasekv knockout|gates|cycle --plot`: the report's specs
         plot_knockout(knocked, tmp_path / "k.png"),
         plot_gates(inputs.of("gates")[0].data["rows"], tmp_path / "g.png"),
         plot_gate_trajectory(inputs.of("gate_trajectory")[0].data, tmp_path / "t.png"),
+        plot_cycle(inputs.of("cycle")[0].data, tmp_path / "c.png"),
     ):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
@@ -454,6 +481,9 @@ def test_report_in_headless_chromium(report, tmp_path):
         "the position figure follows the selected model",
         "the fold toggle changes the x axis",
         "the fold toggle restores the x axis",
+        "clicking a knockout row selects it",
+        "the step slider replays the training",
+        "clicking an R² cell shows its δ",
         "no errors on the page",
     ):
         assert required in names

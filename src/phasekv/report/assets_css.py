@@ -24,8 +24,6 @@ table.select tbody tr[data-param] { cursor: pointer; }
 table.select tbody tr[data-param]:hover { background: #f3f6fa; }
 table.select tbody tr[aria-selected="true"] { background: #fbeae8; font-weight: 600; }
 .chance { color: #a00; font-weight: normal; font-size: .85em; }
-.row2 figure { max-width: 470px; flex: 0 0 auto; }
-.row2 { display: flex; flex-wrap: wrap; gap: 18px; align-items: flex-start; }
 svg text { font-family: system-ui, sans-serif; }
 .axis text { font-size: 11px; fill: #444; } .axis line, .axis path { stroke: #888; }
 .label { font-size: 12px; fill: #333; }

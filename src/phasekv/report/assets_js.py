@@ -79,88 +79,25 @@ function embedFigures() {
     return vegaEmbed(div, spec, {actions: false, renderer: 'svg'}).then(result => { VIEWS[div.id] = result.view; });
   })).then(() => document.querySelectorAll('section').forEach(linkParams));
 }
-// A param named in a figure's data-link stays equal across the figures of its section, and rows with
-// data-param/data-value (the residue table) set it: one choice of model drives every figure beside it.
+// A param named in a figure's data-link stays equal across the figures of its section, and rows or cells
+// with data-param/data-value (JSON; the residue table, the R² grid) set it: one choice drives every figure.
 function linkedViews(section, name) {
   return Array.from(section.querySelectorAll('[data-vega]')).filter(div => div.dataset.link.split(' ').includes(name)).map(div => VIEWS[div.id]);
 }
 function setParam(section, name, value) {
-  section.querySelectorAll('[data-param="' + name + '"]').forEach(row => row.setAttribute('aria-selected', row.dataset.value === value ? 'true' : 'false'));
+  section.querySelectorAll('[data-param="' + name + '"]').forEach(row => row.setAttribute('aria-selected', JSON.parse(row.dataset.value) === value ? 'true' : 'false'));
   return Promise.all(linkedViews(section, name).filter(v => v.signal(name) !== value).map(v => v.signal(name, value).runAsync()));
 }
 function linkParams(section) {
   const names = new Set(Array.from(section.querySelectorAll('[data-vega]')).flatMap(div => div.dataset.link.split(' ').filter(Boolean)));
   names.forEach(name => linkedViews(section, name).forEach(v => v.addSignalListener(name, (_, value) => setParam(section, name, value))));
   section.querySelectorAll('[data-param]').forEach(row => {
-    const pick = () => setParam(section, row.dataset.param, row.dataset.value);
+    const pick = () => setParam(section, row.dataset.param, JSON.parse(row.dataset.value));
     row.addEventListener('click', pick);
     row.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(); } });
   });
 }
 function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
-
-/* ---------- gate cycling ---------- */
-function initCycle(D) {
-  const left = $('fig-cycle'), right = $('fig-cycle-scatter'), sel = $('cycle-model'), slider = $('cycle-delta'), grid = $('cycle-grid');
-  const state = {model: 0, delta: null};
-  D.models.forEach((m, i) => h('option', {value: i}, sel, m.name));
-  const deltas = [0].concat(D.deltas.filter(d => d !== 0));
-  slider.min = 0; slider.max = deltas.length - 1;
-  state.delta = deltas.length > 1 ? deltas[1] : 0; slider.value = deltas.indexOf(state.delta);
-  sel.addEventListener('change', () => { state.model = +sel.value; draw(); });
-  slider.addEventListener('input', () => { state.delta = deltas[+slider.value]; draw(); });
-  const head = h('tr', {}, h('thead', {}, grid)); h('th', {}, head, 'model \\ δ');
-  D.deltas.forEach(d => h('th', {}, head, (d > 0 ? '+' : '') + d));
-  const body = h('tbody', {}, grid);
-  D.models.forEach((m, mi) => {
-    const tr = h('tr', {}, body); h('td', {}, tr, m.name);
-    D.deltas.forEach(d => {
-      const c = m.cycles.find(c => c.delta === d);
-      const td = h('td', {class: 'cell', tabindex: 0, 'data-model': mi, 'data-delta': d}, tr, c && c.r2 !== null ? fmt(c.r2, 2) : '–');
-      if (c && c.r2 !== null) td.style.background = 'rgba(31,95,168,' + (0.1 + 0.6 * c.r2) + ')';
-      if (c && c.r2_interval) td.title = '95% CI [' + fmt(c.r2_interval[0], 2) + ', ' + fmt(c.r2_interval[1], 2) + ']';
-      const pick = () => { state.model = mi; sel.value = mi; state.delta = d; slider.value = deltas.indexOf(d); draw(); };
-      td.addEventListener('click', pick);
-      td.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(); } });
-    });
-  });
-  function draw() {
-    const m = D.models[state.model], S = m.stride, d = state.delta;
-    const c = m.cycles.find(c => c.delta === d);
-    $('cycle-delta-label').textContent = 'δ = ' + (d > 0 ? '+' : '') + d;
-    grid.querySelectorAll('td.cell').forEach(td => td.setAttribute('aria-selected', (+td.dataset.model === state.model && +td.dataset.delta === d) ? 'true' : 'false'));
-    let W = 430, H = 300, L = 52, R = W - 12, T = 14, B = H - 48;
-    resetSvg(left, W, H, 'Accuracy by phase of ' + m.name + ' after cycling the gates by δ=' + d + ', with the uncycled model and the prediction');
-    let x = scale(-0.5, S - 0.5, L, R), y = scale(0, 100, B, T);
-    axes(left, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'phase (position mod ' + S + ')', ylabel: 'accuracy (%)',
-                xticks: range(S).map(v => ({v, label: String(v)})), yticks: [0, 50, 100].map(v => ({v, label: String(v)}))});
-    const line = (vals, attrs) => el('path', Object.assign({d: vals.map((v, i) => (i ? 'L' : 'M') + x(i) + ',' + y(v)).join(''), fill: 'none'}, attrs), left);
-    const band = (b, color) => el('path', {d: b.map((v, i) => (i ? 'L' : 'M') + x(i) + ',' + y(v[1])).join('') + b.slice().reverse().map((v, k) => 'L' + x(b.length - 1 - k) + ',' + y(v[0])).join('') + 'Z', fill: color, 'fill-opacity': 0.15}, left);
-    band(m.base_band, '#888'); line(m.base, {stroke: '#999', 'stroke-width': 1.8, class: 'cycle-base'});
-    if (c) {
-      const pred = range(S).map(r => m.base[((r - d) % S + S) % S]);
-      line(pred, {stroke: SEL, 'stroke-dasharray': '5 4', 'stroke-width': 1.5, class: 'cycle-pred'});
-      band(c.band, SEL); line(c.accuracy, {stroke: SEL, 'stroke-width': 2.4, class: 'cycle-observed'});
-    }
-    el('path', {d: 'M' + (x(m.boundary) - 5) + ',' + (B + 24) + 'l10,0l-5,-8z', fill: '#444'}, left);
-    W = 300; L = 52; R = W - 12;
-    resetSvg(right, W, H, 'Predicted against observed change by phase for δ=' + d + (c && c.r2 !== null ? ', R² ' + fmt(c.r2, 2) : ''));
-    const vals = c ? c.observed.concat(c.predicted).filter(v => v !== null) : [1];
-    const lim = Math.max(5, ...vals.map(Math.abs)) * 1.1;
-    x = scale(-lim, lim, L, R); y = scale(-lim, lim, B, T);
-    const tk = [-lim, 0, lim].map(v => ({v, label: fmt(v, 0)}));
-    axes(right, {left: L, right: R, top: T, bottom: B, x, y, xticks: tk, yticks: tk, xlabel: 'predicted change (pp)', ylabel: 'observed change (pp)'});
-    el('line', {x1: x(-lim), y1: y(-lim), x2: x(lim), y2: y(lim), stroke: '#888', 'stroke-dasharray': '4 4'}, right);
-    if (c) c.observed.forEach((o, r) => {
-      if (o === null || c.predicted[r] === null) return;
-      const b = r === m.boundary;
-      const p = el('circle', {cx: x(c.predicted[r]), cy: y(o), r: 5, fill: b ? '#fff' : SEL, stroke: SEL, class: 'cycle-point'}, right);
-      el('title', {}, p, 'phase ' + r + (b ? ' (boundary, excluded from R²)' : '') + ': predicted ' + fmt(c.predicted[r]) + ', observed ' + fmt(o));
-    });
-    el('text', {x: L + 6, y: T + 12, class: 'label'}, right, c && c.r2 !== null ? 'R² = ' + fmt(c.r2, 2) + (c.r2_interval ? ' [' + fmt(c.r2_interval[0], 2) + ', ' + fmt(c.r2_interval[1], 2) + ']' : '') : (d === 0 ? 'uncycled' : 'R² n/a'));
-  }
-  draw();
-}
 
 /* ---------- theory ---------- */
 function initTheory(D) {
@@ -291,10 +228,10 @@ async function selfTest() {
     const rows = Array.from(section.querySelectorAll('tr[data-param="model"]'));
     const all = panels(), target = rows.find(r => r.dataset.foldable) || rows[rows.length - 1];
     target.click(); await settle();
-    ok('clicking a model row shows its panel alone', residues.signal('model') === target.dataset.value && panels() === 1 && target.getAttribute('aria-selected') === 'true',
+    ok('clicking a model row shows its panel alone', residues.signal('model') === JSON.parse(target.dataset.value) && panels() === 1 && target.getAttribute('aria-selected') === 'true',
        all + ' panels -> ' + panels() + ' (' + residues.signal('model') + ')');
     const positions = VIEWS['fig-positions'];
-    if (positions) ok('the position figure follows the selected model', positions.signal('model') === target.dataset.value, positions.signal('model'));
+    if (positions) ok('the position figure follows the selected model', positions.signal('model') === residues.signal('model'), positions.signal('model'));
     const fold = fig.querySelector('.vega-bindings input[type="checkbox"]');
     if (target.dataset.foldable && fold) {
       const axis0 = xAxis();
@@ -324,6 +261,15 @@ async function selfTest() {
     const shown = Array.from(replay.querySelectorAll('.mark-text text')).map(t => t.textContent).find(t => /^step /.test(t));
     ok('the step slider replays the training', last > 0 && view.signal('step') === 0 && shown === first, last + ' -> ' + view.signal('step') + ' (' + shown + ')');
   }
+  const cycled = VIEWS['fig-cycle'], cells = Array.from(document.querySelectorAll('#cycle-grid td[data-param="delta"]'));
+  if (cycled && cells.length) {  // a cell of the R² grid sets δ in the figures
+    const cell = cells.find(td => JSON.parse(td.dataset.value) !== cycled.signal('delta'));
+    if (cell) {
+      const before = cycled.signal('delta');
+      cell.click(); await settle();
+      ok('clicking an R² cell shows its δ', cycled.signal('delta') === JSON.parse(cell.dataset.value) && cell.getAttribute('aria-selected') === 'true', before + ' -> ' + cycled.signal('delta'));
+    }
+  }
   const comp = $('fig-compressor');
   if (comp) {
     const before = comp.dataset.offset;
@@ -338,7 +284,7 @@ async function selfTest() {
 
 function main() {
   const D = JSON.parse($('report-data').textContent);
-  const inits = {cycle: initCycle, theory: initTheory, compressor: initCompressor};
+  const inits = {theory: initTheory, compressor: initCompressor};
   for (const k in inits) if (D[k]) {
     try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
   }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from . import flip, gates, knockout, positions, residues
+from . import cycle, flip, gates, knockout, positions, residues
 from .assets_css import CSS
 from .assets_js import EARLY, JS
 from .vega import figure_html, javascript_bundle
@@ -73,7 +73,8 @@ def _residue_row(s: dict, selectable: bool) -> str:
     ]
     name = html.escape(s["name"])
     foldable = ' data-foldable="1"' if s["stride"] and s["stride"] < s["modulus"] else ""
-    select = f' data-param="model" data-value="{name}" tabindex="0"{foldable}' if selectable else ""
+    value = html.escape(json.dumps(s["name"]))  # data-value holds the param's value as JSON
+    select = f' data-param="model" data-value="{value}" tabindex="0"{foldable}' if selectable else ""
     return f"<tr{select}><td>{name}{chance}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
 
 
@@ -152,17 +153,35 @@ slider to replay training (the figures are Vega-Lite, which has no timer, so the
 
 
 def cycle_html(d: dict) -> str:
+    figures = "".join(
+        f"""<figure>{figure_html("fig-cycle" + (f"-{i}" if i else ""), cycle.spec(m), link="delta")}</figure>"""
+        for i, m in enumerate(d["models"])
+    )
+    head = "".join(f"<th>{delta:+d}</th>" for delta in d["deltas"])
+    body = "".join(
+        f"<tr><td>{html.escape(m['name'])}</td>{''.join(_r2_cell(m, delta) for delta in d['deltas'])}</tr>"
+        for m in d["models"]
+    )
     return f"""
-<section id="sec-cycle"><h2>Gate cycling</h2>
-<div class="controls"><label>model <select id="cycle-model"></select></label>
-<input type="range" id="cycle-delta" aria-label="cycle delta"><span id="cycle-delta-label" class="small"></span></div>
-<div class="row2"><figure>{_svg("fig-cycle", "Accuracy by phase after cycling the gates")}
-<figcaption>Observed accuracy after cycling the gate parameters by δ (red, 95% band), the uncycled model (gray),
-and the prediction A₀((r−δ) mod S) (dashed); the triangle marks the boundary phase.</figcaption></figure>
-<figure>{_svg("fig-cycle-scatter", "Predicted against observed change")}
-<figcaption>Predicted against observed change per phase; the boundary phase (hollow) is excluded from R².</figcaption></figure></div>
-<p class="small">R² of observed against predicted change (boundary phase excluded) for every model and δ; select a cell.</p>
-<table class="data r2grid" id="cycle-grid" aria-label="R squared grid over models and deltas"></table></section>"""
+<section id="sec-cycle"><h2>Gate cycling</h2>{figures}
+<p class="small">Observed accuracy after cycling the gate parameters by δ (red, 95% band), the uncycled model (gray),
+and the prediction A₀((r−δ) mod S) (dashed); the triangle marks the boundary phase. Beside it, predicted against
+observed change per phase (the boundary phase, hollow, is excluded from R²) and R² with its 95% interval for every δ.
+Choose δ above a figure or click a cell of the grid below: every model's figure moves to that δ.</p>
+<table class="data r2grid" id="cycle-grid" aria-label="R squared over models and deltas: click a cell to show that delta">
+<thead><tr><th>model \\ δ</th>{head}</tr></thead><tbody>{body}</tbody></table></section>"""
+
+
+def _r2_cell(m: dict, delta: int) -> str:
+    c = next((c for c in m["cycles"] if c["delta"] == delta), None)
+    if c is None or c["r2"] is None:
+        return "<td>–</td>"
+    shade = f"rgba(31,95,168,{0.1 + 0.6 * max(0.0, c['r2']):.2f})"
+    ci = f' title="95% CI [{c["r2_interval"][0]:.2f}, {c["r2_interval"][1]:.2f}]"' if c["r2_interval"] else ""
+    return (
+        f'<td class="cell" data-param="delta" data-value="{delta}" tabindex="0" style="background:{shade}"{ci}>'
+        f"{c['r2']:.2f}</td>"
+    )
 
 
 def theory_html(d: dict) -> str:
@@ -235,7 +254,7 @@ SECTIONS = [
 
 
 # sections whose figures the page's hand-written script draws from `report-data` (the others embed a Vega-Lite spec)
-DRAWN_BY_SCRIPT = ("cycle", "theory", "compressor")
+DRAWN_BY_SCRIPT = ("theory", "compressor")
 
 
 def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:
