@@ -26,7 +26,17 @@ from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, cycle, flip, gates, knockout, load_results, residues
+from phasekv.report import (
+    ReportInputError,
+    build_report,
+    cycle,
+    flip,
+    gates,
+    knockout,
+    load_results,
+    residues,
+    theory,
+)
 from phasekv.report.cli import report_command
 from phasekv.report.figures import plot_cycle, plot_gate_trajectory, plot_gates, plot_knockout
 from phasekv.report.positions import position_bins
@@ -184,9 +194,8 @@ def test_html_is_self_contained_with_every_section(report):
     assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
     knocked = _values(_spec(text, "fig-knockout"))
     assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
-    assert not {"residues", "knockout", "flip", "gates", "cycle"} & set(
-        data
-    )  # drawn from their specs, not by the page's script
+    assert set(data) == {"compressor"}  # every other figure is drawn from its spec, not by the page's script
+    assert "sweep" in text and "<th>full coverage</th>" in text  # the sweep's table, written into the HTML
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
         "w8s8-1kv",
@@ -346,6 +355,19 @@ def test_cycle_spec_holds_every_delta_by_phase_with_its_prediction_and_r2(result
         assert (fit["r2"], fit["r2_low"], fit["r2_high"]) == (round(c["r2"], 3), 0.3, 0.9)
     (delta,) = spec["params"]
     assert delta["value"] == -1 and delta["bind"]["options"] == [-1, 1, 2]
+
+
+def test_theory_spec_holds_every_head_static_and_per_window(results):
+    inputs = load_results(results)
+    trajectory = inputs.of("theorem2")[0].data["trajectory"]
+    (run,) = theory.section(inputs)["runs"]
+    rows = _values(theory.spec(run))
+    assert len(rows) == 2 * len(trajectory["step"]) * 3  # two measures, every recorded step, three heads
+    for measure, key in (("static", "key_static"), ("per window", "key_per_window")):
+        for h in range(3):
+            drawn = [r for r in rows if r["measure"] == measure and r["head"].startswith(f"head {h} ")]
+            assert [r["step"] for r in drawn] == trajectory["step"]
+            assert [r["value"] for r in drawn] == [round(v[h], 3) for v in trajectory[key]]
 
 
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):

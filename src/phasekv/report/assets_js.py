@@ -1,11 +1,13 @@
 # ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
 """The report's JavaScript (inlined into the HTML): it embeds the figures drawn from Vega-Lite specs
-(with the Vega bundle the page inlines, see `vega.py`) and keeps their shared params in step; the
-figures not yet drawn from a spec are plain SVG drawn here from `report-data` (one block per section).
+(with the Vega bundle the page inlines, see `vega.py`) and keeps their shared params in step. The
+compressor illustration (prepend buttons moving a followed token through a window's offsets, with
+softmax scores recomputed per shift) stays plain SVG drawn here from `report-data`.
 
 With `?selftest=1` in the URL the page checks itself after drawing (every figure has marks, a model
 row narrows the residue figure to its panel and the position figure follows, the fold toggle changes
-the x axis, no errors) and writes the outcome as JSON into `#selftest-result`, for headless browser tests.
+the x axis, a knockout row click, the gate step slider, an R² cell, the compressor's prepend buttons,
+no errors) and writes the outcome as JSON into `#selftest-result`, for headless browser tests.
 """
 
 EARLY = r"""
@@ -21,7 +23,6 @@ JS = r"""
 const SVGNS = 'http:' + '//www.w3.org/2000/svg';
 const PALETTE = ['#1b9e77', '#d95f02', '#7570b3', '#e7298a', '#66a61e', '#e6ab02', '#a6761d', '#1f78b4',
                  '#b15928', '#6a3d9a', '#33a02c', '#fb9a99'];
-const SEL = '#c0392b';
 
 function $(id) { return document.getElementById(id); }
 function el(tag, attrs, parent, text) {
@@ -50,26 +51,8 @@ function resetSvg(svg, w, hgt, label) {
   svg.setAttribute('aria-label', label);
   return svg;
 }
-function axes(svg, o) {
-  const g = el('g', {class: 'axis'}, svg);
-  el('line', {x1: o.left, x2: o.right, y1: o.bottom, y2: o.bottom}, g);
-  el('line', {x1: o.left, x2: o.left, y1: o.top, y2: o.bottom}, g);
-  (o.xticks || []).forEach(t => {
-    el('line', {x1: o.x(t.v), x2: o.x(t.v), y1: o.bottom, y2: o.bottom + 4}, g);
-    el('text', {x: o.x(t.v), y: o.bottom + 16, 'text-anchor': 'middle', class: 'xtick'}, g, t.label);
-  });
-  (o.yticks || []).forEach(t => {
-    el('line', {x1: o.left - 4, x2: o.left, y1: o.y(t.v), y2: o.y(t.v)}, g);
-    el('line', {x1: o.left, x2: o.right, y1: o.y(t.v), y2: o.y(t.v), stroke: '#eee'}, g).style.stroke = '#eee';
-    el('text', {x: o.left - 7, y: o.y(t.v) + 4, 'text-anchor': 'end'}, g, t.label);
-  });
-  if (o.xlabel) el('text', {x: (o.left + o.right) / 2, y: o.bottom + (o.xlabelOffset || 34), 'text-anchor': 'middle', class: 'label xlabel'}, svg, o.xlabel);
-  if (o.ylabel) el('text', {x: 14, y: (o.top + o.bottom) / 2, 'text-anchor': 'middle', class: 'label',
-                            transform: 'rotate(-90 14 ' + (o.top + o.bottom) / 2 + ')'}, svg, o.ylabel);
-  return g;
-}
 function range(n) { return Array.from({length: n}, (_, i) => i); }
-function ticksFor(lo, hi, n) { const step = Math.max(1, Math.ceil((hi - lo + 1) / n)); const t = []; for (let v = lo; v <= hi; v += step) t.push(v); return t; }
+
 /* ---------- figures drawn from Vega-Lite specs (built in Python, one per figure; see vega.py) ---------- */
 const VIEWS = {};  // figure id -> its Vega view
 function embedFigures() {
@@ -98,42 +81,6 @@ function linkParams(section) {
   });
 }
 function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
-
-/* ---------- theory ---------- */
-function initTheory(D) {
-  if (D.runs.length) {
-    const svg = $('fig-theory'), sel = $('theory-run');
-    D.runs.forEach((r, i) => h('option', {value: i}, sel, r.name + ' (S=' + r.S + ', m=' + r.m + ')'));
-    sel.addEventListener('change', draw);
-    function draw() {
-      const r = D.runs[+sel.value];
-      const W = 560, H = 300, L = 52, R = W - 120, T = 14, B = H - 48;
-      resetSvg(svg, W, H, 'Concentration trajectories of the Theorem 2 gates: effective number of positions per head over training');
-      const last = r.steps[r.steps.length - 1] || 1;
-      const x = scale(0, last, L, R), y = scale(1, r.S, B, T);
-      axes(svg, {left: L, right: R, top: T, bottom: B, x, y, xlabel: 'training step', ylabel: 'effective positions',
-                 xticks: [0, Math.round(last / 2), last].map(v => ({v, label: String(v)})), yticks: ticksFor(1, r.S, 6).map(v => ({v, label: String(v)}))});
-      range(r.m).forEach(hd => {
-        [['key_static', null], ['key_per_window', '5 4']].forEach(([k, dash]) => {
-          el('path', {d: r.steps.map((s, i) => (i ? 'L' : 'M') + x(s) + ',' + y(r[k][i][hd])).join(''), fill: 'none', stroke: PALETTE[hd % 12], 'stroke-width': 2, 'stroke-dasharray': dash, class: 'theory-line'}, svg);
-        });
-        el('text', {x: R + 8, y: T + 14 + 16 * hd, fill: PALETTE[hd % 12], class: 'label'}, svg, 'head ' + hd + ' → key ' + r.selected[hd]);
-      });
-      el('text', {x: R + 8, y: T + 20 + 16 * r.m, class: 'axis', 'font-size': 10}, svg, 'solid: static, dashed: per window');
-      $('theory-summary').textContent = 'Final loss ' + fmt(r.loss, 4) + '; key positions selected ' + JSON.stringify(r.selected) +
-        '; uncovered non-final positions: ' + (r.uncovered.length ? JSON.stringify(r.uncovered) : 'none') + '.';
-    }
-    draw();
-  }
-  const host = $('theory-tables');
-  D.sweeps.forEach(sw => {
-    h('p', {class: 'small'}, host, sw.name + ' (seeds ' + JSON.stringify(sw.seeds) + ')');
-    const t = h('table', {class: 'data'}, host);
-    const hr = h('tr', {}, h('thead', {}, t)); sw.columns.forEach(c => h('th', {}, hr, c));
-    const tb = h('tbody', {}, t);
-    sw.rows.forEach(row => { const tr = h('tr', {}, tb); row.forEach(v => h('td', {}, tr, typeof v === 'number' ? String(Math.round(v * 1000) / 1000) : String(v))); });
-  });
-}
 
 /* ---------- compressor illustration ---------- */
 function initCompressor(D) {
@@ -284,7 +231,7 @@ async function selfTest() {
 
 function main() {
   const D = JSON.parse($('report-data').textContent);
-  const inits = {theory: initTheory, compressor: initCompressor};
+  const inits = {compressor: initCompressor};
   for (const k in inits) if (D[k]) {
     try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
   }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from . import cycle, flip, gates, knockout, positions, residues
+from . import cycle, flip, gates, knockout, positions, residues, theory
 from .assets_css import CSS
 from .assets_js import EARLY, JS
 from .vega import figure_html, javascript_bundle
@@ -185,19 +185,31 @@ def _r2_cell(m: dict, delta: int) -> str:
 
 
 def theory_html(d: dict) -> str:
-    fig = ""
-    if d["runs"]:
-        fig = f"""<div class="controls"><label>run <select id="theory-run"></select></label></div>
-<figure>{_svg("fig-theory", "Theorem 2 concentration trajectories")}
-<figcaption>Log-linear gates of the idealized induction model trained from a small ball: per head, the static
-(solid) and per-window (dashed) effective number of positions of its key gate, from S (uniform) down to 1
-(one position). <span id="theory-summary"></span></figcaption></figure>"""
+    figures = "".join(
+        f"""<figure>{figure_html("fig-theory" + (f"-{i}" if i else ""), theory.spec(run))}
+<figcaption>Log-linear gates of the idealized induction model trained from a small ball: per head, the static (solid)
+and per-window (dashed) effective number of positions of its key gate, from S (uniform) down to 1 (one position).
+Final loss {_fmt(run["loss"], 4)}; key positions selected {run["selected"]}; uncovered non-final positions:
+{run["uncovered"] or "none"}.</figcaption></figure>"""
+        for i, run in enumerate(d["runs"])
+    )
     tables = ""
     if d["sweeps"]:
         tables = """<p class="sub">Coverage over a sweep: the fraction of runs whose heads all concentrate, the fraction
 whose concentrated heads cover all S−1 non-final positions, mean collisions, loss and accuracy.</p>"""
+        tables += "".join(_sweep_table(sweep) for sweep in d["sweeps"])
     return f"""
-<section id="sec-theory"><h2>Theory</h2>{fig}{tables}<div id="theory-tables"></div></section>"""
+<section id="sec-theory"><h2>Theory</h2>{figures}{tables}</section>"""
+
+
+def _sweep_table(sweep: dict) -> str:
+    def cell(value) -> str:
+        return html.escape(f"{value:.4g}" if isinstance(value, float) else str(value))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in sweep["columns"])
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in sweep["rows"])
+    return f"""<p class="small">{html.escape(sweep["name"])} (seeds {json.dumps(sweep["seeds"])})</p>
+<table class="data"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"""
 
 
 def compressor_html(d: dict) -> str:
@@ -254,7 +266,7 @@ SECTIONS = [
 
 
 # sections whose figures the page's hand-written script draws from `report-data` (the others embed a Vega-Lite spec)
-DRAWN_BY_SCRIPT = ("theory", "compressor")
+DRAWN_BY_SCRIPT = ("compressor",)
 
 
 def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:

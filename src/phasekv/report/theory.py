@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import altair as alt
+
+from . import vega
 from .common import num, nums
 from .load import Inputs
 
@@ -74,20 +77,34 @@ def _theorem1_table(result) -> dict:
     }
 
 
-def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    from .common import plt, save_figure
+def spec(run: dict) -> dict:
+    """Theorem 2's gates trained from a small ball: per head, the static (solid) and per-window
+    (dashed) effective number of positions of its key gate over training, from S (uniform) down to 1."""
+    rows = [
+        {"step": step, "head": f"head {h} → key {run['selected'][h]}", "measure": measure, "value": values[h]}
+        for measure, key in (("static", "key_static"), ("per window", "key_per_window"))
+        for step, values in zip(run["steps"], run[key], strict=True)
+        for h in range(run["m"])
+    ]
+    lines = (
+        alt.Chart(vega.values(rows))
+        .mark_line(strokeWidth=2)
+        .encode(
+            x=alt.X("step:Q", title="training step"),
+            y=alt.Y("value:Q", title="effective positions", scale=alt.Scale(domain=[1, run["S"]], nice=False)),
+            color=alt.Color("head:N", title=None, scale=alt.Scale(scheme="dark2")),
+            strokeDash=alt.StrokeDash(
+                "measure:N", title=None, scale=alt.Scale(domain=["static", "per window"], range=[[1, 0], [5, 4]])
+            ),
+            tooltip=["head:N", "measure:N", "step:Q", "value:Q"],
+        )
+    )
+    title = f"Theorem 2 gates of {run['name']} (S={run['S']}, m={run['m']}): concentration over training"
+    return vega.finish(lines.properties(width=440, height=260, title=title, description=title))
 
-    if not data["runs"]:
-        return []
-    run = data["runs"][0]
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for h in range(run["m"]):
-        line = ax.plot(run["steps"], [v[h] for v in run["key_static"]], label=f"head {h} key static")[0]
-        ax.plot(run["steps"], [v[h] for v in run["key_per_window"]], ls="--", color=line.get_color())
-    ax.set_ylim(0.9, run["S"] + 0.1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("effective number of positions")
-    ax.set_title(f"Theorem 2 gates (S={run['S']}, m={run['m']}); dashed: per window", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return [save_figure(fig, out_dir / "theory.png")]
+
+def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
+    return [
+        vega.write_png(spec(run), out_dir / f"theory{'' if i == 0 else '_' + str(i)}.png")
+        for i, run in enumerate(data["runs"])
+    ]
