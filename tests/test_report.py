@@ -30,6 +30,7 @@ from phasekv.report import (
     ReportInputError,
     build_report,
     cycle,
+    designs,
     flip,
     gates,
     knockout,
@@ -52,6 +53,35 @@ TOKENIZER = build_word_tokenizer()
 V = len(TOKENIZER)
 LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=4)
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _design(name: str, role: str, mean: list, gap: list, learned: list, misses: tuple = ()) -> dict:
+    """A design row with the keys the report reads (reproduce.designs.design_rows writes more)."""
+    return {
+        "design": name,
+        "control": role == "control",
+        "baseline": role == "baseline",
+        "seeds": [0, 1],
+        "cache_bytes_per_token": 64.0 if role == "control" else 8.0,
+        "mean": mean,
+        "worst": [m - g for m, g in zip(mean, gap, strict=True)],
+        "gap": gap,
+        "period_diff": [1.0, 2.0],
+        "learned": learned,
+        "meets_target": None if role != "candidate" else not misses,
+        "misses": list(misses),
+    }
+
+
+DESIGNS = {  # a design comparison as `phasekv reproduce --profile mitigations` writes it (designs.json)
+    "schema": "phasekv.analysis.designs/1",
+    "knockout_run": None,
+    "designs": [
+        _design("full attention", "control", [90.0, 88.0], [10.0, 8.0], [True, True]),
+        _design("W8/S8", "baseline", [70.0, 60.0], [50.0, 55.0], [True, True]),
+        _design("stagger", "candidate", [75.0, 12.0], [15.0, 3.0], [True, False], ("not learned (chance)",)),
+    ],
+}
 SCREENSHOT = Path("/tmp/phasekv_report_screenshot.png")
 
 
@@ -94,6 +124,7 @@ def results(tmp_path_factory) -> Path:
     write_results(train_gates(GateTrainingConfig(**small, steps=30, n_heads=3)), out / "theory" / "theorem2.json")
     sweep = run_sweep(GateTrainingConfig(**small, steps=10), {"n_heads": [2, 3]}, [0, 1], progress=False)
     write_results(sweep, out / "theory" / "sweep.json")
+    write_results(DESIGNS, out / "designs.json")  # `phasekv reproduce --profile mitigations`' comparison
     (out / "notes.json").write_text('{"anything": "else"}')
     return out
 
@@ -131,6 +162,7 @@ def test_loader_reads_every_kind_and_ignores_other_json(results):
         "theorem2": 1,
         "sweep": 1,
         "gate_trajectory": 1,  # from the training run's gate snapshots
+        "designs": 1,
     }
     assert "notes.json" in inputs.ignored
     trajectory = inputs.of("gate_trajectory")[0].data
@@ -184,7 +216,7 @@ def test_html_is_self_contained_with_every_section(report):
     assert "link" not in parser.tags and "iframe" not in parser.tags and "img" not in parser.tags
     assert not re.search(r"<script[^>]*\bsrc=", text) and not re.search(r"@import|url\(\s*['\"]?https?:", text)
     assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", text, re.I)
-    for section in ("residues", "flip", "knockout", "gates", "cycle", "theory", "compressor"):
+    for section in ("residues", "flip", "knockout", "gates", "cycle", "theory", "designs", "compressor"):
         assert f'id="sec-{section}"' in text
     assert 'id="report-notes"' not in text  # nothing left out
     figures = _figures(text)
@@ -252,6 +284,7 @@ def test_pngs_are_written_beside_the_report_and_the_write_is_atomic(report):
     names = sorted(p.name for p in figures.glob("*.png"))
     assert names == [
         "cycle.png",
+        "designs.png",
         "flip.png",
         "gate_plane.png",
         "gate_plane_1.png",  # the training run's gate snapshots
@@ -368,6 +401,20 @@ def test_theory_spec_holds_every_head_static_and_per_window(results):
             drawn = [r for r in rows if r["measure"] == measure and r["head"].startswith(f"head {h} ")]
             assert [r["step"] for r in drawn] == trajectory["step"]
             assert [r["value"] for r in drawn] == [round(v[h], 3) for v in trajectory[key]]
+
+
+def test_designs_spec_holds_every_seed_and_seed_mean(results):
+    block = designs.section(load_results(results))
+    spec = designs.spec(block)
+    rows = _values(spec)
+    for d in DESIGNS["designs"]:
+        seeds = [r for r in rows if r["design"] == d["design"] and r["kind"] == "seed"]
+        assert [(r["mean"], r["gap"], r["learned"]) for r in seeds] == list(
+            zip(d["mean"], d["gap"], d["learned"], strict=True)
+        )
+        (mean,) = [r for r in rows if r["design"] == d["design"] and r["kind"] == "seed mean"]
+        assert (mean["mean"], mean["gap"]) == (sum(d["mean"]) / 2, sum(d["gap"]) / 2)
+    assert [(p["name"], p["bind"]) for p in spec["params"]] == [("design", "legend")]  # picked out from the legend
 
 
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):

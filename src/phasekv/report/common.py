@@ -10,7 +10,7 @@ import matplotlib
 from ..files import write_atomic
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402,F401  (re-exported for the section modules)
+import matplotlib.pyplot as plt  # noqa: E402,F401  (re-exported for reproduce.press_table's figure)
 
 
 def num(value, digits: int = 4):

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean
 
-from .common import num, nums, plt, save_figure
+import altair as alt
+
+from . import vega
+from .common import num, nums
 from .load import Inputs
 
 
@@ -33,24 +36,47 @@ def section(inputs: Inputs) -> dict | None:
     return {"file": results[-1].path.as_posix(), "rows": rows, "knockout_run": data.get("knockout_run")}
 
 
-def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, row in enumerate(data["rows"]):
-        marker = {"control": "s", "baseline": "D"}.get(row["role"], "o")
-        color = palette[i % len(palette)]
-        for mean, gap, learned in zip(row["mean"], row["gap"], row["learned"], strict=True):
-            # a seed at chance is drawn hollow: its small gap is flatness for the wrong reason
-            ax.scatter(mean, gap, marker=marker, s=36, edgecolors=color, facecolors=color if learned else "none")
-        ax.plot(fmean(row["mean"]), fmean(row["gap"]), marker="+", ms=12, color=color, ls="", label=row["design"])
-    ax.set_xlabel("mean accuracy over residues (%)")
-    ax.set_ylabel("gap: best - worst residue (points)")
-    ax.set_xlim(-3, 103)
-    ax.set_ylim(-3, 103)
-    ax.set_title(
-        "Designs at W8/S8's cache size\none point per seed (hollow: not learned), + = seed mean; lower right is better",
-        fontsize=8,
+ROLES = {"control": "square", "baseline": "diamond", "candidate": "circle"}
+
+
+def spec(data: dict) -> dict:
+    """Mean accuracy against the gap (best - worst residue) of every design, one point per seed (hollow:
+    not learned, its small gap is flatness for the wrong reason) and a cross at the seed mean; shape by
+    role. Click a design in the legend to pick it out (a legend-bound selection)."""
+    rows = []
+    for row in data["rows"]:
+        where = {"design": row["design"], "role": row["role"]}
+        for seed, mean, gap, learned in zip(row["seeds"], row["mean"], row["gap"], row["learned"], strict=True):
+            rows.append({**where, "kind": "seed", "seed": seed, "mean": mean, "gap": gap, "learned": learned})
+        means = [v for v in row["mean"] if v is not None]
+        gaps = [v for v in row["gap"] if v is not None]
+        if means and gaps:
+            rows.append({**where, "kind": "seed mean", "mean": round(fmean(means), 2), "gap": round(fmean(gaps), 2)})
+    picked = alt.selection_point(name="design", fields=["design"], bind="legend")
+    percent = alt.Scale(domain=[-3, 103], nice=False)
+    x = alt.X("mean:Q", title="mean accuracy over residues (%)", scale=percent)
+    y = alt.Y("gap:Q", title="gap: best - worst residue (points)", scale=percent)
+    order = alt.Scale(domain=[row["design"] for row in data["rows"]], scheme="tableau10")  # the table's order
+    color = alt.Color("design:N", title="design", scale=order)
+    faded = alt.condition(picked, alt.value(1.0), alt.value(0.15))
+    tooltip = ["design:N", "role:N", "seed:N", "mean:Q", "gap:Q", "learned:N"]
+    seeds = alt.Chart().transform_filter("datum.kind == 'seed'").mark_point(size=70, strokeWidth=1.5, filled=True)
+    seeds = seeds.encode(
+        x=x,
+        y=y,
+        color=color,
+        shape=alt.Shape("role:N", title="role", scale=alt.Scale(domain=list(ROLES), range=list(ROLES.values()))),
+        stroke=alt.Stroke("design:N", scale=order),  # the outline that stays when hollow (one legend with color)
+        fillOpacity=alt.condition("datum.learned", alt.value(1.0), alt.value(0.0)),
+        opacity=faded,
+        tooltip=tooltip,
     )
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    return [save_figure(fig, out_dir / "designs.png")]
+    means = alt.Chart().transform_filter("datum.kind == 'seed mean'").mark_point(shape="cross", size=160, filled=True)
+    means = means.encode(x=x, y=y, color=color, opacity=faded, tooltip=["design:N", "kind:N", "mean:Q", "gap:Q"])
+    chart = alt.layer(seeds.add_params(picked), means, data=vega.values(rows)).properties(width=420, height=340)
+    title = "Designs at W8/S8's cache size: one point per seed (hollow: not learned), cross: seed mean"
+    return vega.finish(chart.properties(title=title, description=title + "; lower right is better"))
+
+
+def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
+    return [vega.write_png(spec(data), out_dir / "designs.png")]

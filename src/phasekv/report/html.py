@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from . import cycle, flip, gates, knockout, positions, residues, theory
+from . import cycle, designs, flip, gates, knockout, positions, residues, theory
 from .assets_css import CSS
 from .assets_js import EARLY, JS
 from .vega import figure_html, javascript_bundle
@@ -246,6 +246,11 @@ def designs_html(d: dict) -> str:
     knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
     return f"""
 <section id="sec-designs"><h2>Designs against the weak spots</h2>
+<figure>{figure_html("fig-designs", designs.spec(d))}
+<figcaption>Each design's mean accuracy over residues against its gap (best − worst residue), one point per seed
+(hollow: not learned, so a small gap is flatness for the wrong reason), a cross at the seed mean; the shape marks
+the control, the baseline and the candidates. Lower right is better; click a design in the legend to pick it out.
+</figcaption></figure>
 <table class="data" id="designs-table"><thead><tr><th>design</th><th>seeds</th><th>cache B/token</th><th>mean</th>
 <th>worst</th><th>gap</th><th>period diff.</th><th>target</th></tr></thead><tbody>{body}</tbody></table>
 <p class="sub">One value per seed, accuracies in percent, gap = best - worst residue in points. Target: every seed
