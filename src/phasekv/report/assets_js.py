@@ -158,8 +158,6 @@ async function selfTest() {
   const checks = [];
   const ok = (name, pass, info) => checks.push({name, pass: !!pass, info: info === undefined ? '' : String(info)});
   document.querySelectorAll('[data-figure]').forEach(fig => {
-    if (fig.closest('[hidden]')) return;  // a figure without data for the current selection is hidden, not empty
-    if (fig.dataset.empty) { ok('figure ' + fig.id + ' says why it is empty', fig.querySelector('text'), fig.dataset.empty); return; }
     const svg = fig.dataset.vega ? fig.querySelector('svg') : fig;  // a Vega view draws into an <svg> inside its container
     const n = svg ? svg.querySelectorAll(fig.dataset.vega ? '.role-mark > *' : 'path,rect,circle,line,text').length : 0;
     const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};

@@ -1,5 +1,6 @@
 # ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
-"""The HTML page: one section per figure (present only with data), notes for missing ones."""
+"""The HTML page: one section per figure (present only with data), notes for missing ones. Figures
+are embedded Vega-Lite specs (`vega.figure_html`); tables and captions are written here."""
 
 from __future__ import annotations
 

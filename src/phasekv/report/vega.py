@@ -16,7 +16,7 @@ from ..files import write_atomic
 
 # the Vega-Lite version altair writes specs for, e.g. "6.4": the PNG renderer and the page's bundle use it too
 VEGALITE_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-PNG_SCALE = 2
+PNG_SCALE = 2  # PNG pixels per spec pixel: sharp on high-DPI screens and in print
 SELECTED = "#c0392b"  # the page's colour for the selected / observed series
 FONT = "system-ui, -apple-system, Segoe UI, sans-serif"
 
