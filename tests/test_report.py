@@ -547,6 +547,7 @@ def test_report_in_headless_chromium(report, tmp_path):
         assert f"figure {fig_id} has a text alternative" in names, fig_id
     for required in (
         "clicking a model row shows its panel alone",
+        "the arrow keys walk the model rows",
         "the position figure follows the selected model",
         "the fold toggle changes the x axis",
         "the fold toggle restores the x axis",

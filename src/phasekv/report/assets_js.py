@@ -74,10 +74,16 @@ function setParam(section, name, value) {
 function linkParams(section) {
   const names = new Set(Array.from(section.querySelectorAll('[data-vega]')).flatMap(div => div.dataset.link.split(' ').filter(Boolean)));
   names.forEach(name => linkedViews(section, name).forEach(v => v.addSignalListener(name, (_, value) => setParam(section, name, value))));
-  section.querySelectorAll('[data-param]').forEach(row => {
+  const choices = Array.from(section.querySelectorAll('[data-param]'));
+  choices.forEach((row, i) => {
     const pick = () => setParam(section, row.dataset.param, JSON.parse(row.dataset.value));
     row.addEventListener('click', pick);
-    row.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(); } });
+    row.addEventListener('keydown', e => {
+      if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(); }
+      // ↑/↓ walk a table's rows (the residue table), choosing each
+      const next = row.tagName === 'TR' ? choices[i + ({ArrowDown: 1, ArrowUp: -1}[e.key] || 0)] : null;
+      if (next && next !== row && next.tagName === 'TR') { e.preventDefault(); next.focus(); next.click(); }
+    });
   });
 }
 function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
@@ -177,6 +183,12 @@ async function selfTest() {
        all + ' panels -> ' + panels() + ' (' + residues.signal('model') + ')');
     const positions = VIEWS['fig-positions'];
     if (positions) ok('the position figure follows the selected model', positions.signal('model') === residues.signal('model'), positions.signal('model'));
+    const at = rows.indexOf(target), below = rows[at + 1], key = below ? 'ArrowDown' : 'ArrowUp', neighbour = below || rows[at - 1];
+    if (neighbour) {  // ↓ (or ↑) from the chosen row chooses the next one
+      target.dispatchEvent(new KeyboardEvent('keydown', {key, bubbles: true})); await settle();
+      ok('the arrow keys walk the model rows', residues.signal('model') === JSON.parse(neighbour.dataset.value) && document.activeElement === neighbour, key + ': ' + residues.signal('model'));
+      target.click(); await settle();
+    }
     const fold = fig.querySelector('.vega-bindings input[type="checkbox"]');
     if (target.dataset.foldable && fold) {
       const axis0 = xAxis();
