@@ -41,8 +41,8 @@ matching trend here.{_positions_note(d)}</figcaption></figure>"""
 <figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}), one panel per
 compressed model (red) with full attention dashed in gray behind it. Dashed vertical rules mark the period boundaries
 every S positions, triangles under the axis mark the boundary phase S−1. Choose a model (or click its row in the
-table, or focus a row and use ↑/↓) to see its panel alone, beside its accuracy by position; “fold periods” overlays the periods (first solid,
-later dashed).</figcaption></figure>
+table, or focus a row and use ↑/↓) to see its panel alone, beside its accuracy by position; “fold periods”
+overlays the periods (first solid, later dashed).</figcaption></figure>
 {position_figure}
 <table class="data select" id="residue-table" aria-label="Models: click one to plot it alone">
 <thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th><th>gap [95% CI]</th><th>p (uniform)</th><th>phase verdict</th></tr></thead>
