@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import altair as alt
+
 from ..files import write_atomic
-from ..report.common import plt, save_figure
+from ..report import vega
 from ..results import ProbeResult
 from ..scoring.press_spec import PoolSpec, parse_press
 
@@ -92,20 +94,38 @@ def markdown_press_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot_press_residues(rows: list[dict], path: str | Path) -> Path:
-    """Accuracy by residue, one line per method (one panel per probe), 95% intervals shaded."""
-    probes = sorted({r["probe"] for r in rows})
-    fig, axes = plt.subplots(1, len(probes), figsize=(7 * len(probes), 4.2), squeeze=False)
-    for ax, probe in zip(axes[0], probes, strict=True):
-        for r in (r for r in rows if r["probe"] == probe):
-            residues = range(len(r["accuracy"]))
-            line = ax.plot(residues, [100 * a for a in r["accuracy"]], marker="o", ms=3, label=r["label"])[0]
-            low, high = [100 * a for a in r["ci_low"]], [100 * a for a in r["ci_high"]]
-            ax.fill_between(residues, low, high, color=line.get_color(), alpha=0.12)
-        ax.set(title=f"{probe}: accuracy by target position mod M", xlabel="residue r", ylabel="accuracy (%)")
-        ax.set_ylim(-2, 102)
-        ax.legend(fontsize=7, loc="lower left")
-    return save_figure(fig, Path(path), dpi=120, bbox_inches="tight")
+def press_residues_spec(rows: list[dict]) -> dict:
+    """Accuracy by residue, one line per method with its 95% band, one panel per probe (a Vega-Lite spec)."""
+    points = [
+        {
+            "method": r["label"],
+            "probe": r["probe"],
+            "residue": residue,
+            "accuracy": 100 * accuracy,
+            "low": 100 * low,
+            "high": 100 * high,
+        }
+        for r in rows
+        for residue, (accuracy, low, high) in enumerate(zip(r["accuracy"], r["ci_low"], r["ci_high"], strict=True))
+    ]
+    methods = list(dict.fromkeys(r["label"] for r in rows))
+    color = alt.Color("method:N", title=None, sort=methods, legend=alt.Legend(orient="right"))
+    last = max(len(r["accuracy"]) for r in rows) - 1
+    x = alt.X("residue:Q", title="target position mod M", scale=alt.Scale(domain=[0, last], nice=False))
+    x = x.axis(tickMinStep=1, format="d")
+    y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(domain=[0, 100]))
+    base = alt.Chart().encode(x=x, color=color)
+    band = base.mark_area(opacity=0.12).encode(y="low:Q", y2="high:Q", color=color.legend(None))
+    line = base.mark_line(point=alt.OverlayMarkDef(size=18)).encode(
+        y=y, tooltip=["method:N", "residue:Q", "accuracy:Q"]
+    )
+    chart = alt.layer(band, line, data=vega.values(points)).resolve_legend(color="independent")
+    chart = chart.properties(width=420, height=260)
+    chart = chart.facet(column=alt.Column("probe:N", title=None)).properties(
+        title="Accuracy by residue per method, 95% bands",
+        description="accuracy by target position mod M for every compression method, one panel per probe",
+    )
+    return vega.finish(chart)
 
 
 def write_press_table(profile, results: dict[str, dict[str, dict]], out: Path) -> list[dict]:
@@ -120,5 +140,5 @@ def write_press_table(profile, results: dict[str, dict[str, dict]], out: Path) -
     write_atomic(out / "table.md", lambda tmp: Path(tmp).write_text(f"# {profile.description}\n\n{table}\n"))
     payload = {"profile": profile.name, "description": profile.description, "rows": rows}
     write_atomic(out / "presses.json", lambda tmp: Path(tmp).write_text(json.dumps(payload, indent=2) + "\n"))
-    plot_press_residues(rows, out / "residues.png")
+    vega.write_png(press_residues_spec(rows), out / "residues.png")
     return rows
