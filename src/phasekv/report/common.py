@@ -5,13 +5,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
-
-from ..files import write_atomic
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402,F401  (re-exported for reproduce.press_table's figure)
-
 
 def num(value, digits: int = 4):
     """A JSON-safe rounded float (None for None, NaN and infinities)."""
@@ -25,14 +18,6 @@ def num(value, digits: int = 4):
 
 def nums(values, digits: int = 4, scale: float = 1.0) -> list:
     return [None if v is None else num(float(v) * scale, digits) for v in values]
-
-
-def save_figure(fig, path: Path, dpi: int = 130, **savefig_options) -> Path:
-    """Write `fig` as PNG to `path` atomically (parents created) and close it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, **savefig_options))
-    plt.close(fig)
-    return path
 
 
 def model_name(data: dict, fallback: str) -> str:

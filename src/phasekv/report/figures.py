@@ -1,12 +1,13 @@
-"""Figures of the analyses drawn from their result dicts as PNG, for `phasekv knockout|gates|cycle --plot`
-and the reproduction: the report's own Vega-Lite specs (knockout map, gate plane with phase shares or
-training trajectories, gate cycling), so the command line and the report draw the same figures."""
+"""Figures of the analyses drawn from their result dicts as PNG, for `phasekv knockout|gates|cycle --plot`,
+`phasekv theory theorem2 --out` and the reproduction: the report's own Vega-Lite specs (knockout map, gate
+plane with phase shares or training trajectories, gate cycling, Theorem 2's gates), so the command line and
+the report draw the same figures."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import cycle, gates, knockout, vega
+from . import cycle, gates, knockout, theory, vega
 from .common import model_name
 
 
@@ -33,3 +34,8 @@ def plot_gate_trajectory(trajectory: dict, path: str | Path) -> Path:
 def plot_cycle(result: dict, path: str | Path) -> Path:
     """The report's gate cycling figure (`cycle.spec`) of one cycling result, as PNG."""
     return vega.write_png(cycle.spec(cycle.model_block(result, model_name(result, Path(path).stem))), path)
+
+
+def plot_theorem2(result: dict, path: str | Path) -> Path:
+    """The report's Theorem 2 figure (`theory.spec`) of one `train_gates` result, as PNG."""
+    return vega.write_png(theory.spec(theory.run_block(result, Path(path).stem)), path)

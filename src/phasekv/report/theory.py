@@ -21,25 +21,26 @@ TABLE = [
 ]
 
 
+def run_block(result: dict, name: str, file: str = "") -> dict:
+    """The figure's data of one Theorem 2 run (`theory.theorem2.train_gates`' result)."""
+    trajectory, final = result["trajectory"], result["final"]
+    return {
+        "name": name,
+        "file": file,
+        "S": result["params"]["chunk_size"],
+        "m": result["params"]["n_heads"],
+        "steps": trajectory["step"],
+        "key_static": [nums(v, 3) for v in trajectory["key_static"]],
+        "key_per_window": [nums(v, 3) for v in trajectory["key_per_window"]],
+        "value_static": [nums(v, 3) for v in trajectory.get("value_static", [])],
+        "selected": final["selected_positions"],
+        "uncovered": final.get("uncovered_positions", []),
+        "loss": num(final.get("loss"), 4),
+    }
+
+
 def section(inputs: Inputs) -> dict | None:
-    runs = []
-    for r in inputs.of("theorem2"):
-        d, tr = r.data, r.data["trajectory"]
-        runs.append(
-            {
-                "name": r.name,
-                "file": r.path.as_posix(),
-                "S": d["params"]["chunk_size"],
-                "m": d["params"]["n_heads"],
-                "steps": tr["step"],
-                "key_static": [nums(v, 3) for v in tr["key_static"]],
-                "key_per_window": [nums(v, 3) for v in tr["key_per_window"]],
-                "value_static": [nums(v, 3) for v in tr.get("value_static", [])],
-                "selected": d["final"]["selected_positions"],
-                "uncovered": d["final"].get("uncovered_positions", []),
-                "loss": num(d["final"].get("loss"), 4),
-            }
-        )
+    runs = [run_block(r.data, r.name, r.path.as_posix()) for r in inputs.of("theorem2")]
     sweeps = []
     for r in inputs.of("sweep"):
         grid = list(r.data["grid"])

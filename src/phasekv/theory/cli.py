@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli_options import OptionGroup, expand_groups
-from phasekv.theory.plots import plot_concentration_trajectories
+from phasekv.report.figures import plot_theorem2
 from phasekv.theory.sweep import TABLE_KEYS, run_sweep
 from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
 from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
@@ -148,7 +148,7 @@ def theorem2(
     )
     if out:
         write_json_atomic(result, out)
-        plot_concentration_trajectories(result, out.with_suffix(".png"))
+        plot_theorem2(result, out.with_suffix(".png"))
 
 
 @app.command()
