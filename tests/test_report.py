@@ -177,6 +177,16 @@ def test_malformed_json_is_a_clear_error_naming_the_file(results, tmp_path):
         load_results(subset)
 
 
+def test_every_result_kind_is_typed_and_keeps_its_whole_content(results):
+    """Each result the report reads is validated as its kind's typed format, which writes back the same JSON."""
+    inputs = load_results(results)
+    kinds = {kind for kind, found in inputs.results.items() if found}
+    assert {"residues", "flip", "knockout", "gates", "gate_trajectory", "cycle", "designs", "theorem2", "sweep"} <= kinds
+    for found in inputs.results.values():
+        for result in found:
+            assert result.typed.to_dict() == json.loads(json.dumps(result.data)), result.path
+
+
 def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path):
     subset = _copy(results, tmp_path, "results")
     path = subset / "results" / "w8s8-1kv.json"
@@ -189,7 +199,7 @@ def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path)
     data = json.loads(knock.read_text())
     del data["targets"][1]["change_by_phase"]
     knock.write_text(json.dumps(data))
-    with pytest.raises(ReportInputError, match=re.escape(str(knock)) + r".*targets\[1\] lacks 'change_by_phase'"):
+    with pytest.raises(ReportInputError, match=re.escape(str(knock)) + r".*targets.1.change_by_phase: Field required"):
         load_results(knock.parent)
 
 
@@ -263,8 +273,8 @@ def test_residue_spec_holds_every_model_with_its_bands_boundaries_and_params(res
     assert model["bind"]["options"] == ["all", "w8s4-1kv", "w8s8-1kv"]  # a panel per compressed model
     rows = _values(spec)
     for result in inputs.of("residues"):
-        summary = result.probe.summary
-        compressed = result.probe.compressed
+        summary = result.typed.summary
+        compressed = result.typed.compressed
         for panel in ("w8s4-1kv", "w8s8-1kv") if not compressed else (result.name,):
             drawn = sorted(
                 (r for r in rows if r["kind"] == "series" and r["panel"] == panel and r["model"] == result.name),

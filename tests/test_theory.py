@@ -6,6 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from phasekv.results.analyses import Theorem1Result, Theorem2Result
 from phasekv.theory.cli import app
 from phasekv.theory.geometry import equiangular_deviation, near_equiangular_embeddings
 from phasekv.theory.model import equiangular_loss, induction_loss
@@ -181,6 +182,8 @@ def test_cli_commands_write_results(tmp_path):
     )
     assert done.exit_code == 0, done.output
     assert json.loads((tmp_path / "t1.json").read_text())["params"]["n_starts"] == 2
+    assert Theorem1Result.load(tmp_path / "t1.json").summary.n_starts == 2  # the report's typed formats read both
+    assert Theorem2Result.load(out).params.chunk_size == 3
 
     done = runner.invoke(
         app,

@@ -17,50 +17,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..results import ProbeResult, ResultFileError, snapshot_rows
+from ..results import RESULT_TYPES, ResultFileError, TypedResult, snapshot_rows
 
 SKIP_DIRS = {"checkpoints", "tokenizer", "configs", ".git", "__pycache__"}
 SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
 MAX_BYTES = 200 * 2**20
-
-# kind -> keys a result of that kind must have (dotted paths reach into nested dicts)
-# (lookup and needle results, kind "residues", are checked by their typed format, `phasekv.results.ProbeResult`)
-REQUIRED = {
-    "flip": ["candidates", "families", "period.value", "pattern.pooled"],
-    "knockout": ["mode", "modulus", "stride.value", "clean.accuracy_by_phase", "clean.accuracy_by_residue", "targets"],
-    "gates": ["rows"],
-    "gate_trajectory": ["steps"],
-    "cycle": ["stride", "deltas", "boundary_phase", "base.accuracy_by_phase", "base.band", "cycles", "grid.r2"],
-    "theorem2": [
-        "params.chunk_size",
-        "params.n_heads",
-        "trajectory.step",
-        "trajectory.key_static",
-        "trajectory.key_per_window",
-        "final.selected_positions",
-    ],
-    "theorem1": ["params.chunk_size", "params.n_heads", "summary.n_starts", "summary.best_loss"],
-    "sweep": ["grid", "table"],
-    "designs": ["designs"],
-}
-ROW_KEYS = {
-    "knockout": (
-        "targets",
-        [
-            "layer",
-            "kv_head",
-            "relative_change_by_phase",
-            "relative_change_by_residue",
-            "change_by_phase",
-            "change_by_residue",
-        ],
-    ),
-    "gates": (
-        "rows",
-        ["layer", "kv_head", "branch", "window", "stride", "static_offsets", "per_window_offsets", "phase_share"],
-    ),
-    "cycle": ("cycles", ["delta", "accuracy_by_phase", "band", "observed_change", "predicted_change", "r2"]),
-}
 
 
 class ReportInputError(ResultFileError):
@@ -75,7 +36,7 @@ class Result:
     path: Path
     data: dict
     name: str = ""
-    probe: ProbeResult | None = None  # the typed result, for kind "residues"
+    typed: TypedResult | None = None  # `data` validated as its kind's `phasekv.results.RESULT_TYPES` class
 
 
 @dataclass
@@ -104,7 +65,7 @@ def classify(data: object) -> str | None:
         return None
     if isinstance(schema, str) and schema.startswith("phasekv.analysis."):
         kind = schema.removeprefix("phasekv.analysis.").split("/")[0]
-        return kind if kind in REQUIRED else None
+        return kind if kind in RESULT_TYPES else None
     if {"params", "trajectory", "final"} <= data.keys():
         return "theorem2"
     if {"params", "starts", "summary"} <= data.keys():
@@ -114,42 +75,12 @@ def classify(data: object) -> str | None:
     return None
 
 
-def _get(data: dict, dotted: str):
-    node = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise KeyError(dotted)
-        node = node[part]
-    return node
-
-
-def validate(kind: str, data: dict, where: str) -> ProbeResult | None:
-    """Raise ReportInputError naming `where` when `data` lacks a key the `kind` figures need; returns the
-    typed result of a residue probe."""
-    if kind == "residues":
-        try:
-            return ProbeResult.from_dict(data, where)
-        except ResultFileError as err:
-            raise ReportInputError(str(err)) from None
-    for key in REQUIRED[kind]:
-        try:
-            _get(data, key)
-        except KeyError:
-            raise ReportInputError(f"{where}: a {kind} result needs the key {key!r}, which is missing") from None
-    if kind in ROW_KEYS:
-        list_key, keys = ROW_KEYS[kind]
-        rows = data[list_key]
-        if not isinstance(rows, list):
-            raise ReportInputError(f"{where}: {list_key!r} must be a list")
-        for i, row in enumerate(rows):
-            missing = [k for k in keys if not isinstance(row, dict) or k not in row]
-            if missing:
-                raise ReportInputError(f"{where}: {list_key}[{i}] lacks {', '.join(repr(k) for k in missing)}")
-    if kind == "gate_trajectory":
-        for i, step in enumerate(data["steps"]):
-            if not isinstance(step, dict) or "step" not in step or "rows" not in step:
-                raise ReportInputError(f"{where}: steps[{i}] needs 'step' and 'rows'")
-    return None
+def validate(kind: str, data: dict, where: str) -> TypedResult:
+    """`data` as its kind's typed result; raises ReportInputError naming `where` and the bad field."""
+    try:
+        return RESULT_TYPES[kind].from_dict(data, where)
+    except ResultFileError as err:
+        raise ReportInputError(str(err)) from None
 
 
 def read_json(path: Path, where: str) -> object:
@@ -218,7 +149,8 @@ def snapshot_trajectories(root: Path) -> list[Result]:
             "source": "snapshots",
             "steps": steps,
         }
-        found.append(Result("gate_trajectory", _rel(run_dir, root), data, run_dir.name))
+        typed = validate("gate_trajectory", data, f"gate snapshots under {run_dir}")
+        found.append(Result("gate_trajectory", _rel(run_dir, root), data, run_dir.name, typed))
     return found
 
 
@@ -239,8 +171,8 @@ def load_results(root: str | Path) -> Inputs:
         if kind is None:
             inputs.ignored.append(str(rel))
             continue
-        probe = validate(kind, data, where)
-        inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(kind, data, rel), probe))
+        typed = validate(kind, data, where)
+        inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(kind, data, rel), typed))
     covered = {str(Path(r.data.get("run_dir", "")).resolve()) for r in inputs.of("gate_trajectory")}
     for traj in snapshot_trajectories(root):
         if str(Path(traj.data["run_dir"]).resolve()) not in covered:

@@ -26,7 +26,7 @@ def section(inputs: Inputs) -> dict | None:
         return None
     series = []
     for r in results:
-        d, p = r.data, r.probe
+        d, p = r.data, r.typed
         s = p.summary
         compressed = p.compressed
         stride = p.stride.value if compressed else None

@@ -14,36 +14,26 @@ files of earlier runs load as they are.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from ..files import write_text_atomic
 from ..stats.summary import ResidueSummary
-from .text import results_json
+from .base import Typed, TypedResult
 
 PROBE_SCHEMA = "phasekv.eval/1"
 SCHEMA_VERSIONS = (1,)
 
 
-class ResultFileError(ValueError):
-    """A result file that cannot be used; the message names the file and the field."""
-
-
-class StrideChoice(BaseModel):
+class StrideChoice(Typed):
     """The stride S of the period check and where it came from (model config, press, option, default)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
     value: int | None
     source: str
 
 
-class ProbeResult(BaseModel):
+class ProbeResult(TypedResult):
     """A lookup or needle result (see `phasekv.evaluate.record` for the envelope's fields)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
     schema_id: str = Field(alias="schema", pattern=r"^phasekv\.eval/\d+$")
     probe: Literal["lookup", "needle"]
@@ -95,44 +85,6 @@ class ProbeResult(BaseModel):
         if "mean" not in intervals or not self.n_records:
             return None
         return intervals["mean"][0] > 2.0 / self.n_records
-
-    def extra(self, name: str, default: Any = None) -> Any:
-        """A field this class does not type (e.g. "prompt_records", "position_stats", "training")."""
-        return (self.model_extra or {}).get(name, default)
-
-    def to_dict(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
-
-    def to_json(self) -> str:
-        return results_json(self.to_dict())
-
-    def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        write_text_atomic(path, self.to_json())
-        return path
-
-    @classmethod
-    def from_dict(cls, data: object, where: str = "result") -> ProbeResult:
-        """Validate `data`; raises ResultFileError naming `where` and the first bad fields."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'result'}: {e['msg']}" for e in err.errors()[:3]
-            )
-            more = f" (and {err.error_count() - 3} more)" if err.error_count() > 3 else ""
-            raise ResultFileError(f"{where}: not a usable probe result: {problems}{more}") from None
-
-    @classmethod
-    def load(cls, path: str | Path) -> ProbeResult:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ResultFileError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-        except OSError as err:
-            raise ResultFileError(f"{path}: cannot be read ({err.strerror})") from None
-        return cls.from_dict(data, str(path))
 
 
 def learned(result: dict | ProbeResult) -> bool:
