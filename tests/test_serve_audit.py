@@ -37,7 +37,13 @@ LOOKUP_ARGS = ["--records", "12", "--demos", "3", "--modulus", "6", "--mappings"
 LOOKUP = LookupOptions(n_records=12, n_demos=3, modulus=6, n_mappings=3, seed=3)
 FAST_ARGS = ["--retries", "3", "--timeout", "10"]  # options main had too: the reproductions fail there for their cause
 RESULT_FIELDS = ("n_prompts", "summary", "position_stats", "controls", "cell_accuracy")
-PYTHON_CLI = [sys.executable, "-c", "from phasekv.cli import main; main()"]
+# Python's Ctrl-C handler set explicitly: a shell that runs the tests in the background starts them with SIGINT
+# ignored, which every child inherits (Python then installs no handler and the Ctrl-C tests would see no interrupt).
+PYTHON_CLI = [
+    sys.executable,
+    "-c",
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from phasekv.cli import main; main()",
+]
 
 
 @pytest.fixture(scope="module")
