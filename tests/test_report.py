@@ -181,7 +181,8 @@ def test_every_result_kind_is_typed_and_keeps_its_whole_content(results):
     """Each result the report reads is validated as its kind's typed format, which writes back the same JSON."""
     inputs = load_results(results)
     kinds = {kind for kind, found in inputs.results.items() if found}
-    assert {"residues", "flip", "knockout", "gates", "gate_trajectory", "cycle", "designs", "theorem2", "sweep"} <= kinds
+    expected = {"residues", "flip", "knockout", "gates", "gate_trajectory", "cycle", "designs", "theorem2", "sweep"}
+    assert expected <= kinds
     for found in inputs.results.values():
         for result in found:
             assert result.typed.to_dict() == json.loads(json.dumps(result.data)), result.path

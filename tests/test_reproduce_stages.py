@@ -45,6 +45,7 @@ def _mini_profile():
         runs=(
             RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=4),
             RunSpec("w8s8-1kv-s42", "w8s8-1kv", "W8/S8 · 1 KV · seed 42", steps=4),
+            RunSpec("w8s8-1kv-uniform", "w8s8-1kv-uniform", "W8/S8 · 1 KV · uniform", steps=4),  # no gates
         ),
         optim=replace(quick.optim, warmup_steps=1),
         lookup=replace(quick.lookup, n_mappings=2, modulus=16, n_records=8, n_demos=2),
@@ -62,6 +63,7 @@ def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path)
     for name in ("knockout-full-1kv", "knockout-w8s8-1kv-s42", "gates-w8s8-1kv-s42", "cycle-w8s8-1kv-s42"):
         assert (analysis / f"{name}.json").is_file(), name
     assert not (analysis / "gates-full-1kv.json").exists()  # full attention has no gates
+    assert not (analysis / "gates-w8s8-1kv-uniform.json").exists()  # nor has uniform averaging
     trajectory = json.loads((analysis / "gate_trajectory-w8s8-1kv-s42.json").read_text())
     assert [s["step"] for s in trajectory["steps"]] == [1, 2, 3, 4]  # every saved checkpoint
     flip = json.loads((analysis / "flip-w8s8-1kv-s42.json").read_text())
@@ -72,7 +74,7 @@ def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path)
         assert f'id="sec-{section}"' in html, section
     assert "left out" not in html and "Theorem 1: free query-independent rules" in html
     seconds = summary["training_seconds"]
-    assert set(seconds) == {"full-1kv", "w8s8-1kv-s42"} and all(s > 0 for s in seconds.values())
+    assert set(seconds) == {"full-1kv", "w8s8-1kv-s42", "w8s8-1kv-uniform"} and all(s > 0 for s in seconds.values())
 
     stamps = {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")}
     again = reproduce(_mini_profile(), tmp_path, progress=False)

@@ -100,13 +100,15 @@ class Stages:
         """Gate concentration (static vs per window) of every compressed run at its end, and its
         trajectory recomputed at every saved checkpoint on the same lookup prompts."""
         from ..analysis.gates_run import run_gate_trajectory, run_gates
+        from ..model.io import read_config
 
         lookup = self._lookup(self.sizes.gate_mappings)
         settings = {"lookup": asdict(lookup), "batch_size": 16}
         paths = []
         for run in self.profile.runs:
-            if run.is_control:
-                continue  # full attention has no gates
+            compression = read_config(self.checkpoints[run.name])[0].compression
+            if compression is None or compression.gate == "uniform":
+                continue  # full attention and uniform averaging have no learned gates to measure
             final = self.dir / f"gates-{run.name}.json"
             cached_result(
                 final,
