@@ -88,15 +88,10 @@ class ProbeResult(TypedResult):
 
 
 def learned(result: dict | ProbeResult) -> bool:
-    """Whether a lookup result shows a model that learned retrieval at all: the lower end of the mean
-    accuracy's 95% interval exceeds twice the name-guessing level 2 / records. A model that has not
-    learned the task says nothing about phase by being flat. `result`: a lookup result (a gates result's
-    "lookup_options" count as its options)."""
-    if isinstance(result, ProbeResult):
-        verdict = result.learned()
-        if verdict is None:
-            raise ValueError("learned() needs a result with a bootstrap interval of the mean")
-        return verdict
-    options = result.get("lookup_options") or result["options"]
-    low = result["summary"]["stat_intervals"]["mean"][0]
-    return low > 2.0 / options["n_records"]
+    """Whether a lookup result shows a model that learned retrieval at all (`ProbeResult.learned`): a model
+    that has not learned the task says nothing about phase by being flat. `result`: a result dict or typed."""
+    typed = result if isinstance(result, ProbeResult) else ProbeResult.from_dict(result)
+    verdict = typed.learned()
+    if verdict is None:
+        raise ValueError("learned() needs a result with a bootstrap interval of the mean")
+    return verdict
