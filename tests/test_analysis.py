@@ -2,14 +2,14 @@ import pytest
 import torch
 
 from conftest import randomize
-from phasekv.analysis.cycling import cycle_gates
-from phasekv.analysis.gates import gate_metrics, head_metrics
-from phasekv.analysis.knockout import (
+from phasekv.model import PhaseKVModel, preset_config
+from phasekv.studies.cycle.cycling import cycle_gates
+from phasekv.studies.gates.metrics import gate_metrics, head_metrics
+from phasekv.studies.knockout.ablation import (
     final_position_means,
     knockout_logits,
     knockout_logits_reference,
 )
-from phasekv.model import PhaseKVModel, preset_config
 
 
 def _model(name, seed=0):

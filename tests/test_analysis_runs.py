@@ -11,18 +11,20 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import needs_dsv4, randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
-from phasekv.analysis import knockout_run
-from phasekv.analysis.cli import cycle_command, gates_command, knockout_command
-from phasekv.analysis.cycle_run import cycle_statistics, fold_cells, parse_deltas, run_cycle
-from phasekv.analysis.gates_run import run_gate_trajectory, run_gates
-from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
 from phasekv.analysis.hf_layers import final_attention_means, layer_knockout_logits
-from phasekv.analysis.knockout import final_position_means, knockout_logits_reference
-from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.model import PhaseKVModel, preset_config
-from phasekv.report.figures import plot_cycle, plot_gates, plot_knockout
 from phasekv.scoring import PhaseKVScorer
+from phasekv.studies.cli import cycle_command, gates_command, knockout_command
+from phasekv.studies.cycle.figure import plot_cycle
+from phasekv.studies.cycle.run import cycle_statistics, fold_cells, parse_deltas, run_cycle
+from phasekv.studies.gates.figure import plot_gates
+from phasekv.studies.gates.hf_gates import collect_hf_gates, hf_gate_metrics
+from phasekv.studies.gates.run import run_gate_trajectory, run_gates
+from phasekv.studies.knockout import run as knockout_run
+from phasekv.studies.knockout.ablation import final_position_means, knockout_logits_reference
+from phasekv.studies.knockout.figure import plot_knockout
+from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
 from phasekv.train.gates import gate_snapshot, write_snapshot

@@ -216,8 +216,8 @@ def test_indexer_learns_from_its_kl_loss_only():
 
 
 def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
-    from phasekv.analysis.topk import target_picked, topk_hits_by_phase
     from phasekv.hooks import hooks
+    from phasekv.studies.gates.topk import target_picked, topk_hits_by_phase
     from phasekv.tasks.prompts import Prompt
 
     torch.manual_seed(10)
@@ -242,7 +242,7 @@ def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
 
 
 def test_gate_plot_takes_layers_of_different_strides(tmp_path):
-    from phasekv.report.figures import plot_gates
+    from phasekv.studies.gates.figure import plot_gates
 
     rows = [
         {"layer": i, "kv_head": 0, "branch": "key", "window": w, "static_offsets": 2.0, "per_window_offsets": 1.5,

@@ -11,19 +11,17 @@ from typer.testing import CliRunner
 
 from phasekv.evaluate import (
     SCHEMA,
-    FlipOptions,
     best_pattern,
-    format_flip,
     pattern_test,
     resolve_period,
     resolve_stride,
-    run_flip,
     run_lookup,
     run_needle,
     write_results,
 )
 from phasekv.evaluate.cli import eval_app
 from phasekv.scoring import load_scorer
+from phasekv.studies.flip.run import FlipOptions, format_flip, run_flip
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer

@@ -19,8 +19,15 @@ def test_import_contracts_are_kept(monkeypatch, capsys):
     assert code == 0, capsys.readouterr().out
 
 
-def test_report_results_stats_and_tasks_import_without_torch():
-    modules = "phasekv.report, phasekv.report.cli, phasekv.results, phasekv.stats, phasekv.tasks.lookup"
+def test_report_studies_results_stats_and_tasks_import_without_torch():
+    modules = "phasekv.report, phasekv.report.cli, phasekv.results, phasekv.studies.registry, phasekv.stats"
+    modules += ", phasekv.tasks.lookup"
     script = f"import sys, {modules}; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"{modules} pulled in {out.strip()}"
+
+
+@pytest.mark.parametrize("study", ["probe", "flip", "knockout", "gates", "cycle", "theory", "designs"])
+def test_each_study_figure_imports_first(study):
+    """A figure module imported before anything else (the registry imports every figure; no cycle breaks)."""
+    subprocess.run([sys.executable, "-c", f"import phasekv.studies.{study}.figure"], check=True, capture_output=True)

@@ -10,17 +10,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from phasekv.evaluate import FlipOptions, run_flip, run_lookup, run_needle
+from phasekv.evaluate import run_lookup, run_needle
 from phasekv.evaluate import scored as scored_module
 from phasekv.evaluate.cli import eval_app
-from phasekv.evaluate.flip import flip_prompts, plan_flip
 from phasekv.evaluate.plan import ScoringProgress
 from phasekv.evaluate.record import dump_prompts, prompt_prefix, results_json
 from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
-from phasekv.report.positions import position_bins
 from phasekv.scoring import load_scorer, score_answers
 from phasekv.serve import EndpointScorer
 from phasekv.stats import wilson_interval
+from phasekv.studies.flip.run import FlipOptions, flip_prompts, plan_flip, run_flip
+from phasekv.studies.probe.positions import position_bins
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 from test_serve import FAST, counting_handler, serving

@@ -1,7 +1,8 @@
 """The HTML report: loading and checking result files, sections left out with a note, a
 self-contained page, PNG figures, the CLI command, and the page itself in headless Chromium
 (its built-in self-test: every figure draws marks, a model row narrows the residue figure to its panel
-and the position figure follows, the fold toggle changes the x axis, no console errors; plus a screenshot)."""
+and the position figure follows, the fold toggle changes the x axis, prepending a token and clicking a chip
+move the compressor illustration's followed token, no console errors; plus a screenshot)."""
 
 from __future__ import annotations
 
@@ -19,30 +20,29 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import randomize
-from phasekv.analysis.cycle_run import run_cycle
-from phasekv.analysis.gate_illustration import illustration
-from phasekv.analysis.gates_run import run_gates
-from phasekv.analysis.knockout_run import KnockoutOptions, run_knockout
 from phasekv.evaluate import run_lookup, write_results
-from phasekv.evaluate.flip import FlipOptions, run_flip
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import (
-    ReportInputError,
-    build_report,
-    cycle,
-    designs,
-    flip,
-    gates,
-    knockout,
-    load_results,
-    residues,
-    theory,
-)
+from phasekv.report import ReportInputError, build_report, load_results
 from phasekv.report.cli import report_command
-from phasekv.report.figures import plot_cycle, plot_gate_trajectory, plot_gates, plot_knockout
-from phasekv.report.positions import position_bins
+from phasekv.report.common import head_label
 from phasekv.report.vega import write_png
 from phasekv.scoring import PhaseKVScorer
+from phasekv.studies.cycle import figure as cycle
+from phasekv.studies.cycle.figure import plot_cycle
+from phasekv.studies.cycle.run import run_cycle
+from phasekv.studies.designs import figure as designs
+from phasekv.studies.flip import figure as flip
+from phasekv.studies.flip.run import FlipOptions, run_flip
+from phasekv.studies.gates import figure as gates
+from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
+from phasekv.studies.gates.illustration import illustration
+from phasekv.studies.gates.run import run_gates
+from phasekv.studies.knockout import figure as knockout
+from phasekv.studies.knockout.figure import plot_knockout
+from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
+from phasekv.studies.probe import figure as residues
+from phasekv.studies.probe.positions import position_bins
+from phasekv.studies.theory import figure as theory
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
 from phasekv.theory.sweep import run_sweep
@@ -233,11 +233,12 @@ def test_html_is_self_contained_with_every_section(report):
     figures = _figures(text)
     assert len(figures) >= 9 and all(label for label in figures.values())
     assert text.count("window.vegaEmbed=") == 1  # the Vega bundle, once, for every spec-drawn figure
-    data = _report_data(text)
-    assert data["compressor"]["source"].startswith("model ")  # driven by the checkpoint's gate parameters
+    (source,) = [r["text"] for r in _values(_spec(text, "fig-compressor")) if r["kind"] == "source"]
+    assert source.startswith("source: model ")  # driven by the checkpoint's gate parameters
     knocked = _values(_spec(text, "fig-knockout"))
     assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
-    assert set(data) == {"compressor"}  # every other figure is drawn from its spec, not by the page's script
+    assert set(re.findall(r'<(\w+) [^>]*data-figure="1"', text)) == {"div"}  # every figure is drawn from its spec
+    assert 'id="report-data"' not in text
     assert "sweep" in text and "<th>full coverage</th>" in text  # the sweep's table, written into the HTML
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
@@ -247,13 +248,9 @@ def test_html_is_self_contained_with_every_section(report):
 
 
 def _figures(text: str) -> dict[str, str]:
-    """Every figure of the page (hand-drawn <svg> or Vega container) by id: its text alternative."""
-    found = re.findall(r'<(?:svg|div) id="([\w-]+)"[^>]*data-figure="1"[^>]*aria-label="([^"]+)"', text)
+    """Every figure of the page (a Vega container) by id: its text alternative."""
+    found = re.findall(r'<div id="([\w-]+)"[^>]*data-figure="1"[^>]*aria-label="([^"]+)"', text)
     return dict(found)
-
-
-def _report_data(text: str) -> dict:
-    return json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)[1])
 
 
 def _spec(text: str, fig_id: str) -> dict:
@@ -294,6 +291,7 @@ def test_pngs_are_written_beside_the_report_and_the_write_is_atomic(report):
     figures = report.parent / "report_figures"
     names = sorted(p.name for p in figures.glob("*.png"))
     assert names == [
+        "compressor.png",
         "cycle.png",
         "designs.png",
         "flip.png",
@@ -315,7 +313,7 @@ def test_knockout_spec_holds_one_row_per_target_by_residue_and_phase_with_gates(
     (block,) = knockout.section(inputs)["maps"]
     spec = knockout.spec(block)
     rows = _values(spec)
-    labels = [knockout.label(t) for t in result["targets"]]
+    labels = [head_label(t) for t in result["targets"]]
     for kind, key, width in (("residue", "relative_change_by_residue", 8), ("phase", "relative_change_by_phase", 8)):
         cells = [r for r in rows if r["kind"] == kind]
         assert len(cells) == len(labels) * width
@@ -359,7 +357,7 @@ def test_gate_plane_specs_hold_every_head_the_shares_and_the_replayed_steps(resu
     heads = {r["label"]: r for r in rows if r["kind"] == "head"}
     assert len(heads) == len(keys) == 16
     for r in keys:
-        head = heads[knockout.label(r)]
+        head = heads[head_label(r)]
         assert (head["x"], head["y"], head["layer"]) == (
             round(r["static_offsets"], 3),
             round(r["per_window_offsets"], 3),
@@ -565,6 +563,8 @@ def test_report_in_headless_chromium(report, tmp_path):
         "clicking a knockout row selects it",
         "the step slider replays the training",
         "clicking an R² cell shows its δ",
+        "prepending moves the followed token",
+        "clicking a chip follows its token",
         "no errors on the page",
     ):
         assert required in names

@@ -8,7 +8,7 @@ from phasekv.model import PhaseKVModel
 from phasekv.reproduce import PROFILES, Profile, RunSpec, get_profile, reproduce
 from phasekv.reproduce import designs as designs_module
 from phasekv.reproduce.plan import write_plan
-from phasekv.results import learned
+from phasekv.studies.probe.result import learned
 from phasekv.train import RunConfig, train
 
 

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from phasekv.evaluate import run_lookup, write_results
-from phasekv.results import ProbeResult, ResultFileError, learned
+from phasekv.results import ResultFileError
 from phasekv.scoring import load_scorer
+from phasekv.studies.probe.result import ProbeResult, learned
 from phasekv.tasks.lookup import LookupOptions
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from phasekv.results.analyses import Theorem1Result, Theorem2Result
+from phasekv.studies.theory.result import Theorem1Result, Theorem2Result
 from phasekv.theory.cli import app
 from phasekv.theory.geometry import equiangular_deviation, near_equiangular_embeddings
 from phasekv.theory.model import equiangular_loss, induction_loss

@@ -17,10 +17,10 @@ app = typer.Typer(
 
 
 def _mount_subcommands() -> None:
-    from .analysis.cli import cycle_command, gates_command, knockout_command
     from .evaluate.cli import eval_app
     from .report.cli import report_command
     from .serve.cli import serve_command
+    from .studies.cli import cycle_command, gates_command, knockout_command
     from .theory.cli import app as theory_app
     from .train.cli import data_app, train_command
 

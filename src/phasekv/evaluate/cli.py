@@ -301,7 +301,7 @@ def flip(
     dump_prompts: Path = DUMP,
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
-    from .flip import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
+    from ..studies.flip.run import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
     from .press import FLIP_QUESTION_TOKENS
 
     with one_line_errors("eval"):

@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from ..files import write_atomic
-from ..results.probe import PROBE_SCHEMA
 from ..results.text import results_json
 from ..scoring import Scorer
+from ..studies.probe.result import PROBE_SCHEMA
 
 SCHEMA = PROBE_SCHEMA
 METRIC = "full-vocabulary top-1 at every answer token (teacher forced = greedy decoding yields the answer)"

@@ -12,11 +12,8 @@ h1 { font-size: 1.6em; margin: 0 0 4px; } h2 { font-size: 1.25em; margin: 36px 0
 .notes li { margin: 2px 0; }
 figure { margin: 10px 0; }
 figcaption { font-size: .88em; color: #444; max-width: 900px; }
-.controls { display: flex; flex-wrap: wrap; gap: 10px; align-items: center; margin: 6px 0; font-size: .9em; }
-button, select { font: inherit; font-size: .9em; padding: 3px 10px; border: 1px solid #aaa; background: #fff; border-radius: 4px; cursor: pointer; }
-button[aria-pressed="true"] { background: var(--accent); color: #fff; border-color: var(--accent); }
-button:disabled { opacity: .5; cursor: default; }
-button:focus-visible, tr:focus-visible, svg:focus-visible, td:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
+select { font: inherit; font-size: .9em; padding: 3px 10px; border: 1px solid #aaa; background: #fff; border-radius: 4px; cursor: pointer; }
+tr:focus-visible, td:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
 table.data { border-collapse: collapse; font-size: .88em; margin: 8px 0; }
 table.data th, table.data td { padding: 3px 9px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
 table.data th:first-child, table.data td:first-child { text-align: left; }
@@ -24,12 +21,8 @@ table.select tbody tr[data-param] { cursor: pointer; }
 table.select tbody tr[data-param]:hover { background: #f3f6fa; }
 table.select tbody tr[aria-selected="true"] { background: #fbeae8; font-weight: 600; }
 .chance { color: #a00; font-weight: normal; font-size: .85em; }
-svg text { font-family: system-ui, sans-serif; }
-.axis text { font-size: 11px; fill: #444; } .axis line, .axis path { stroke: #888; }
-.label { font-size: 12px; fill: #333; }
 .r2grid td.cell { cursor: pointer; text-align: center; min-width: 52px; }
 .r2grid td.cell[aria-selected="true"] { outline: 2px solid var(--sel); }
-.chip { cursor: pointer; }
 .vega-bindings { display: flex; flex-wrap: wrap; gap: 14px; font-size: .9em; margin: 4px 0 0 40px; }
 #selftest-result { white-space: pre-wrap; font-size: 11px; }
 .small { font-size: .85em; color: var(--muted); }

@@ -1,13 +1,13 @@
 # ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
-"""The report's JavaScript (inlined into the HTML): it embeds the figures drawn from Vega-Lite specs
-(with the Vega bundle the page inlines, see `vega.py`) and keeps their shared params in step. The
-compressor illustration (prepend buttons moving a followed token through a window's offsets, with
-softmax scores recomputed per shift) stays plain SVG drawn here from `report-data`.
+"""The report's JavaScript (inlined into the HTML): it embeds the figures, every one drawn from a Vega-Lite
+spec (with the Vega bundle the page inlines, see `vega.py`), and keeps their shared params in step; it
+draws nothing itself.
 
 With `?selftest=1` in the URL the page checks itself after drawing (every figure has marks, a model
 row narrows the residue figure to its panel and the position figure follows, the fold toggle changes
-the x axis, a knockout row click, the gate step slider, an R² cell, the compressor's prepend buttons,
-no errors) and writes the outcome as JSON into `#selftest-result`, for headless browser tests.
+the x axis, a knockout row click, the gate step slider, an R² cell, prepending a token and clicking a
+chip in the compressor illustration, no errors) and writes the outcome as JSON into `#selftest-result`,
+for headless browser tests.
 """
 
 EARLY = r"""
@@ -20,38 +20,7 @@ window.addEventListener('unhandledrejection', function (e) { window.__errors.pus
 
 JS = r"""
 'use strict';
-const SVGNS = 'http:' + '//www.w3.org/2000/svg';
-const PALETTE = ['#1b9e77', '#d95f02', '#7570b3', '#e7298a', '#66a61e', '#e6ab02', '#a6761d', '#1f78b4',
-                 '#b15928', '#6a3d9a', '#33a02c', '#fb9a99'];
-
 function $(id) { return document.getElementById(id); }
-function el(tag, attrs, parent, text) {
-  const e = document.createElementNS(SVGNS, tag);
-  for (const k in (attrs || {})) if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, attrs[k]);
-  if (text !== undefined) e.textContent = text;
-  if (parent) parent.appendChild(e);
-  return e;
-}
-function h(tag, attrs, parent, text) {
-  const e = document.createElement(tag);
-  for (const k in (attrs || {})) if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, attrs[k]);
-  if (text !== undefined) e.textContent = text;
-  if (parent) parent.appendChild(e);
-  return e;
-}
-function fmt(v, d) { return (v === null || v === undefined) ? '–' : Number(v).toFixed(d === undefined ? 1 : d); }
-function scale(d0, d1, r0, r1) { return v => r0 + (v - d0) * (r1 - r0) / ((d1 - d0) || 1); }
-// Empty an <svg>, keep its <title>, set its size and text alternative.
-function resetSvg(svg, w, hgt, label) {
-  const title = svg.querySelector('title');
-  while (svg.lastChild) svg.removeChild(svg.lastChild);
-  if (title) { title.textContent = label; svg.appendChild(title); }
-  svg.setAttribute('viewBox', '0 0 ' + w + ' ' + hgt);
-  svg.setAttribute('width', w); svg.setAttribute('height', hgt);
-  svg.setAttribute('aria-label', label);
-  return svg;
-}
-function range(n) { return Array.from({length: n}, (_, i) => i); }
 
 /* ---------- figures drawn from Vega-Lite specs (built in Python, one per figure; see vega.py) ---------- */
 const VIEWS = {};  // figure id -> its Vega view
@@ -88,88 +57,17 @@ function linkParams(section) {
 }
 function settle() { return Promise.all(Object.values(VIEWS).map(v => v.runAsync())); }
 
-/* ---------- compressor illustration ---------- */
-function initCompressor(D) {
-  const svg = $('fig-compressor'), btns = $('compressor-prepend'), uni = $('compressor-uniform');
-  const W = D.window, state = {shift: 0, follow: Math.min(2, D.tokens.length - 1), uniform: false};
-  function layout(shift) {  // tokens of the window holding the followed token
-    const seq = range(shift).map(() => null).concat(range(D.tokens.length));
-    const pos = shift + state.follow, j = Math.floor(pos / W);
-    const slots = range(W).map(i => seq[j * W + i] === undefined ? null : seq[j * W + i]);
-    const logits = slots.map((t, i) => D.bias[i] + (t === null ? 0 : D.content[t][i]));
-    const mx = Math.max(...logits), ex = logits.map(v => Math.exp(v - mx)), sum = ex.reduce((a, b) => a + b, 0);
-    const alpha = state.uniform ? slots.map(() => 1 / W) : ex.map(v => v / sum);
-    return {slots, logits, alpha, offset: pos % W};
-  }
-  range(W).forEach(k => {
-    const b = h('button', {type: 'button', 'data-shift': k, 'aria-label': 'prepend ' + k + ' token' + (k === 1 ? '' : 's')}, btns);
-    b.addEventListener('click', () => { state.shift = k; draw(); });
-  });
-  uni.addEventListener('click', () => { state.uniform = !state.uniform; draw(); });
-  function draw() {
-    uni.setAttribute('aria-pressed', state.uniform ? 'true' : 'false');
-    Array.from(btns.children).forEach(b => {
-      const k = +b.dataset.shift, a = layout(k);
-      b.innerHTML = '';
-      b.setAttribute('aria-pressed', k === state.shift ? 'true' : 'false');
-      b.appendChild(document.createTextNode('+' + k + ' '));
-      const s = el('svg', {width: 10, height: 14, 'aria-hidden': 'true'}, b);
-      const v = a.alpha[a.offset];
-      el('rect', {x: 1, y: 14 - 13 * v, width: 8, height: 13 * v, fill: k === state.shift ? '#fff' : '#555'}, s);
-    });
-    const a = layout(state.shift);
-    const CW = 92, X0 = 20, Wd = Math.max(620, X0 + CW * W + 280), H = 300;
-    resetSvg(svg, Wd, H, 'Compressor illustration (W=S=' + W + '): token chips coloured by offset, gate scores, and each channel\'s contribution by offset; followed token at offset ' + a.offset);
-    el('text', {x: X0, y: 14, class: 'label'}, svg, '1  logits = content + bias');
-    a.slots.forEach((t, i) => {
-      const g = el('g', {class: 'chip', tabindex: t === null ? null : 0, 'data-offset': i}, svg);
-      const rect = el('rect', {x: X0 + i * CW, y: 24, width: CW - 10, height: 34, rx: 5, fill: PALETTE[i], 'fill-opacity': t === null ? 0.12 : 0.3,
-                               stroke: t !== null && t === state.follow ? '#000' : PALETTE[i], 'stroke-width': t !== null && t === state.follow ? 3 : 1.2,
-                               'stroke-dasharray': t === null ? '4 3' : null}, g);
-      el('text', {x: X0 + i * CW + (CW - 10) / 2, y: 46, 'text-anchor': 'middle', class: 'label'}, g, t === null ? 'pad' : D.tokens[t]);
-      el('text', {x: X0 + i * CW + (CW - 10) / 2, y: 72, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, g, 'i=' + i + ' · ' + fmt(a.logits[i], 2));
-      el('title', {}, rect, (t === null ? 'padding' : D.tokens[t]) + ' at offset ' + i + ': bias ' + fmt(D.bias[i], 2) + ', logit ' + fmt(a.logits[i], 2));
-      if (t !== null) {
-        const follow = () => { state.follow = t; draw(); };
-        g.addEventListener('click', follow);
-        g.addEventListener('keydown', e => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); follow(); } });
-      }
-    });
-    el('text', {x: X0, y: 100, class: 'label'}, svg, '2  scores α (softmax over the window)' + (state.uniform ? ': uniform 1/' + W : ''));
-    const by = scale(0, 1, 200, 110);
-    a.alpha.forEach((v, i) => {
-      el('rect', {x: X0 + i * CW + 10, y: by(v), width: CW - 30, height: Math.max(1, by(0) - by(v)), fill: PALETTE[i], class: 'alpha-bar'}, svg);
-      el('text', {x: X0 + i * CW + (CW - 10) / 2, y: by(v) - 3, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, svg, fmt(v, 2));
-    });
-    el('line', {x1: X0, x2: X0 + CW * W, y1: by(0), y2: by(0), stroke: '#888'}, svg);
-    const sx = X0 + CW * W + 30, C = D.payload[0][0].length;
-    el('text', {x: sx, y: 100, class: 'label'}, svg, '3  entry: contribution per channel');
-    const contrib = range(C).map(c => a.slots.map((t, i) => a.alpha[i] * (t === null ? 0.05 : D.payload[t][i][c])));
-    const top = Math.max(...contrib.map(r => r.reduce((p, q) => p + q, 0)), 1e-9);
-    const cy = scale(0, top, 200, 110), bw = Math.min(34, 220 / C);
-    contrib.forEach((parts, c) => {
-      let acc = 0;
-      parts.forEach((v, i) => { el('rect', {x: sx + c * (bw + 4), y: cy(acc + v), width: bw, height: Math.max(0, cy(acc) - cy(acc + v)), fill: PALETTE[i], class: 'stack'}, svg); acc += v; });
-      el('text', {x: sx + c * (bw + 4) + bw / 2, y: 214, 'text-anchor': 'middle', class: 'axis', 'font-size': 10}, svg, 'c' + c);
-    });
-    el('text', {x: X0, y: 250, class: 'label'}, svg, 'followed token "' + D.tokens[state.follow] + '" is at offset ' + a.offset + ' after prepending ' + state.shift + '; its score is ' + fmt(a.alpha[a.offset], 3) + '.');
-    el('text', {x: X0, y: 272, class: 'axis', 'font-size': 10}, svg, 'source: ' + D.source);
-    svg.dataset.offset = String(a.offset);
-  }
-  draw();
-}
-
 /* ---------- self-test (?selftest=1) ---------- */
 async function selfTest() {
   const checks = [];
   const ok = (name, pass, info) => checks.push({name, pass: !!pass, info: info === undefined ? '' : String(info)});
   document.querySelectorAll('[data-figure]').forEach(fig => {
-    const svg = fig.dataset.vega ? fig.querySelector('svg') : fig;  // a Vega view draws into an <svg> inside its container
-    const n = svg ? svg.querySelectorAll(fig.dataset.vega ? '.role-mark > *' : 'path,rect,circle,line,text').length : 0;
+    const svg = fig.querySelector('svg');  // a Vega view draws into an <svg> inside its container
+    const n = svg ? svg.querySelectorAll('.role-mark > *').length : 0;
     const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
     ok('figure ' + fig.id + ' renders', n > 3 && box.width > 0 && box.height > 0, n + ' marks, ' + Math.round(box.width) + 'x' + Math.round(box.height));
-    const label = fig.getAttribute('aria-label') || '';  // a Vega view's is its spec's description
-    ok('figure ' + fig.id + ' has a text alternative', label.length > 10 && label !== 'Vega visualization' && (fig.dataset.vega || svg.querySelector('title')), label);
+    const label = fig.getAttribute('aria-label') || '';  // its spec's description
+    ok('figure ' + fig.id + ' has a text alternative', label.length > 10 && label !== 'Vega visualization', label);
   });
   const residues = VIEWS['fig-residues'];
   if (residues) {
@@ -227,11 +125,19 @@ async function selfTest() {
       ok('clicking an R² cell shows its δ', cycled.signal('delta') === JSON.parse(cell.dataset.value) && cell.getAttribute('aria-selected') === 'true', before + ' -> ' + cycled.signal('delta'));
     }
   }
-  const comp = $('fig-compressor');
-  if (comp) {
-    const before = comp.dataset.offset;
-    const b = document.querySelector('#compressor-prepend button[data-shift="1"]');
-    if (b) { b.click(); ok('prepending moves the followed token', comp.dataset.offset !== before, before + ' -> ' + comp.dataset.offset); }
+  const compressor = VIEWS['fig-compressor'];
+  if (compressor) {  // prepend one token: the followed token moves one offset on; then click another token's chip
+    const fig = $('fig-compressor');
+    const caption = () => Array.from(fig.querySelectorAll('.mark-text text')).map(t => t.textContent).find(t => /^followed token/.test(t)) || '';
+    const offset = () => +(caption().match(/at offset (\d+)/) || [])[1];
+    const before = caption(), from = offset(), W = fig.querySelectorAll('.vega-bindings input[type="radio"]').length;
+    await compressor.signal('shift', (compressor.signal('shift') + 1) % W).runAsync();
+    ok('prepending moves the followed token', W > 1 && offset() === (from + 1) % W, before + ' -> ' + caption());
+    const followed = compressor.signal('follow_token');
+    const chip = Array.from(fig.querySelectorAll('.mark-rect path')).find(p => p.__data__.datum.kind === 'slot' && ![null, followed].includes(p.__data__.datum.token));
+    if (chip) { chip.dispatchEvent(new MouseEvent('click', {bubbles: true})); await settle(); }
+    const token = chip ? chip.__data__.datum.token : null;
+    ok('clicking a chip follows its token', chip && compressor.signal('follow_token') === token && caption().includes('"' + chip.__data__.datum.label + '"'), followed + ' -> ' + compressor.signal('follow_token') + ': ' + caption());
   }
   ok('no errors on the page', window.__errors.length === 0, window.__errors.join(' | '));
   const out = {ok: checks.every(c => c.pass), checks, errors: window.__errors};
@@ -240,11 +146,6 @@ async function selfTest() {
 }
 
 function main() {
-  const D = JSON.parse($('report-data').textContent);
-  const inits = {compressor: initCompressor};
-  for (const k in inits) if (D[k]) {
-    try { inits[k](D[k]); } catch (err) { window.__errors.push(k + ': ' + err + (err.stack ? ' ' + err.stack.split('\n')[1] : '')); }
-  }
   const embedded = embedFigures().catch(err => { window.__errors.push('vega: ' + err); });
   if (/[?&]selftest=1/.test(location.search)) embedded.then(selfTest).catch(err => { window.__errors.push('selftest: ' + err); });
 }

@@ -21,7 +21,7 @@ def report_command(
     """Write a self-contained interactive HTML report (and PNG figures) from result JSON files."""
     compressor = None
     if model is not None:  # reading a checkpoint needs torch: the report itself does not
-        from ..analysis.gate_illustration import illustration
+        from ..studies.gates.illustration import illustration
 
         compressor = illustration(model)
     try:

@@ -20,6 +20,11 @@ def nums(values, digits: int = 4, scale: float = 1.0) -> list:
     return [None if v is None else num(float(v) * scale, digits) for v in values]
 
 
+def head_label(row: dict) -> str:
+    """'L3' for a whole layer, 'L3H1' for a KV head (a row of a knockout or gate result)."""
+    return f"L{row['layer']}" if row.get("kv_head") is None else f"L{row['layer']}H{row['kv_head']}"
+
+
 def model_name(data: dict, fallback: str) -> str:
     """A readable name for the model a result came from: its label, else its checkpoint path
     (`<run>/checkpoints/step_000900` -> `<run> · step 900`), else `fallback`."""
@@ -36,3 +41,8 @@ def model_name(data: dict, fallback: str) -> str:
         except ValueError:
             return f"{p.parent.parent.name} · {p.name}"
     return p.name
+
+
+def fmt(value, digits: int = 1) -> str:
+    """A number for a table cell, "–" for None."""
+    return "–" if value is None else f"{value:.{digits}f}"

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..results import RESULT_TYPES, ResultFileError, TypedResult, snapshot_rows
+from phasekv.results import ResultFileError, TypedResult
+from phasekv.studies import registry
+from phasekv.studies.gates.snapshots import snapshot_rows
+
+from .inputs import Inputs, Result
 
 SKIP_DIRS = {"checkpoints", "tokenizer", "configs", ".git", "__pycache__"}
 SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
@@ -28,57 +31,10 @@ class ReportInputError(ResultFileError):
     """A result file the report cannot use; the message names the file."""
 
 
-@dataclass
-class Result:
-    """One result file: its kind, path (relative to the results directory when inside it) and content."""
-
-    kind: str
-    path: Path
-    data: dict
-    name: str = ""
-    typed: TypedResult | None = None  # `data` validated as its kind's `phasekv.results.RESULT_TYPES` class
-
-
-@dataclass
-class Inputs:
-    """Every usable result under a results directory, by kind, plus what was ignored."""
-
-    root: Path
-    results: dict[str, list[Result]] = field(default_factory=dict)
-    ignored: list[str] = field(default_factory=list)
-
-    def of(self, kind: str) -> list[Result]:
-        return self.results.get(kind, [])
-
-
-def classify(data: object) -> str | None:
-    """The kind of a parsed result file, or None when it is not a result the report draws."""
-    if not isinstance(data, dict):
-        return None
-    schema = data.get("schema")
-    if schema == "phasekv.eval/1":
-        probe = data.get("probe")
-        if probe in ("lookup", "needle"):
-            return "residues"
-        if probe == "flip":
-            return "flip"
-        return None
-    if isinstance(schema, str) and schema.startswith("phasekv.analysis."):
-        kind = schema.removeprefix("phasekv.analysis.").split("/")[0]
-        return kind if kind in RESULT_TYPES else None
-    if {"params", "trajectory", "final"} <= data.keys():
-        return "theorem2"
-    if {"params", "starts", "summary"} <= data.keys():
-        return "theorem1"
-    if {"base", "grid", "seeds", "runs", "table"} <= data.keys():
-        return "sweep"
-    return None
-
-
 def validate(kind: str, data: dict, where: str) -> TypedResult:
     """`data` as its kind's typed result; raises ReportInputError naming `where` and the bad field."""
     try:
-        return RESULT_TYPES[kind].from_dict(data, where)
+        return registry.RESULT_TYPES[kind].from_dict(data, where)
     except ResultFileError as err:
         raise ReportInputError(str(err)) from None
 
@@ -167,7 +123,7 @@ def load_results(root: str | Path) -> Inputs:
             inputs.ignored.append(f"{rel} (larger than {MAX_BYTES // 2**20} MiB)")
             continue
         data = read_json(path, where)
-        kind = classify(data)
+        kind = registry.classify(data)
         if kind is None:
             inputs.ignored.append(str(rel))
             continue

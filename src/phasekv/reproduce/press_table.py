@@ -16,8 +16,8 @@ import altair as alt
 
 from ..files import write_atomic
 from ..report import vega
-from ..results import ProbeResult
 from ..scoring.press_spec import PoolSpec, parse_press
+from ..studies.probe.result import ProbeResult
 
 
 def kept_fraction(result: ProbeResult) -> float:

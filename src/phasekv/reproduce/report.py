@@ -7,7 +7,7 @@ flatness is never presented as a result.
 
 from __future__ import annotations
 
-from ..results import learned
+from ..studies.probe.result import learned
 
 
 def _stride(result: dict) -> int | None:

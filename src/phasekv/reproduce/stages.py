@@ -78,7 +78,7 @@ class Stages:
 
     def knockout(self) -> list[Path]:
         """Per-KV-head knockout map of every run (the control's too), calibration-mean replacement."""
-        from ..analysis.knockout_run import KnockoutOptions, run_knockout
+        from ..studies.knockout.run import KnockoutOptions, run_knockout
 
         lookup = self._lookup(self.sizes.knockout_mappings)
         options = KnockoutOptions(calibration_mappings=self.sizes.calibration_mappings)
@@ -99,8 +99,8 @@ class Stages:
     def gates(self) -> list[Path]:
         """Gate concentration (static vs per window) of every compressed run at its end, and its
         trajectory recomputed at every saved checkpoint on the same lookup prompts."""
-        from ..analysis.gates_run import run_gate_trajectory, run_gates
         from ..model.io import read_config
+        from ..studies.gates.run import run_gate_trajectory, run_gates
 
         lookup = self._lookup(self.sizes.gate_mappings)
         settings = {"lookup": asdict(lookup), "batch_size": 16}
@@ -128,7 +128,7 @@ class Stages:
 
     def cycle(self) -> list[Path]:
         """Gate cycling by every delta on each seed of the W = S preset `sizes.cycle_preset`."""
-        from ..analysis.cycle_run import run_cycle
+        from ..studies.cycle.run import run_cycle
 
         lookup = self._lookup(self.sizes.cycle_mappings)
         deltas = list(self.sizes.cycle_deltas)
@@ -158,7 +158,7 @@ class Stages:
     def flip(self) -> list[Path]:
         """The flip probe on every run: one fixed lookup query shifted by filler one token at a time;
         candidates are the answer and the names of the records before and after the target."""
-        from ..evaluate.flip import FlipOptions, run_flip
+        from ..studies.flip.run import FlipOptions, run_flip
 
         paths = []
         for run in self.profile.runs:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..files import write_text_atomic
 from .text import results_json
+
+Numbers = list[float | None]  # None where a number is undefined (e.g. a relative change from 0)
 
 
 class ResultFileError(ValueError):
@@ -24,7 +26,17 @@ class Typed(BaseModel):
 
 
 class TypedResult(Typed):
-    """A whole result file. Subclasses type the fields their readers rely on."""
+    """A whole result file. Subclasses type the fields their readers rely on and say how a file of their
+    kind is recognised: by its "schema" prefix, else (files without one) by keys only it has."""
+
+    schema_prefix: ClassVar[str] = ""
+    recognising_keys: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def recognises(cls, data: dict) -> bool:
+        if cls.schema_prefix:
+            return str(data.get("schema", "")).startswith(cls.schema_prefix)
+        return bool(cls.recognising_keys) and cls.recognising_keys <= data.keys()
 
     def extra(self, name: str, default: Any = None) -> Any:
         """A field the class does not type (e.g. "prompt_records", "position_stats", "training")."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli_options import OptionGroup, expand_groups
-from phasekv.report.figures import plot_theorem2
+from phasekv.studies.theory.figure import plot_theorem2
 from phasekv.theory.sweep import TABLE_KEYS, run_sweep
 from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
 from phasekv.theory.theorem2 import GateTrainingConfig, train_gates

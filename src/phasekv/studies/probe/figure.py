@@ -3,14 +3,17 @@ accuracy by absolute target position (`positions`)."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
 import altair as alt
 
-from . import positions, vega
-from .common import num, nums
-from .load import Inputs
+from phasekv.report import vega
+from phasekv.report.common import fmt, num, nums
+from phasekv.report.inputs import Inputs
+from phasekv.report.vega import figure_html
+from phasekv.studies.probe import positions
 
 
 def _verdict(test: dict | None) -> str | None:
@@ -157,3 +160,73 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
     if any(s["positions"] is not None for s in data["series"]):
         paths.append(vega.write_png(positions.spec(data["series"], panel_names(data)), out_dir / "positions.png"))
     return paths
+
+
+def section_html(d: dict) -> str:
+    probes = " and ".join(d["probes"])
+    has_positions = any(s["positions"] is not None for s in d["series"])
+    position_figure = ""
+    if has_positions:
+        position_spec = positions.spec(d["series"], panel_names(d))
+        position_figure = f"""<figure>{figure_html("fig-positions", position_spec, link="model")}
+<figcaption>Accuracy against the absolute target position t<sub>K</sub>, in up to 12 bins of equal width, with
+Wilson 95% bands (prompts counted as independent, so the bands are narrower than the residue plot's, which resample
+whole units); dashed: the model's mean accuracy, thin bars: each bin's width. A smooth trend here (a step, a slope,
+a dip in the middle) can leak into the residue pattern; a phase effect shows as a pattern by residue with no
+matching trend here.{_positions_note(d)}</figcaption></figure>"""
+    choices = panel_names(d)
+    rows = "".join(_residue_row(s, s["name"] in choices) for s in d["series"])
+    return f"""
+<section id="sec-residues"><h2>Accuracy by residue</h2>
+<p class="sub">{html.escape(probes)} accuracy grouped by the target position modulo a multiple of the stride.</p>
+<figure>{figure_html("fig-residues", spec(d), link="model")}
+<figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}), one panel per
+compressed model (red) with full attention dashed in gray behind it. Dashed vertical rules mark the period boundaries
+every S positions, triangles under the axis mark the boundary phase S−1. Choose a model (or click its row in the
+table, or focus a row and use ↑/↓) to see its panel alone, beside its accuracy by position; “fold periods”
+overlays the periods (first solid, later dashed).</figcaption></figure>
+{position_figure}
+<table class="data select" id="residue-table" aria-label="Models: click one to plot it alone">
+<thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th>
+<th>gap [95% CI]</th><th>p (uniform)</th><th>phase verdict</th></tr></thead>
+<tbody>{rows}</tbody></table>
+<p class="small">Accuracies in percent; gap is best minus worst residue in percentage points; p is the uniformity
+test across residues (the paper's moment-matched figure, which a smooth effect of position can fool). The phase
+verdict tests whether the phase pattern at the period replicates across windows of consecutive positions
+(p beside it). Models whose mean is not clearly above guessing are marked “not shown above guessing”.</p>
+</section>"""
+
+
+def _residue_row(s: dict, selectable: bool) -> str:
+    """A row of the residue table; a selectable one (a model with a panel) sets the figures' `model`."""
+    chance = ' <span class="chance">not shown above guessing</span>' if s["learned"] is False else ""
+    gap = fmt(s["gap"]) + (f" [{fmt(s['gap_ci'][0])}, {fmt(s['gap_ci'][1])}]" if s["gap_ci"] else "")
+    cells = [
+        "–" if s["stride"] is None else str(s["stride"]),
+        fmt(s["val_loss"], 3),
+        fmt(s["mean"]),
+        fmt(s["worst"]),
+        fmt(s["best"]),
+        gap,
+        "–" if s["p_value"] is None else f"{s['p_value']:.2g}",
+        s["verdict"] or "–",
+    ]
+    name = html.escape(s["name"])
+    foldable = ' data-foldable="1"' if s["stride"] and s["stride"] < s["modulus"] else ""
+    value = html.escape(json.dumps(s["name"]))  # data-value holds the param's value as JSON
+    select = f' data-param="model" data-value="{value}" tabindex="0"{foldable}' if selectable else ""
+    return f"<tr{select}><td>{name}{chance}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+
+
+def _positions_note(d: dict) -> str:
+    if not d["without_records"]:
+        return ""
+    names = ", ".join(d["without_records"])
+    return (
+        f' <span class="small">No position plot for {html.escape(names)}: {html.escape(d["no_records_note"])}.</span>'
+    )
+
+
+def _interval(d: dict) -> str:
+    methods = sorted({s["interval"] for s in d["series"]})
+    return ", ".join(methods)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import altair as alt
 
-from . import vega
-from .common import model_name, num
-from .knockout import label
-from .load import Inputs
+from phasekv.report import vega
+from phasekv.report.common import head_label, model_name, num
+from phasekv.report.inputs import Inputs
+from phasekv.report.vega import figure_html
 
 TRACED = 3  # the report traces the most statically concentrated heads at the end of training
 
@@ -19,7 +19,7 @@ def _heads(rows: list[dict]) -> list[dict]:
     """Every KV head's key gate in the plane; vector gates (measured per channel, averaged) flagged."""
     return [
         {
-            "label": label(r),
+            "label": head_label(r),
             "layer": r["layer"],
             "x": num(r["static_offsets"], 3),
             "y": num(r["per_window_offsets"], 3),
@@ -34,7 +34,7 @@ def plane_block(rows: list[dict], name: str) -> dict:
     """A gate result (`phasekv gates`) as the figure's data: its heads in the plane and the phase
     shares of its key and (shifted back by one) value gates."""
     shares = [
-        {"label": label(r), "order": order, "branch": r["branch"], "phase": phase, "share": num(share, 3)}
+        {"label": head_label(r), "order": order, "branch": r["branch"], "phase": phase, "share": num(share, 3)}
         for order, r in enumerate(rows)
         for phase, share in enumerate(r["phase_share"])
     ]
@@ -150,3 +150,34 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
         vega.write_png(spec(plane), out_dir / f"gate_plane{'' if i == 0 else '_' + str(i)}.png")
         for i, plane in enumerate(data["planes"])
     ]
+
+
+def section_html(d: dict) -> str:
+    figures = "".join(
+        f"""<figure>{figure_html("fig-gates" + (f"-{i}" if i else ""), spec(plane))}</figure>"""
+        for i, plane in enumerate(d["planes"])
+    )
+    return f"""
+<section id="sec-gates"><h2>Gate plane</h2>{figures}
+<p class="small">Each point is one KV head's key gate, placed by its static effective number of offsets exp(H(E[α]))
+(horizontal) and its per-window effective number E[exp(H(α))] (vertical), both from 1 (one offset) to W (uniform);
+color marks layer depth, diamonds mark vector gates (measured per channel, averaged). On the dashed diagonal a gate
+gives each offset the same score in every window. Beside a gate result, its gates' phase shares relative to uniform
+(the value gate shifted back by one). For a training run the points are the heads at the chosen snapshot and the lines
+trace the most statically concentrated heads from the first snapshot (open circle) to it (filled): drag the step
+slider to replay training (the figures are Vega-Lite, which has no timer, so there is no play button).</p></section>"""
+
+
+def plot_gates(rows: list[dict], path: str | Path) -> Path:
+    """The report's gate plane figure (`gates.spec`) of one gate result's rows, as PNG: every KV head's
+    key gate in the (static, per-window) plane, and the key and value gates' phase shares."""
+    return vega.write_png(spec(plane_block(rows, Path(path).stem)), path)
+
+
+def plot_gate_trajectory(trajectory: dict, path: str | Path) -> Path:
+    """The report's gate plane figure of a training run, as PNG, every head traced from the first step
+    (open circle) to the last (filled)."""
+    block = trajectory_block(trajectory, model_name(trajectory, Path(path).stem), traced=None)
+    if block is None:
+        raise ValueError("the gate trajectory has no key gates to plot")
+    return vega.write_png(spec(block), path)

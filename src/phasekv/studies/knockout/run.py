@@ -30,13 +30,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..evaluate.record import RunClock, prompt_prefix
-from ..evaluate.stride import resolve_stride
-from ..report.knockout import label
-from ..tasks.lookup import LookupOptions
-from .hf_layers import final_attention_means, is_phasekv, layer_knockout_logits
-from .knockout import final_position_means, knockout_logits
-from .probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.analysis.hf_layers import final_attention_means, is_phasekv, layer_knockout_logits
+from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.evaluate.record import RunClock, prompt_prefix
+from phasekv.evaluate.stride import resolve_stride
+from phasekv.report.common import head_label
+from phasekv.studies.knockout.ablation import final_position_means, knockout_logits
+from phasekv.tasks.lookup import LookupOptions
 
 SCHEMA = "phasekv.analysis.knockout/1"
 MODES = ("heads", "layers")
@@ -215,5 +215,5 @@ def format_knockout(result: dict) -> str:
     for row in result["targets"]:
         overall = None if clean["accuracy"] == 0 else 100 * (row["accuracy"] - clean["accuracy"]) / clean["accuracy"]
         cells = "".join(f" {_cell(v)}" for v in row["relative_change_by_phase"])
-        lines.append(f"{label(row):<8}{cells} {_cell(overall)}")
+        lines.append(f"{head_label(row):<8}{cells} {_cell(overall)}")
     return "\n".join(lines)

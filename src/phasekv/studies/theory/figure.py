@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import html
+import json
 from pathlib import Path
 
 import altair as alt
 
-from . import vega
-from .common import num, nums
-from .load import Inputs
+from phasekv.report import vega
+from phasekv.report.common import fmt, num, nums
+from phasekv.report.inputs import Inputs
+from phasekv.report.vega import figure_html
 
 TABLE = [
     ("n_runs", "runs"),
@@ -109,3 +112,36 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
         vega.write_png(spec(run), out_dir / f"theory{'' if i == 0 else '_' + str(i)}.png")
         for i, run in enumerate(data["runs"])
     ]
+
+
+def section_html(d: dict) -> str:
+    figures = "".join(
+        f"""<figure>{figure_html("fig-theory" + (f"-{i}" if i else ""), spec(run))}
+<figcaption>Log-linear gates of the idealized induction model trained from a small ball: per head, the static (solid)
+and per-window (dashed) effective number of positions of its key gate, from S (uniform) down to 1 (one position).
+Final loss {fmt(run["loss"], 4)}; key positions selected {run["selected"]}; uncovered non-final positions:
+{run["uncovered"] or "none"}.</figcaption></figure>"""
+        for i, run in enumerate(d["runs"])
+    )
+    tables = ""
+    if d["sweeps"]:
+        tables = """<p class="sub">Coverage over a sweep: the fraction of runs whose heads all concentrate, the fraction
+whose concentrated heads cover all S−1 non-final positions, mean collisions, loss and accuracy.</p>"""
+        tables += "".join(_sweep_table(sweep) for sweep in d["sweeps"])
+    return f"""
+<section id="sec-theory"><h2>Theory</h2>{figures}{tables}</section>"""
+
+
+def _sweep_table(sweep: dict) -> str:
+    def cell(value) -> str:
+        return html.escape(f"{value:.4g}" if isinstance(value, float) else str(value))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in sweep["columns"])
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in sweep["rows"])
+    return f"""<p class="small">{html.escape(sweep["name"])} (seeds {json.dumps(sweep["seeds"])})</p>
+<table class="data"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"""
+
+
+def plot_theorem2(result: dict, path: str | Path) -> Path:
+    """The report's Theorem 2 figure (`theory.spec`) of one `train_gates` result, as PNG."""
+    return vega.write_png(spec(run_block(result, Path(path).stem)), path)

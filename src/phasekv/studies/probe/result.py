@@ -14,12 +14,12 @@ files of earlier runs load as they are.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from ..stats.summary import ResidueSummary
-from .base import Typed, TypedResult
+from phasekv.results.base import Typed, TypedResult
+from phasekv.stats.summary import ResidueSummary
 
 PROBE_SCHEMA = "phasekv.eval/1"
 SCHEMA_VERSIONS = (1,)
@@ -47,6 +47,13 @@ class ProbeResult(TypedResult):
     seed: int | None = None
     phase_test: dict[str, Any] | None = None
     wall_time_s: float | None = None
+
+    schema_prefix = "phasekv.eval/"
+    probes: ClassVar[tuple[str, ...]] = ("lookup", "needle")
+
+    @classmethod
+    def recognises(cls, data: dict) -> bool:
+        return super().recognises(data) and data.get("probe") in cls.probes
 
     @model_validator(mode="after")
     def _check(self) -> ProbeResult:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from ..model.io import load_checkpoint
-from ..report.common import model_name
-from ..report.compressor import CHANNELS, illustrative
+from phasekv.model.io import load_checkpoint
+from phasekv.report.common import model_name
+from phasekv.report.compressor import CHANNELS, illustrative
 
 
 def from_checkpoint(path: str | Path) -> dict:

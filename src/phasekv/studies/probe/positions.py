@@ -10,9 +10,9 @@ import json
 import altair as alt
 import numpy as np
 
-from ..stats import wilson_interval
-from . import vega
-from .common import num, nums
+from phasekv.report import vega
+from phasekv.report.common import num, nums
+from phasekv.stats import wilson_interval
 
 MAX_BINS = 12
 NO_RECORDS = "no per-prompt records in this result file (written before they were recorded): re-run the probe"

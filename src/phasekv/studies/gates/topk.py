@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..attention.dsv4_indexer import NO_ENTRY
-from ..hooks import capture
-from ..tasks.prompts import Prompt
-from .probe_prompts import batches, unique_ids
+from phasekv.analysis.probe_prompts import batches, unique_ids
+from phasekv.attention.dsv4_indexer import NO_ENTRY
+from phasekv.hooks import capture
+from phasekv.tasks.prompts import Prompt
 
 
 def csa_layers(model) -> list[int]:

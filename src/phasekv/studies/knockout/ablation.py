@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 import torch
 
-from ..cache import KVCache
-from ..cache.generate import prefill
-from ..hooks import capture, hooks
+from phasekv.cache import KVCache
+from phasekv.cache.generate import prefill
+from phasekv.hooks import capture, hooks
 
 
 def kv_heads(model) -> list[tuple[int, int]]:

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import warnings
 from pathlib import Path
 
 import altair as alt
 
-from . import vega
-from .common import model_name, nums
-from .load import Inputs, Result
-
-
-def label(row: dict) -> str:
-    """'L3' for a whole layer, 'L3H1' for a KV head."""
-    return f"L{row['layer']}" if row.get("kv_head") is None else f"L{row['layer']}H{row['kv_head']}"
+from phasekv.report import vega
+from phasekv.report.common import head_label, model_name, nums
+from phasekv.report.inputs import Inputs, Result
+from phasekv.report.vega import figure_html
 
 
 def _run_dir(path) -> str | None:
@@ -59,7 +56,7 @@ def _match_gates(knockout: Result, sources) -> tuple[dict, str]:
         return {}, ""
     table: dict = {}
     for r in rows:
-        entry = table.setdefault(label(r), {"stride": r["stride"], "window": r["window"]})
+        entry = table.setdefault(head_label(r), {"stride": r["stride"], "window": r["window"]})
         entry[r["branch"]] = nums(r["phase_share"], 3)
         if r["branch"] == "key":
             entry["key_static"] = round(float(r.get("static_phases", r["static_offsets"])), 3)
@@ -80,12 +77,12 @@ def map_block(data: dict, name: str, gates: dict | None = None, gates_from: str 
         "clean_residue": nums(data["clean"]["accuracy_by_residue"], 4, 100),
         "rows": [
             {
-                "label": label(t),
+                "label": head_label(t),
                 "phase": nums(t["relative_change_by_phase"], 2),
                 "residue": nums(t["relative_change_by_residue"], 2),
                 "phase_points": nums(t["change_by_phase"], 2, 100),
                 "residue_points": nums(t["change_by_residue"], 2, 100),
-                "gate": gates.get(label(t)),
+                "gate": gates.get(head_label(t)),
             }
             for t in data["targets"]
         ],
@@ -151,7 +148,8 @@ def _chart(m: dict) -> alt.VConcatChart:
     tooltip = ["label:N", "position:O", "change:Q", alt.Tooltip("points:Q", title="change (points)"), "clean:Q"]
 
     def heatmap(axis: str, title: str) -> alt.Chart:
-        cells = alt.Chart().transform_filter(f"datum.kind == '{axis}'").mark_rect(stroke="#111")
+        # invalid=None: cells without a relative change (clean accuracy 0) are drawn gray, not dropped
+        cells = alt.Chart().transform_filter(f"datum.kind == '{axis}'").mark_rect(stroke="#111", invalid=None)
         cells = cells.encode(
             x=alt.X("position:O", title=title, axis=alt.Axis(labelAngle=0)),
             y=y,
@@ -195,3 +193,31 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
         vega.write_png(spec(m), out_dir / f"knockout{'' if i == 0 else '_' + str(i)}.png")
         for i, m in enumerate(data["maps"])
     ]
+
+
+def section_html(d: dict) -> str:
+    figures = "".join(_knockout_figure(i, m) for i, m in enumerate(d["maps"]))
+    return f"""
+<section id="sec-knockout"><h2>Knockout map and gate preferences</h2>{figures}</section>"""
+
+
+def _knockout_figure(i: int, m: dict) -> str:
+    if any(row["gate"] for row in m["rows"]):
+        gates = f"""; beside it, the same head's mean gate score by phase relative to a uniform share (dashed = 1×,
+gate results matched by {html.escape(m["gates_from"])}; “gate” switches to the value gate, shifted back by one)"""
+    else:
+        gates = (
+            " (no gate result for this model: run `phasekv gates` on it to see its gate preferences"
+            " beside the knockouts)"
+        )
+    return f"""
+<figure>{figure_html("fig-knockout" + (f"-{i}" if i else ""), spec(m))}
+<figcaption>{html.escape(m["name"])}: each row knocks out one KV head (or a whole layer) by mean replacement at the
+final position; columns are target positions by residue (left) and folded by the stride S (right); color is the
+accuracy change relative to clean: red lost, blue gained, clipped at ±100% (gray: clean accuracy 0). Click a row to
+see its change by phase below{gates}.</figcaption></figure>"""
+
+
+def plot_knockout(result: dict, path: str | Path) -> Path:
+    """The report's knockout figure (`knockout.spec`) of one knockout result, as PNG."""
+    return vega.write_png(spec(map_block(result, model_name(result, Path(path).stem))), path)

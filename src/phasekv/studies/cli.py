@@ -10,9 +10,9 @@ from pathlib import Path
 
 import typer
 
-from ..cli_errors import one_line_errors
-from ..cli_options import OptionGroup, expand_groups
-from ..cli_scoring import LOADING
+from phasekv.cli_errors import one_line_errors
+from phasekv.cli_options import OptionGroup, expand_groups
+from phasekv.cli_scoring import LOADING
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
@@ -30,7 +30,7 @@ QUIET = typer.Option(False, "--quiet", help="no progress bars")
 
 
 def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed=None):
-    from ..tasks.lookup import LookupOptions
+    from phasekv.tasks.lookup import LookupOptions
 
     return LookupOptions(
         n_records=records,
@@ -45,13 +45,13 @@ def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_
 
 
 def _scorer(model: Path, scoring: dict):
-    from ..scoring import load_scorer
+    from phasekv.scoring import load_scorer
 
     return load_scorer(model, **scoring)
 
 
 def _write(result: dict, out: Path, name: str, plot) -> None:
-    from ..evaluate.record import write_results
+    from phasekv.evaluate.record import write_results
 
     json_path = write_results(result, out / f"{name}.json")
     typer.echo(f"wrote {json_path} and {plot(out / f'{name}.png')}")
@@ -71,8 +71,8 @@ def knockout_command(
     quiet: bool = QUIET,
 ) -> None:
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
-    from ..report.figures import plot_knockout
-    from .knockout_run import KnockoutOptions, format_knockout, run_knockout
+    from phasekv.studies.knockout.figure import plot_knockout
+    from phasekv.studies.knockout.run import KnockoutOptions, format_knockout, run_knockout
 
     with one_line_errors("knockout"):
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
@@ -98,9 +98,9 @@ def gates_command(
     quiet: bool = QUIET,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
-    from ..report.figures import plot_gate_trajectory, plot_gates
-    from .gates_run import format_gates, is_run_dir, run_gate_trajectory, run_gates
-    from .topk import format_topk_hits
+    from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
+    from phasekv.studies.gates.run import format_gates, is_run_dir, run_gate_trajectory, run_gates
+    from phasekv.studies.gates.topk import format_topk_hits
 
     with one_line_errors("gates"):
         lookup = _lookup(**prompts)
@@ -131,8 +131,8 @@ def cycle_command(
     quiet: bool = QUIET,
 ) -> None:
     """Gate cycling (W = S models): observed vs predicted accuracy change by phase, R^2 grid over deltas."""
-    from ..report.figures import plot_cycle
-    from .cycle_run import format_cycle, parse_deltas, run_cycle
+    from phasekv.studies.cycle.figure import plot_cycle
+    from phasekv.studies.cycle.run import format_cycle, parse_deltas, run_cycle
 
     with one_line_errors("cycle"):
         deltas = parse_deltas(delta)

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import torch
 
-from ..hooks import capture
-from .concentration import effective_numbers, pool_phases
+from phasekv.analysis.concentration import effective_numbers, pool_phases
+from phasekv.hooks import capture
 
 BRANCHES = ("key", "value")
 

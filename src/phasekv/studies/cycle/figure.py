@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import altair as alt
 
-from . import vega
-from .common import model_name, num, nums
-from .load import Inputs
+from phasekv.report import vega
+from phasekv.report.common import model_name, num, nums
+from phasekv.report.inputs import Inputs
+from phasekv.report.vega import figure_html
 
 
 def model_block(data: dict, name: str) -> dict:
@@ -159,3 +161,41 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
         vega.write_png(spec(m), out_dir / f"cycle{'' if i == 0 else '_' + str(i)}.png")
         for i, m in enumerate(data["models"])
     ]
+
+
+def section_html(d: dict) -> str:
+    figures = "".join(
+        f"""<figure>{figure_html("fig-cycle" + (f"-{i}" if i else ""), spec(m), link="delta")}</figure>"""
+        for i, m in enumerate(d["models"])
+    )
+    head = "".join(f"<th>{delta:+d}</th>" for delta in d["deltas"])
+    body = "".join(
+        f"<tr><td>{html.escape(m['name'])}</td>{''.join(_r2_cell(m, delta) for delta in d['deltas'])}</tr>"
+        for m in d["models"]
+    )
+    return f"""
+<section id="sec-cycle"><h2>Gate cycling</h2>{figures}
+<p class="small">Observed accuracy after cycling the gate parameters by δ (red, 95% band), the uncycled model (gray),
+and the prediction A₀((r−δ) mod S) (dashed); the triangle marks the boundary phase. Beside it, predicted against
+observed change per phase (the boundary phase, hollow, is excluded from R²) and R² with its 95% interval for every δ.
+Choose δ above a figure or click a cell of the grid below: every model's figure moves to that δ.</p>
+<table class="data r2grid" id="cycle-grid"
+aria-label="R squared over models and deltas: click a cell to show that delta">
+<thead><tr><th>model \\ δ</th>{head}</tr></thead><tbody>{body}</tbody></table></section>"""
+
+
+def _r2_cell(m: dict, delta: int) -> str:
+    c = next((c for c in m["cycles"] if c["delta"] == delta), None)
+    if c is None or c["r2"] is None:
+        return "<td>–</td>"
+    shade = f"rgba(31,95,168,{0.1 + 0.6 * max(0.0, c['r2']):.2f})"
+    ci = f' title="95% CI [{c["r2_interval"][0]:.2f}, {c["r2_interval"][1]:.2f}]"' if c["r2_interval"] else ""
+    return (
+        f'<td class="cell" data-param="delta" data-value="{delta}" tabindex="0" style="background:{shade}"{ci}>'
+        f"{c['r2']:.2f}</td>"
+    )
+
+
+def plot_cycle(result: dict, path: str | Path) -> Path:
+    """The report's gate cycling figure (`cycle.spec`) of one cycling result, as PNG."""
+    return vega.write_png(spec(model_block(result, model_name(result, Path(path).stem))), path)

@@ -23,15 +23,15 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluate.record import RunClock, prompt_prefix
-from ..evaluate.scored import score_prompt_set
-from ..evaluate.units import unit_residue_cells
-from ..scoring import PhaseKVScorer
-from ..tasks.lookup import LookupOptions
-from .cycling import check_cyclable, cycle_gates
-from .gates import gate_metrics
-from .hf_layers import is_phasekv
-from .probe_prompts import lookup_prompts, unique_ids
+from phasekv.analysis.hf_layers import is_phasekv
+from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
+from phasekv.evaluate.record import RunClock, prompt_prefix
+from phasekv.evaluate.scored import score_prompt_set
+from phasekv.evaluate.units import unit_residue_cells
+from phasekv.scoring import PhaseKVScorer
+from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
+from phasekv.studies.gates.metrics import gate_metrics
+from phasekv.tasks.lookup import LookupOptions
 
 SCHEMA = "phasekv.analysis.cycle/1"
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import altair as alt
 
-from . import vega
-from .common import num, nums
-from .load import Inputs
+from phasekv.report import vega
+from phasekv.report.common import num, nums
+from phasekv.report.inputs import Inputs
+from phasekv.report.vega import figure_html
 
 
 def section(inputs: Inputs) -> dict | None:
@@ -113,3 +115,27 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
         vega.write_png(spec(run), out_dir / f"flip{'' if i == 0 else '_' + str(i)}.png")
         for i, run in enumerate(data["runs"])
     ]
+
+
+def section_html(d: dict) -> str:
+    figures = "".join(_flip_figure(i, run) for i, run in enumerate(d["runs"]))
+    return f"""
+<section id="sec-flip"><h2>Flip probe</h2>{figures}</section>"""
+
+
+def _flip_figure(i: int, run: dict) -> str:
+    def agreeing(rec: dict, unit: str) -> str:
+        return f" ({rec['agree']} of {rec['total']} {unit} agree)" if rec["agree"] is not None else ""
+
+    families = "".join(
+        f"<li>{html.escape(family)}: {html.escape(rec['pattern'])}{agreeing(rec, 'lengths')}</li>"
+        for family, rec in run["families"].items()
+    )
+    p_value = f" (permutation p = {run['p_value']})" if run["p_value"] is not None else ""
+    return f"""
+<figure>{figure_html("fig-flip" + (f"-{i}" if i else ""), spec(run))}
+<figcaption>Probability of each candidate completion as the filler before an unchanged context grows one token
+at a time; the strip above each plot shows which candidate is on top at each length, dashed lines separate cycles
+of the period P = {run["period"]} (from {html.escape(run["period_source"])}). Choose a filler family to see it alone.
+<ul class="small">{families}<li>pooled over families: {html.escape(run["pooled"])}, {run["agree"]} of {run["total"]}
+rankings follow it{p_value}</li></ul></figcaption></figure>"""

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from statistics import fmean
 
 import altair as alt
 
-from . import vega
-from .common import num, nums
-from .load import Inputs
+from phasekv.report import vega
+from phasekv.report.common import num, nums
+from phasekv.report.inputs import Inputs
+from phasekv.report.vega import figure_html
 
 
 def section(inputs: Inputs) -> dict | None:
@@ -80,3 +82,34 @@ def spec(data: dict) -> dict:
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
     return [vega.write_png(spec(data), out_dir / "designs.png")]
+
+
+def section_html(d: dict) -> str:
+    def seeds(values) -> str:
+        return " / ".join("-" if v is None else f"{v:.1f}" for v in values)
+
+    def verdict(row) -> str:
+        if row["role"] != "candidate":
+            return row["role"]
+        return "target met" if row["meets_target"] else "missed: " + "; ".join(row["misses"])
+
+    body = "".join(
+        f"<tr><td>{html.escape(r['design'])}</td><td>{' / '.join(map(str, r['seeds']))}</td>"
+        f"<td>{r['cache_bytes_per_token']:g}</td><td>{seeds(r['mean'])}</td><td>{seeds(r['worst'])}</td>"
+        f"<td>{seeds(r['gap'])}</td><td>{seeds(r['period_diff'])}</td><td>{html.escape(verdict(r))}</td></tr>"
+        for r in d["rows"]
+    )
+    knocked = d.get("knockout_run")
+    knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
+    return f"""
+<section id="sec-designs"><h2>Designs against the weak spots</h2>
+<figure>{figure_html("fig-designs", spec(d))}
+<figcaption>Each design's mean accuracy over residues against its gap (best − worst residue), one point per seed
+(hollow: not learned, so a small gap is flatness for the wrong reason), a cross at the seed mean; the shape marks
+the control, the baseline and the candidates. Lower right is better; click a design in the legend to pick it out.
+</figcaption></figure>
+<table class="data" id="designs-table"><thead><tr><th>design</th><th>seeds</th><th>cache B/token</th><th>mean</th>
+<th>worst</th><th>gap</th><th>period diff.</th><th>target</th></tr></thead><tbody>{body}</tbody></table>
+<p class="sub">One value per seed, accuracies in percent, gap = best - worst residue in points. Target: every seed
+learned, and on seed means a gap within 5 points of full attention's, a mean at least W8/S8's, the same cache bytes per
+token.{knock} Source: {html.escape(d["file"])}.</p></section>"""

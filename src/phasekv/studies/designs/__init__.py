@@ -1,0 +1,2 @@
+"""The design comparison of the mitigations profile (computed by `phasekv.reproduce.designs`); `result`,
+`figure`."""

@@ -1,0 +1,2 @@
+"""The theory runs' results (computed by `phasekv.theory`): Theorem 1, Theorem 2 and sweeps; `result`,
+`figure`."""
