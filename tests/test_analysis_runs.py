@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from conftest import needs_dsv4, randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
 from phasekv.analysis.hf_layers import final_attention_means, layer_knockout_logits
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
-from phasekv.studies.cli import cycle_command, gates_command, knockout_command
 from phasekv.studies.cycle.figure import plot_cycle
 from phasekv.studies.cycle.run import cycle_statistics, fold_cells, parse_deltas, run_cycle
 from phasekv.studies.gates.figure import plot_gates

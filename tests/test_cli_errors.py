@@ -1,7 +1,7 @@
 import pytest
 import typer
 
-from phasekv.cli_errors import one_line_errors
+from phasekv.cli.errors import one_line_errors
 
 
 def test_expected_errors_end_with_one_line_and_exit_2(capsys, monkeypatch):

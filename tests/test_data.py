@@ -10,10 +10,10 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
+from phasekv.cli.train import data_app
 from phasekv.corpus import HeldOutPairs, MixtureConfig, MixtureSource, TokenWindowSource, assign_names, open_split
 from phasekv.corpus.tokens import read_header, write_header
 from phasekv.tasks.tokenizer import build_word_tokenizer, save_word_tokenizer
-from phasekv.train.cli import data_app
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from phasekv.cli.evaluate import eval_app
 from phasekv.evaluate import (
     SCHEMA,
     best_pattern,
@@ -19,7 +20,6 @@ from phasekv.evaluate import (
     run_needle,
     write_results,
 )
-from phasekv.evaluate.cli import eval_app
 from phasekv.scoring import load_scorer
 from phasekv.studies.flip.run import FlipOptions, format_flip, run_flip
 from phasekv.tasks.lookup import LookupOptions

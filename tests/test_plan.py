@@ -10,9 +10,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from phasekv.cli.evaluate import eval_app
 from phasekv.evaluate import run_lookup, run_needle
 from phasekv.evaluate import scored as scored_module
-from phasekv.evaluate.cli import eval_app
 from phasekv.evaluate.plan import ScoringProgress
 from phasekv.evaluate.record import dump_prompts, prompt_prefix, results_json
 from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set

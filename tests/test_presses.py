@@ -360,7 +360,7 @@ def test_cli_eval_with_press_writes_the_press_and_refuses_an_endpoint(qwen_dir, 
 
     from typer.testing import CliRunner
 
-    from phasekv.evaluate.cli import eval_app
+    from phasekv.cli.evaluate import eval_app
 
     runner = CliRunner()
     args = ["needle", str(qwen_dir), "--context-length", "64", "--records", "4", "--haystacks", "2", "--modulus", "4"]

@@ -20,10 +20,10 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import randomize
+from phasekv.cli.report import report_command
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.report import ReportInputError, build_report, load_results
-from phasekv.report.cli import report_command
 from phasekv.report.common import head_label
 from phasekv.report.vega import write_png
 from phasekv.scoring import PhaseKVScorer

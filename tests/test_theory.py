@@ -6,8 +6,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from phasekv.cli.theory import app
 from phasekv.studies.theory.result import Theorem1Result, Theorem2Result
-from phasekv.theory.cli import app
 from phasekv.theory.geometry import equiangular_deviation, near_equiangular_embeddings
 from phasekv.theory.model import equiangular_loss, induction_loss
 from phasekv.theory.sweep import TABLE_KEYS, run_sweep

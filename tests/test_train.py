@@ -253,7 +253,7 @@ def test_short_run_learns_and_snapshots_gates(tmp_path):
 def test_train_command(tmp_path):
     from typer.testing import CliRunner
 
-    from phasekv.train.cli import train_app
+    from phasekv.cli.train import train_app
 
     out = str(tmp_path / "run")
     common = ["--out", out, "--no-progress"]
@@ -367,7 +367,7 @@ def test_train_command_defaults_are_the_run_config_defaults_and_every_option_rea
     config's, and options such as --text-fraction (mixed data) and --lr land where they belong."""
     import typer
 
-    from phasekv.train.cli import RUN_OPTIONS, run_config_from_options, train_app
+    from phasekv.cli.train import RUN_OPTIONS, run_config_from_options, train_app
 
     command = typer.main.get_command(train_app)
 

@@ -1,8 +1,8 @@
 """Run a probe end to end: generate prompts, score them, summarise by residue, write JSON.
 
-`run_lookup` and `run_needle` take a scorer (`phasekv.scoring`) and return a
-JSON-serialisable result dict; `write_results` writes it atomically. `cli.eval_app` is the
-`phasekv eval` command group. Result schema: `phasekv.studies.probe.result`. The flip probe is `phasekv.studies.flip`.
+`run_lookup` and `run_needle` take a scorer (`phasekv.scoring`) and return a JSON-serialisable result
+dict; `write_results` writes it atomically. Result format: `phasekv.studies.probe.result`. The flip probe
+is `phasekv.studies.flip`; the `phasekv eval` commands are `phasekv.cli.evaluate`.
 """
 
 from .lookup import run_lookup

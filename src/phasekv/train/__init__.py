@@ -7,7 +7,8 @@ Drive it from Python::
     result = train(RunConfig(model=ModelSpec("w8s8-1kv", "tiny"), steps=600), "runs/w8s8", resume=True)
     result.checkpoint  # runs/w8s8/checkpoints/step_000600 (phasekv.model.load_checkpoint reads it)
 
-Modules: `config`, `schedule`, `optim`, `rng`, `checkpoint`, `log`, `gates`, `runtime`, `loop`, `cli`.
+Modules: `config`, `schedule`, `optim`, `rng`, `checkpoint`, `log`, `gates`, `runtime`, `loop`; the
+commands are `phasekv.cli.train`.
 """
 
 from phasekv.corpus.mixture import MixtureConfig

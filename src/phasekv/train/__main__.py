@@ -1,5 +1,5 @@
 """`python -m phasekv.train [OPTIONS]`: the training command alone, for torchrun."""
 
-from phasekv.train.cli import train_app
+from phasekv.cli.train import train_app
 
 train_app()

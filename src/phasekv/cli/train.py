@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from phasekv.cli_errors import one_line_errors
+from phasekv.cli.errors import one_line_errors
 
 COMMAND_ONLY = ("ctx", "out", "config", "resume", "progress")  # every other parameter of train_command is a run option
 

@@ -1,5 +1,5 @@
 """`phasekv serve MODEL`: serve a local model over an OpenAI-compatible API (the options that point
-`phasekv eval` at a served model are `phasekv.cli_scoring.ENDPOINT`)."""
+`phasekv eval` at a served model are `phasekv.cli.scoring.ENDPOINT`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..cli_errors import one_line_errors
+from phasekv.cli.errors import one_line_errors
 
 
 def serve_command(
@@ -24,8 +24,8 @@ def serve_command(
     max_tokens: int = typer.Option(2048, "--max-tokens", min=1, help="the largest max_tokens a request may ask for"),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible /v1/completions API (token-id prompts, echo, logprobs)."""
-    from ..scoring import ScorerError, load_scorer
-    from .server import make_server
+    from phasekv.scoring import ScorerError, load_scorer
+    from phasekv.serve.server import make_server
 
     with one_line_errors("serve", (ScorerError, OSError)):
         scorer = load_scorer(model, device=device, dtype=dtype, threads=threads)

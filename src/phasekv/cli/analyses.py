@@ -10,9 +10,9 @@ from pathlib import Path
 
 import typer
 
-from phasekv.cli_errors import one_line_errors
-from phasekv.cli_options import OptionGroup, expand_groups
-from phasekv.cli_scoring import LOADING
+from phasekv.cli.errors import one_line_errors
+from phasekv.cli.options import OptionGroup, expand_groups
+from phasekv.cli.scoring import LOADING
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")

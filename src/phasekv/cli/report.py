@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from .build import build_report
-from .load import ReportInputError
-
 
 def report_command(
     results_dir: Path = typer.Argument(..., help="directory (or one file) of result JSON files", exists=True),
@@ -19,9 +16,11 @@ def report_command(
     pngs: bool = typer.Option(True, "--pngs/--no-pngs", help="also write PNG figures beside the HTML"),
 ) -> None:
     """Write a self-contained interactive HTML report (and PNG figures) from result JSON files."""
+    from phasekv.report import ReportInputError, build_report
+
     compressor = None
     if model is not None:  # reading a checkpoint needs torch: the report itself does not
-        from ..studies.gates.illustration import illustration
+        from phasekv.studies.gates.illustration import illustration
 
         compressor = illustration(model)
     try:

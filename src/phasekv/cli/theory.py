@@ -13,11 +13,7 @@ from pathlib import Path
 
 import typer
 
-from phasekv.cli_options import OptionGroup, expand_groups
-from phasekv.studies.theory.figure import plot_theorem2
-from phasekv.theory.sweep import TABLE_KEYS, run_sweep
-from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
-from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
+from phasekv.cli.options import OptionGroup, expand_groups
 
 app = typer.Typer(help="The idealized induction model: optimal and learned compression.", no_args_is_help=True)
 
@@ -80,6 +76,8 @@ def theorem1(
     out: Path | None = OUT,
 ) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
+    from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
+
     config = Theorem1Config(
         **geometry,
         n_starts=n_starts,
@@ -116,6 +114,9 @@ def theorem2(
     out: Path | None = OUT,
 ) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
+    from phasekv.studies.theory.figure import plot_theorem2
+    from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
+
     config = GateTrainingConfig(
         **geometry,
         rho=rho,
@@ -177,6 +178,9 @@ def sweep(
         "gamma": _floats(gamma),
         "beta": _floats(beta),
     }
+    from phasekv.theory.sweep import TABLE_KEYS, run_sweep
+    from phasekv.theory.theorem2 import GateTrainingConfig
+
     base = GateTrainingConfig(n_chunks=n_chunks, kappa=kappa, eps=eps, steps=steps, batch_size=batch_size, lr=lr)
     result = run_sweep(base, grid, _ints(seeds))
     _print_rows(result["table"], list(grid) + list(TABLE_KEYS))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from .cli_options import OptionGroup
+from phasekv.cli.options import OptionGroup
 
 # How a local model is loaded and run (`load_scorer`'s keyword arguments). The analyses read a model's
 # internals, so they take LOADING only; the probes take SCORING (also workers, dtype and a press).
@@ -111,8 +111,8 @@ def endpoint_scorer_from_options(
 ):
     """An `EndpointScorer` from the ENDPOINT options (API key from the environment); what loading
     the results cache repaired is printed to stderr."""
-    from .scoring import ScorerError
-    from .serve.client import EndpointScorer
+    from phasekv.scoring import ScorerError
+    from phasekv.serve.client import EndpointScorer
 
     if not served_model:
         raise ScorerError("--endpoint needs --served-model NAME (the name the server serves, see GET /v1/models)")
@@ -141,7 +141,7 @@ def endpoint_scorer_from_options(
 def scorer_from_options(model: Path | None, scoring: dict, endpoint: dict):
     """The scorer of an eval command: through the server when `endpoint["url"]` (--endpoint) is set
     (MODEL, if given, is the default tokenizer directory), else `load_scorer(model, **scoring)`."""
-    from .scoring import ScorerError, load_scorer
+    from phasekv.scoring import ScorerError, load_scorer
 
     if endpoint["url"] is not None:
         return endpoint_scorer_from_options(**{**endpoint, "tokenizer": endpoint["tokenizer"] or model})

