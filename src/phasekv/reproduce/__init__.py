@@ -9,8 +9,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..evaluate import write_results
+from ..model.io import read_config
 from ..report import build_report
+from ..scoring import PhaseKVScorer
 from ..studies.gates.illustration import illustration
+from ..studies.knockout.figure import plot_knockout
+from ..studies.knockout.run import KnockoutOptions, run_knockout
 from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
@@ -71,11 +76,6 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
 def compare_designs(profile: Profile, out: Path, rows: dict[str, dict], progress: bool = True) -> list[dict]:
     """Write designs.json/.md (every design beside W8/S8 and full attention) and the best design's
     knockout map (analysis/knockout-<run>.json/.png); returns the design rows."""
-    from ..evaluate import write_results
-    from ..model.io import read_config
-    from ..scoring import PhaseKVScorer
-    from ..studies.knockout.figure import plot_knockout
-    from ..studies.knockout.run import KnockoutOptions, run_knockout
 
     checkpoints = {run.name: final_checkpoint(out, run) for run in profile.runs}
     configs = {name: read_config(ckpt)[0] for name, ckpt in checkpoints.items()}

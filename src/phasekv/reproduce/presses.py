@@ -24,9 +24,11 @@ from pathlib import Path
 
 from ..files import write_atomic
 from ..pretrained import directory_fingerprint
+from ..report import build_report
 from ..scoring.press_spec import PRESETS, PressCall, parse_press
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
+from .press_table import write_press_table
 
 DEFAULT_MODEL = "models/smollm2-135m"  # where `phasekv models get smollm2-135m` writes by default
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -172,8 +174,6 @@ def run_presses(
 ) -> dict[str, dict[str, dict]]:
     """Every (method, probe) cell of `profile` on `model` (reusing finished cells), then the table and figure.
     Returns {probe: {method name: result}}."""
-    from ..report import build_report
-    from .press_table import write_press_table
 
     out, model = Path(out), Path(model)
     if not (model / "config.json").is_file():

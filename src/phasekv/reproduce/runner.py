@@ -8,10 +8,12 @@ whose final checkpoint exists is skipped, so a rerun only evaluates; an interrup
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from tqdm import tqdm
@@ -115,7 +117,6 @@ def train_all(profile: Profile, out: Path, jobs: int, progress: bool = True) -> 
 
 
 def _one_thread_env() -> dict[str, str]:
-    import os
 
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -170,7 +171,6 @@ def logged_training_seconds(directory: Path) -> float | None:
 
 
 def _options(profile: Profile) -> dict:
-    from dataclasses import asdict
 
     return asdict(profile.lookup)
 

@@ -16,9 +16,21 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from ..evaluate import write_results
+from ..model.io import read_config
+from ..scoring import PhaseKVScorer
+from ..studies.cycle.run import run_cycle
+from ..studies.flip.run import FlipOptions, run_flip
+from ..studies.gates.run import run_gate_trajectory, run_gates
+from ..studies.knockout.run import KnockoutOptions, run_knockout
+from ..tasks.lookup import draw_mapping, held_out_matrix, unpadded_ids
+from ..tasks.vocab import task_vocab
+from ..theory.sweep import run_sweep
+from ..theory.theorem1 import Theorem1Config, run_theorem1
+from ..theory.theorem2 import GateTrainingConfig, train_gates
 from .profiles import Profile, RunSpec
 from .runner import final_checkpoint, run_dir
 from .sizes import AnalysisSizes
@@ -47,7 +59,6 @@ def cached_result(path: Path, record: dict, compute: Callable[[], dict]) -> tupl
 
 
 def _scorer(checkpoint: Path):
-    from ..scoring import PhaseKVScorer
 
     return PhaseKVScorer.from_checkpoint(checkpoint, threads=2, batch_size=16)
 
@@ -78,7 +89,6 @@ class Stages:
 
     def knockout(self) -> list[Path]:
         """Per-KV-head knockout map of every run (the control's too), calibration-mean replacement."""
-        from ..studies.knockout.run import KnockoutOptions, run_knockout
 
         lookup = self._lookup(self.sizes.knockout_mappings)
         options = KnockoutOptions(calibration_mappings=self.sizes.calibration_mappings)
@@ -99,8 +109,6 @@ class Stages:
     def gates(self) -> list[Path]:
         """Gate concentration (static vs per window) of every compressed run at its end, and its
         trajectory recomputed at every saved checkpoint on the same lookup prompts."""
-        from ..model.io import read_config
-        from ..studies.gates.run import run_gate_trajectory, run_gates
 
         lookup = self._lookup(self.sizes.gate_mappings)
         settings = {"lookup": asdict(lookup), "batch_size": 16}
@@ -128,7 +136,6 @@ class Stages:
 
     def cycle(self) -> list[Path]:
         """Gate cycling by every delta on each seed of the W = S preset `sizes.cycle_preset`."""
-        from ..studies.cycle.run import run_cycle
 
         lookup = self._lookup(self.sizes.cycle_mappings)
         deltas = list(self.sizes.cycle_deltas)
@@ -158,7 +165,6 @@ class Stages:
     def flip(self) -> list[Path]:
         """The flip probe on every run: one fixed lookup query shifted by filler one token at a time;
         candidates are the answer and the names of the records before and after the target."""
-        from ..studies.flip.run import FlipOptions, run_flip
 
         paths = []
         for run in self.profile.runs:
@@ -193,11 +199,6 @@ class Stages:
     def theory(self) -> list[Path]:
         """Theorem 1 (random starts vs one-hot assignments), Theorem 2 (gate training from a small
         ball) and a small Theorem 2 sweep, at the theory commands' default geometry."""
-        import torch
-
-        from ..theory.sweep import run_sweep
-        from ..theory.theorem1 import Theorem1Config, run_theorem1
-        from ..theory.theorem2 import GateTrainingConfig, train_gates
 
         torch.set_num_threads(2)
         t = self.sizes.theory
@@ -248,8 +249,6 @@ def flip_query(tokenizer, lookup) -> tuple[str, tuple[str, ...]]:
     """(context, candidates) of the flip probe: the first mapping of `lookup` written out without
     padding (records, demonstrations, "; target-key"), its target in the middle of the records;
     candidates " answer", then the names of the records just before and after the target."""
-    from ..tasks.lookup import draw_mapping, held_out_matrix, unpadded_ids
-    from ..tasks.vocab import task_vocab
 
     vocab = task_vocab(tokenizer, n_animals=lookup.n_records, n_names=lookup.n_records)
     middle = lookup.n_records // 2

@@ -3,6 +3,7 @@ round trip for servers that take only text prompts."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,7 +82,6 @@ def text_prompt(tokenizer, ids: Sequence[int]) -> str:
 def tokenizer_hash(tokenizer) -> str:
     """SHA-256 (16 hex digits) of the tokenizer's full definition (its tokenizer.json), so a cache
     written with one tokenizer is never read with another."""
-    import hashlib
 
     text = tokenizer.backend_tokenizer.to_str()
     return hashlib.sha256(text.encode()).hexdigest()[:16]

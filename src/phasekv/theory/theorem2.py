@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from phasekv.analysis.concentration import effective_numbers
 from phasekv.theory.config import InductionConfig
@@ -124,8 +125,6 @@ def train_gates(config: GateTrainingConfig, progress: bool = False) -> dict:
     record(0)
     steps = range(1, config.steps + 1)
     if progress:
-        from tqdm import tqdm
-
         steps = tqdm(steps, desc="gates", leave=False)
     for step in steps:
         contexts = sample_contexts(config.n_tokens, config.n_chunks, config.chunk_size, config.batch_size, generator)

@@ -31,11 +31,13 @@ from tqdm.auto import tqdm
 from phasekv.analysis.hf_layers import is_phasekv
 from phasekv.analysis.probe_prompts import batches, lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix, software_versions
+from phasekv.scoring import load_scorer
 from phasekv.studies.gates.hf_gates import hf_gate_metrics
 from phasekv.studies.gates.metrics import gate_metrics
 from phasekv.studies.gates.snapshots import snapshot_rows
 from phasekv.studies.gates.topk import topk_hits_by_phase
 from phasekv.tasks.lookup import LookupOptions
+from phasekv.train.checkpoint import list_checkpoints
 
 SCHEMA = "phasekv.analysis.gates/1"
 TRAJECTORY_SCHEMA = "phasekv.analysis.gate_trajectory/1"
@@ -94,8 +96,6 @@ def run_gate_trajectory(
     progress: bool = True,
 ) -> dict:
     """Gate metric rows at every saved step of a training run (see the module docstring)."""
-    from phasekv.scoring import load_scorer
-    from phasekv.train.checkpoint import list_checkpoints
 
     run_dir = Path(run_dir)
     if source not in SOURCES:
