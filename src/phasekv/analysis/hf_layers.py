@@ -18,12 +18,13 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..model import PhaseKVModel
+
 _ATTENTION_NAMES = ("self_attn", "attn", "attention")
 
 
 def is_phasekv(model: nn.Module) -> bool:
     """True for a phasekv PhaseKVModel (hook points instead of HF modules)."""
-    from ..model import PhaseKVModel
 
     return isinstance(model, PhaseKVModel)
 

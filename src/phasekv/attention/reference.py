@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ..compress.reference import reference_entries
+
 
 def reference_compressed_attention(
     q, q_start, entry_k, entry_v, entry_end, exact_k, exact_v, exact_start, local_window, sink=None
@@ -50,7 +52,6 @@ def reference_layer(attn, x: torch.Tensor) -> torch.Tensor:
     """A compressed `Attention` layer's output for x [B, T, d_model] (positions 0..T-1), from the
     definitions: entries from `reference_entries`; window j starts at o+j*S (o: the layer's offset),
     is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on."""
-    from ..compress.reference import reference_entries
 
     cfg, comp = attn.cfg, attn.compressor
     geometry = comp.geometry

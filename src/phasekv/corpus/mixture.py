@@ -36,6 +36,7 @@ import numpy as np
 from phasekv.corpus.batch import Batch, split_index
 from phasekv.corpus.templates import KEY, TEMPLATES, VALUE, MixtureVocab, Template, mixture_vocab
 from phasekv.tasks.heldout import HeldOutPairs, assign_names
+from phasekv.tasks.tokenizer import build_word_tokenizer
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,6 @@ def make_sequence(
 def load_tokenizer(directory: str | None):
     """phasekv's word-level tokenizer (None) or a local HF tokenizer directory (no network)."""
     if directory is None:
-        from phasekv.tasks.tokenizer import build_word_tokenizer
-
         return build_word_tokenizer()
     from transformers import AutoTokenizer
 

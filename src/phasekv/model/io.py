@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from .. import __version__
 from ..config import ConfigError, ModelConfig
 from ..files import write_atomic
+from .transformer import PhaseKVModel
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -65,7 +66,6 @@ def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
 
 def load_checkpoint(directory: str | Path, map_location: str | torch.device = "cpu"):
     """Load a PhaseKVModel saved with `save_checkpoint`."""
-    from .transformer import PhaseKVModel
 
     directory = Path(directory)
     cfg, _ = read_config(directory)

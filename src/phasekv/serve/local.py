@@ -8,8 +8,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..model.io import CONFIG_FILE, FORMAT
+from ..model.io import CONFIG_FILE, FORMAT, read_config
 from ..scoring import ScorerError
+from ..tasks.tokenizer import build_word_tokenizer, load_word_tokenizer
 from .errors import EndpointError
 
 
@@ -20,8 +21,6 @@ def load_tokenizer(directory: str | Path):
     if not directory.is_dir():
         raise ScorerError(f"tokenizer directory {directory} does not exist")
     if _is_phasekv(directory):
-        from ..tasks.tokenizer import build_word_tokenizer, load_word_tokenizer
-
         has_file = (directory / "tokenizer.json").is_file()
         return load_word_tokenizer(directory) if has_file else build_word_tokenizer()
     from transformers import AutoTokenizer
@@ -41,8 +40,6 @@ def local_stride(directory: str | Path) -> int | None:
     if not path.is_file():
         return None
     if _is_phasekv(Path(directory)):
-        from ..model.io import read_config
-
         compression = read_config(directory)[0].compression
         return None if compression is None else compression.stride
     from transformers import AutoConfig
