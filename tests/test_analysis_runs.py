@@ -11,7 +11,8 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import needs_dsv4, randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
-from phasekv.analysis.hf_layers import final_attention_means, layer_knockout_logits
+from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
+from phasekv.analysis.models import HFView, PhaseKVView, view
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
 from phasekv.model import PhaseKVModel, preset_config
@@ -19,11 +20,11 @@ from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.figure import plot_cycle
 from phasekv.studies.cycle.run import cycle_statistics, fold_cells, parse_deltas, run_cycle
 from phasekv.studies.gates.figure import plot_gates
-from phasekv.studies.gates.hf_gates import collect_hf_gates, hf_gate_metrics
 from phasekv.studies.gates.run import run_gate_trajectory, run_gates
 from phasekv.studies.knockout import run as knockout_run
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits_reference
 from phasekv.studies.knockout.figure import plot_knockout
+from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
@@ -272,3 +273,15 @@ def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     w8s4 = save_with_tokenizer(_model("w8s4-1kv"), tmp_path / "w8s4")
     res = runner.invoke(app, ["cycle", str(w8s4), "--out", str(out), *SMALL])
     assert res.exit_code == 2 and "W = S" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_model_views_answer_the_same_questions_for_phasekv_and_hf_models():
+    ours, hf = PhaseKVModel(preset_config("w8s8-1kv", vocab_size=50)), tiny_qwen3(50)
+    ids = torch.randint(0, 50, (2, 24))
+    for model, kind, layers in ((ours, PhaseKVView, len(ours.layers)), (hf, HFView, 2)):
+        seen = view(model)
+        assert type(seen) is kind and len(seen.attention_sites()) == layers
+        with torch.no_grad():
+            assert seen.final_logits(ids).shape == (2, 50)
+    assert view(ours).head_knockouts and view(ours).gate_cycling
+    assert not view(hf).head_knockouts and not view(hf).gate_cycling and view(hf).topk_hits([]) == []

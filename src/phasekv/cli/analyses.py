@@ -98,9 +98,9 @@ def gates_command(
     quiet: bool = QUIET,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
+    from phasekv.analysis.topk import format_topk_hits
     from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
     from phasekv.studies.gates.run import format_gates, is_run_dir, run_gate_trajectory, run_gates
-    from phasekv.studies.gates.topk import format_topk_hits
 
     with one_line_errors("gates"):
         lookup = _lookup(**prompts)

@@ -19,10 +19,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..analysis.probe_prompts import lookup_prompts
+from ..analysis.topk import topk_hits_by_phase
 from ..evaluate import run_lookup, write_results
 from ..files import write_atomic
 from ..scoring import PhaseKVScorer
-from ..studies.gates.topk import topk_hits_by_phase
 from ..train import latest_checkpoint, read_log
 from ..train.checkpoint import mark_final
 from ..train.config import RunConfigError, load_run_config, save_run_config

@@ -23,14 +23,14 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from phasekv.analysis.hf_layers import is_phasekv
+from phasekv.analysis.gate_metrics import gate_metrics
+from phasekv.analysis.models import view
 from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.scored import score_prompt_set
 from phasekv.evaluate.units import unit_residue_cells
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
-from phasekv.studies.gates.metrics import gate_metrics
 from phasekv.tasks.lookup import LookupOptions
 
 SCHEMA = "phasekv.analysis.cycle/1"
@@ -116,7 +116,7 @@ def run_cycle(
 ) -> dict:
     """Cycle the gates of `scorer.model` by every delta and score the same lookup prompts."""
     model = scorer.model
-    if not is_phasekv(model):
+    if not view(model).gate_cycling:
         raise ValueError("gate cycling needs a phasekv model with learned paper-style gates, not an HF model")
     check_cyclable(model)
     clock = RunClock()

@@ -1,7 +1,7 @@
 """Gate concentration on evaluation text, for one model or along a training run.
 
 `run_gates(scorer, lookup)`: over every window of the (distinct) lookup prompts, the rows of
-`gates.gate_metrics` (phasekv models) or `hf_gates.hf_gate_metrics` (DeepseekV4ForCausalLM): per
+the model view's gate rows (`phasekv.analysis.models`: phasekv models, DeepseekV4ForCausalLM): per
 layer, KV head and branch the static and per-window effective numbers of offsets (phases for
 W > S) and the phase share relative to uniform, value shifted back by one offset.
 
@@ -13,7 +13,7 @@ checkpoints when the run has any.
 
 Results (JSON): `schema` "phasekv.analysis.gates/1" with the envelope, `options`, `n_windows_from`
 (prompts), `rows`, and for models with a lightning indexer (DeepSeek-V4 CSA layers) `topk_hits`: how often
-its picks at the query include the target record's entry, by phase and residue (`topk.topk_hits_by_phase`);
+its picks at the query include the target record's entry, by phase and residue (`phasekv.analysis.topk`);
 trajectories: `schema` "phasekv.analysis.gate_trajectory/1", `run_dir`,
 `source`, `steps` [{step, rows}].
 """
@@ -28,14 +28,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from phasekv.analysis.hf_layers import is_phasekv
+from phasekv.analysis.models import view
 from phasekv.analysis.probe_prompts import batches, lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix, software_versions
 from phasekv.scoring import load_scorer
-from phasekv.studies.gates.hf_gates import hf_gate_metrics
-from phasekv.studies.gates.metrics import gate_metrics
 from phasekv.studies.gates.snapshots import snapshot_rows
-from phasekv.studies.gates.topk import topk_hits_by_phase
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.train.checkpoint import list_checkpoints
 
@@ -49,9 +46,7 @@ def metrics_rows(model, ids: torch.Tensor, batch_size: int) -> list[dict]:
     """Gate metric rows of `model` over every window of ids [N, T]."""
     device = next(model.parameters()).device
     parts = (b.to(device) for b in batches(ids, batch_size))
-    if is_phasekv(model):
-        return gate_metrics(model, parts)
-    return hf_gate_metrics(model, parts)
+    return view(model).gate_rows(parts)
 
 
 def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int = 16) -> dict:
@@ -69,7 +64,7 @@ def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int =
         n_windows_from={"prompts": int(ids.shape[0]), "prompt_length": int(ids.shape[1])},
         rows=rows,
     )
-    hits = topk_hits_by_phase(scorer.model, prompts.prompts, batch_size) if is_phasekv(scorer.model) else []
+    hits = view(scorer.model).topk_hits(prompts.prompts, batch_size)
     if hits:
         result["topk_hits"] = hits
     result["schema"] = SCHEMA

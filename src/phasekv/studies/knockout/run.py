@@ -30,12 +30,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from phasekv.analysis.hf_layers import final_attention_means, is_phasekv, layer_knockout_logits
+from phasekv.analysis.models import view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.stride import resolve_stride
 from phasekv.report.common import head_label
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits
+from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.tasks.lookup import LookupOptions
 
 SCHEMA = "phasekv.analysis.knockout/1"
@@ -131,7 +132,7 @@ def _means(scorer, cal_ids: torch.Tensor, options: KnockoutOptions) -> torch.Ten
 def _check(scorer, options: KnockoutOptions) -> None:
     if options.mode not in MODES:
         raise ValueError(f"unknown knockout mode {options.mode!r}; choose one of {MODES}")
-    if options.mode == "heads" and not is_phasekv(scorer.model):
+    if options.mode == "heads" and not view(scorer.model).head_knockouts:
         raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
     if options.calibration_mappings < 1 or options.n_query < 1 or options.batch_size < 1:
         raise ValueError("calibration_mappings, n_query and batch_size must be >= 1")

@@ -2,12 +2,9 @@
 
 For layer l, the attention output (the residual-stream update, [B, T, d_model]) at the last
 `n_query` positions is replaced by its mean over calibration prompts; nothing else changes. Works
-through forward hooks on
-
-* Hugging Face causal LMs: the attention module of every decoder layer, found generically as
-  `model.model.layers[i].self_attn` (or `.attn` / `.attention`); tuple outputs keep their other
-  members (Qwen3ForCausalLM, DeepseekV4ForCausalLM, ...);
-* phasekv models: the `layers.i.hook_attn_out` hook point.
+through forward hooks on the model view's attention sites (`phasekv.analysis.models`): the attention
+module of every decoder layer of a Hugging Face causal LM (tuple outputs keep their other members), the
+`layers.i.hook_attn_out` hook point of a phasekv model.
 """
 
 from __future__ import annotations
@@ -18,39 +15,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ..model import PhaseKVModel
-
-_ATTENTION_NAMES = ("self_attn", "attn", "attention")
-
-
-def is_phasekv(model: nn.Module) -> bool:
-    """True for a phasekv PhaseKVModel (hook points instead of HF modules)."""
-
-    return isinstance(model, PhaseKVModel)
-
-
-def attention_sites(model: nn.Module) -> list[nn.Module]:
-    """One module per layer whose output is that layer's attention output (tensor or tuple)."""
-    if is_phasekv(model):
-        return [layer.hook_attn_out for layer in model.layers]
-    base = getattr(model, "model", model)
-    layers = getattr(base, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(f"{type(model).__name__}: no decoder layers found at model.model.layers")
-    sites = []
-    for i, layer in enumerate(layers):
-        name = next((n for n in _ATTENTION_NAMES if isinstance(getattr(layer, n, None), nn.Module)), None)
-        if name is None:
-            raise ValueError(f"{type(model).__name__}: layer {i} has none of the attention modules {_ATTENTION_NAMES}")
-        sites.append(getattr(layer, name))
-    return sites
-
-
-def final_logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """Logits at the final position: ids [B, T] -> [B, V] (phasekv or HF model)."""
-    if is_phasekv(model):
-        return model(ids)[:, -1]
-    return model(input_ids=ids, use_cache=False).logits[:, -1]
+from phasekv.analysis.models import view
 
 
 def _main(output) -> torch.Tensor:
@@ -60,7 +25,7 @@ def _main(output) -> torch.Tensor:
 @contextmanager
 def _on_sites(model: nn.Module, fns: dict[int, Callable]) -> Iterator[None]:
     """Forward hooks `fn(attention_output [B, T, d]) -> replacement or None` on the given layers."""
-    sites = attention_sites(model)
+    sites = view(model).attention_sites()
     handles = []
 
     def wrap(fn):
@@ -85,13 +50,13 @@ def _on_sites(model: nn.Module, fns: dict[int, Callable]) -> Iterator[None]:
 def final_attention_means(model: nn.Module, calibration: Iterable[torch.Tensor], n_query: int = 1) -> torch.Tensor:
     """Mean attention output at the last `n_query` positions over calibration batches:
     [layers, n_query, d_model]."""
-    layers = len(attention_sites(model))
+    layers = len(view(model).attention_sites())
     seen: dict[int, torch.Tensor] = {}
     fns = {i: (lambda out, i=i: seen.__setitem__(i, out[:, -n_query:].float())) for i in range(layers)}
     total, count = None, 0
     for ids in calibration:
         with _on_sites(model, fns):
-            final_logits(model, ids)
+            view(model).final_logits(ids)
         batch = torch.stack([seen[i].sum(0) for i in range(layers)])  # [layers, n_query, d]
         total = batch if total is None else total + batch
         count += ids.shape[0]
@@ -121,9 +86,9 @@ def layer_knockout_logits(
     One full forward pass per layer: the replaced positions are the last ones, but HF models
     offer no generic cache fork, so the prefix is recomputed."""
     layers = list(range(means.shape[0])) if layers is None else layers
-    clean = final_logits(model, ids)
+    clean = view(model).final_logits(ids)
     knocked = {}
     for layer in layers:
         with _on_sites(model, {layer: _replace(means, layer)}):
-            knocked[layer] = final_logits(model, ids)
+            knocked[layer] = view(model).final_logits(ids)
     return clean, knocked
