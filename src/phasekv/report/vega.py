@@ -40,6 +40,11 @@ def write_png(spec: dict, path: str | Path) -> Path:
     return path
 
 
+def write_pngs(specs, out_dir: Path, stem: str) -> list[Path]:
+    """One PNG per spec: `stem`.png, `stem`_1.png, ... in `out_dir`."""
+    return [write_png(spec, out_dir / f"{stem}{'' if i == 0 else f'_{i}'}.png") for i, spec in enumerate(specs)]
+
+
 def figure_html(fig_id: str, spec: dict, link: str = "") -> str:
     """A figure container and its spec as inline JSON; the page's script embeds every such pair. The
     spec's `description` is the figure's text alternative. `link`: names of params (space separated)

@@ -157,10 +157,7 @@ def _panel(text: str) -> alt.TitleParams:
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    return [
-        vega.write_png(spec(m), out_dir / f"cycle{'' if i == 0 else '_' + str(i)}.png")
-        for i, m in enumerate(data["models"])
-    ]
+    return vega.write_pngs(map(spec, data["models"]), out_dir, "cycle")
 
 
 def section_html(d: dict) -> str:

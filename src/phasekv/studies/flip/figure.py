@@ -111,10 +111,7 @@ def spec(run: dict) -> dict:
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    return [
-        vega.write_png(spec(run), out_dir / f"flip{'' if i == 0 else '_' + str(i)}.png")
-        for i, run in enumerate(data["runs"])
-    ]
+    return vega.write_pngs(map(spec, data["runs"]), out_dir, "flip")
 
 
 def section_html(d: dict) -> str:

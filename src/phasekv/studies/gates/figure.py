@@ -146,10 +146,7 @@ def _shares(branch: str) -> alt.Chart:
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    return [
-        vega.write_png(spec(plane), out_dir / f"gate_plane{'' if i == 0 else '_' + str(i)}.png")
-        for i, plane in enumerate(data["planes"])
-    ]
+    return vega.write_pngs(map(spec, data["planes"]), out_dir, "gate_plane")
 
 
 def section_html(d: dict) -> str:

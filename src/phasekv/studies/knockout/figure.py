@@ -189,10 +189,7 @@ def _chart(m: dict) -> alt.VConcatChart:
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    return [
-        vega.write_png(spec(m), out_dir / f"knockout{'' if i == 0 else '_' + str(i)}.png")
-        for i, m in enumerate(data["maps"])
-    ]
+    return vega.write_pngs(map(spec, data["maps"]), out_dir, "knockout")
 
 
 def section_html(d: dict) -> str:
