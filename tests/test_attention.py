@@ -132,6 +132,7 @@ def test_gradients_of_chunked_attention_match_the_reference():
 FLASH_CASES = [
     # length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk
     (40, 0, 0, 8, 8, 16, 4, 1, False, 128),
+    (41, 0, 0, 9, 8, 16, 4, 1, False, 128),  # W = S + 1
     (40, 0, 0, 8, 4, 5, 4, 2, True, 7),
     (33, 0, 0, 12, 12, 1, 2, 2, False, 4),
     (1, 57, 42, 8, 8, 16, 4, 1, True, 128),  # one decoding step

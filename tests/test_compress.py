@@ -10,6 +10,7 @@ from phasekv.hooks import capture, hooks
 
 PAPER_CASES = [
     dict(window=8, stride=8),
+    dict(window=9, stride=8),  # minimal overlap at W8/S8's entry count
     dict(window=8, stride=4),
     dict(window=12, stride=12, gate="vector"),
     dict(window=8, stride=8, gate="uniform"),

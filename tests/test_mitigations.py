@@ -13,7 +13,7 @@ from phasekv.cache.generate import prefill
 from phasekv.config import CompressionConfig
 from phasekv.model import PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
 
-NEW_PRESETS = ["w8s8-1kv-stagger", "w16s8-1kv", "w8s8-1kv-shift"]
+NEW_PRESETS = ["w8s8-1kv-stagger", "w16s8-1kv", "w8s8-1kv-shift", "w9s8-1kv", "w10s8-1kv", "w9s8-1kv-vector"]
 
 
 def _model(name: str = "w8s8-1kv", seed: int = 1, **overrides) -> PhaseKVModel:

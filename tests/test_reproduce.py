@@ -159,7 +159,24 @@ def test_cache_bytes_per_token_counts_one_entry_per_stride():
     full, w8s8 = preset_config("full-1kv"), preset_config("w8s8-1kv")
     assert cache_bytes_per_token(full) == 2 * 2 * 32 * 4  # layers x (K, V) x head_dim x float32
     assert cache_bytes_per_token(w8s8) == cache_bytes_per_token(full) / 8
-    for same in ("w16s8-1kv", "w8s8-1kv-stagger", "w8s8-1kv-shift"):
+    for same in ("w16s8-1kv", "w8s8-1kv-stagger", "w8s8-1kv-shift", "w9s8-1kv", "w10s8-1kv", "w9s8-1kv-vector"):
         assert cache_bytes_per_token(preset_config(same)) == cache_bytes_per_token(w8s8)
     assert cache_bytes_per_token(preset_config("w8s4-1kv")) == 2 * cache_bytes_per_token(w8s8)
     assert cache_bytes_per_token(preset_config("dsv4-mix")) == 0 + (32 + 16) * 4 / 4 + 32 * 4 / 16  # sliding, CSA, HCA
+
+
+def test_second_round_designs_match_w8s8_cache_and_the_quick_recipe():
+    from phasekv.model.presets import preset_config
+    from phasekv.reproduce.designs import cache_bytes_per_token
+    from phasekv.reproduce.profiles import DESIGN_SEEDS, get_profile
+
+    profile = get_profile("designs")
+    baseline = cache_bytes_per_token(preset_config("w8s8-1kv"))
+    compressed = [r for r in profile.runs if not r.is_control]
+    assert {r.steps for r in compressed} == {get_profile("quick").runs[1].steps}
+    assert all(cache_bytes_per_token(preset_config(r.preset)) == baseline for r in compressed)
+    for design in {r.design_name for r in compressed}:
+        assert sorted(r.seed for r in compressed if r.design_name == design) == list(DESIGN_SEEDS)
+    regularised = [r for r in compressed if r.training.get("concentration_windows") == "records"]
+    assert len(regularised) == len(DESIGN_SEEDS)
+    assert all(r.training["static_concentration_weight"] > 0 for r in regularised)

@@ -18,13 +18,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from phasekv.compress.windows import WindowGeometry
 from phasekv.corpus.tokens import write_header
 from phasekv.model import PhaseKVModel, load_checkpoint
 from phasekv.model.io import read_config
 from phasekv.train import DataConfig, MixtureConfig, ModelSpec, OptimConfig, RunConfig, RunConfigError, read_log, train
 from phasekv.train import checkpoint as ckpt
 from phasekv.train.optim import decays, make_optimizer
-from phasekv.train.regularize import capture_gates, static_concentration, step_offset
+from phasekv.train.regularize import GateCapture, capture_gates, record_windows, static_concentration, step_offset
 from phasekv.train.schedule import learning_rate
 
 SMALL = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "head_dim": 16, "intermediate_size": 64}
@@ -299,8 +300,31 @@ def test_static_concentration_is_log_w_for_a_fixed_gate_and_zero_for_uniform():
     assert _penalty(uniform, ids).item() == pytest.approx(0.0, abs=1e-6)
     # concentrated in every window but on a different offset each time: statically uniform
     cycling = torch.eye(8)[None, :, :, None, None].expand(3, 8, 8, 2, 4)  # [B, n, W, kv, g]
-    assert static_concentration([cycling]).item() == pytest.approx(0.0, abs=1e-6)
-    assert static_concentration([cycling[:, :1]]).item() == pytest.approx(math.log(8), abs=1e-6)
+    w8s8 = WindowGeometry(8, 8)
+    assert static_concentration([GateCapture(cycling, w8s8)]).item() == pytest.approx(0.0, abs=1e-6)
+    assert static_concentration([GateCapture(cycling[:, :1], w8s8)]).item() == pytest.approx(math.log(8), abs=1e-6)
+
+
+def test_record_windows_and_the_penalty_over_them():
+    keys = torch.zeros(2, 40, dtype=torch.bool)
+    keys[0, 3], keys[0, 20], keys[1, 39] = True, True, True
+    assert record_windows(keys, WindowGeometry(8, 8), 5).tolist() == [
+        [True, False, True, False, False],
+        [False, False, False, False, True],
+    ]
+    # W16/S8: windows 8j..8j+15; position 20 lies in windows 1 and 2, position 39 in window 3 only
+    assert record_windows(keys, WindowGeometry(16, 8), 4).tolist() == [
+        [True, True, True, False],
+        [False, False, False, True],
+    ]
+    # every window on a different offset: uniform on average over all windows, one offset over the keyed ones
+    cycling = torch.eye(8)[None, :5, :, None, None].expand(2, 5, 8, 1, 1)  # [B, n=5, W, kv, g]
+    captured = [GateCapture(cycling, WindowGeometry(8, 8))]
+    only_first = torch.zeros(2, 40, dtype=torch.bool)
+    only_first[:, 2] = True  # window 0 holds the only key
+    assert static_concentration(captured, only_first).item() == pytest.approx(math.log(8), abs=1e-6)
+    assert static_concentration(captured, torch.zeros(2, 40, dtype=torch.bool)).item() == 0.0  # no keyed window
+    assert static_concentration(captured).item() == pytest.approx(math.log(8) - math.log(5), abs=1e-6)
 
 
 def test_static_concentration_changes_the_gradient_towards_spread_gates():
@@ -340,6 +364,11 @@ def test_training_options_reach_the_step_and_the_log(tmp_path, monkeypatch):
     train(small_config(steps=4, val_every=2), tmp_path / "off", progress=False)
     assert all("static_concentration" not in r for r in read_log(tmp_path / "off"))
     assert losses(tmp_path / "on")[1:] != losses(tmp_path / "off")[1:]
+    records = small_config(steps=4, static_concentration_weight=1.0, concentration_windows="records", val_every=2)
+    train(records, tmp_path / "records", progress=False)
+    record_gaps = [r["static_concentration"] for r in read_log(tmp_path / "records") if "loss" in r]
+    assert len(record_gaps) == 4 and all(0 <= g <= math.log(8) for g in record_gaps)
+    assert losses(tmp_path / "records")[1:] != losses(tmp_path / "on")[1:]  # other windows, another gradient
 
 
 @pytest.mark.parametrize(
@@ -348,6 +377,8 @@ def test_training_options_reach_the_step_and_the_log(tmp_path, monkeypatch):
         (dict(static_concentration_weight=-1.0), "static_concentration_weight must be a finite number >= 0"),
         (dict(static_concentration_weight=float("nan")), "static_concentration_weight must be a finite number"),
         (dict(random_window_offset="yes"), "random_window_offset must be true or false"),
+        (dict(static_concentration_weight=1.0, concentration_windows="keys"), "unknown concentration_windows"),
+        (dict(concentration_windows="records"), "concentration_windows needs static_concentration_weight > 0"),
     ],
 )
 def test_bad_training_options_fail_with_a_clear_message(changes, message):

@@ -139,9 +139,10 @@ def demo(
 def reproduce(
     profile: str = typer.Option(
         "quick",
-        help="quick (CPU, minutes), mitigations (designs against the weak spots at W8/S8's cache size; reuses "
-        "runs/quick), control (the control trained longer), paper, or presses (training-free KV-cache compression "
-        "of a pretrained HF model: --model)",
+        help="quick (CPU, minutes), mitigations and designs (designs against the weak spots at W8/S8's cache size, "
+        "first and second round; reuse runs/quick), control (the control trained longer), cpu (the paper's table at "
+        "tiny size, matched steps, 4 seeds), dsv4, paper, or presses (training-free KV-cache compression of a "
+        "pretrained HF model: --model)",
     ),
     model: str = typer.Option(
         None, help="presses profile: the HF model directory (default models/smollm2-135m, `phasekv models get`)"

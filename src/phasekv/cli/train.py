@@ -68,6 +68,9 @@ def train_command(
     static_concentration_weight: float = typer.Option(
         0.0, help="lambda of the static-concentration gate regulariser (0: off)"
     ),
+    concentration_windows: str = typer.Option(
+        "all", help="the regulariser's windows: all, or records (windows holding a record key; mixture data)"
+    ),
 ) -> None:
     """Pretrain a model on the synthetic retrieval mixture or on token files (torchrun-ready)."""
     from phasekv.config import ConfigError

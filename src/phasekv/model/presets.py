@@ -3,8 +3,9 @@
 `tiny` fits a laptop CPU (2 layers, width 128); `paper` is the Qwen3-0.6B backbone (28 layers,
 width 1024, 16 query heads of dim 128). Names read like the paper's: w8s8-1kv is W8/S8 with one KV
 head; suffixes say what else differs (-nope: no RoPE; -uniform/-vector: gate kind; -shared: K=V;
--stagger: layer l's windows start at offset l*S/n_layers; -shift: token shift). Issue #9's candidates
-without periodic weak spots at W8/S8's cache size are w8s8-1kv-stagger, w16s8-1kv and w8s8-1kv-shift.
+-stagger: layer l's windows start at offset l*S/n_layers; -shift: token shift). Candidates
+without periodic weak spots at W8/S8's cache size: w8s8-1kv-stagger, w16s8-1kv, w8s8-1kv-shift, and the minimal
+overlaps w9s8-1kv and w10s8-1kv (the boundary token shares a window with the next one; -vector: per-channel gates).
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ PRESETS: dict[str, Preset] = {
         "W8/S8, 1 KV head, windows of layer l offset by l*S/n_layers", 1, _paper_style(8, 8, stagger="layer")
     ),
     "w16s8-1kv": Preset("W16/S8 (overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(16, 8)),
+    "w9s8-1kv": Preset("W9/S8 (one token of overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(9, 8)),
+    "w10s8-1kv": Preset("W10/S8 (two tokens of overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(10, 8)),
+    "w9s8-1kv-vector": Preset(
+        "W9/S8 (one token of overlap), 1 KV head, vector (per-channel) gates", 1, _paper_style(9, 8, gate="vector")
+    ),
     "w8s8-1kv-shift": Preset(
         "W8/S8, 1 KV head, compressor reads [h_p ; h_p-1] (token shift)", 1, _paper_style(8, 8, token_shift=True)
     ),

@@ -239,6 +239,49 @@ MITIGATIONS = _register(
     )
 )
 
+# Issue #19's second round, at W8/S8's cache bytes, three seeds each: the smallest overlaps at W8/S8's entry
+# count (W = S + 1, S + 2: the boundary token and the next one always share a window), the first with vector
+# gates, and the static-concentration regulariser measured only over windows that hold a record key (where
+# the weak phases' static preferences sit). Same data, steps and optimiser as the quick profile's W8/S8 runs;
+# the control and W8/S8 seeds 42 and 43 are copied from runs/quick or runs/mitigations when those exist.
+DESIGN_SEEDS = (42, 43, 44)
+_ROUND_TWO = (
+    ("w8s8-1kv", "W8/S8 · 1 KV", "w8s8-1kv", {}),
+    ("w9s8-1kv", "W9/S8 · one token of overlap", "w9s8-1kv", {}),
+    ("w10s8-1kv", "W10/S8 · two tokens of overlap", "w10s8-1kv", {}),
+    ("w9s8-1kv-vector", "W9/S8 · vector gates", "w9s8-1kv-vector", {}),
+    (
+        "w8s8-1kv-record-regularised",
+        "W8/S8 · record-window concentration regulariser",
+        "w8s8-1kv",
+        {"static_concentration_weight": STATIC_CONCENTRATION_WEIGHT, "concentration_windows": "records"},
+    ),
+)
+
+DESIGNS = _register(
+    replace(
+        MITIGATIONS,
+        name="designs",
+        description="second-round designs at W8/S8's cache size (minimal overlap, vector gates, a regulariser on "
+        "the windows that hold records), three seeds each, beside full attention",
+        runs=(QUICK.runs[0],)
+        + tuple(
+            RunSpec(
+                f"{name}-s{seed}",
+                preset,
+                f"{design} · seed {seed}",
+                seed=seed,
+                steps=COMPRESSED_STEPS,
+                design=design,
+                training=training,
+            )
+            for name, design, preset, training in _ROUND_TWO
+            for seed in DESIGN_SEEDS
+        ),
+        reuse_from=("quick", "mitigations"),
+    )
+)
+
 # The DeepSeek-V4 attention family (`dsv4-mix`: sliding, CSA with the indexer's top 8, HCA) beside W8/S4
 # (the same CSA windows without top-k, in every layer), both trained exactly like the quick profile's runs.
 DSV4 = _register(

@@ -20,6 +20,7 @@ from phasekv.model import preset_config
 
 RUN_FILE = "run.json"
 DATA_KINDS = ("mixture", "tokens", "mixed")
+CONCENTRATION_WINDOWS = ("all", "records")
 PRECISIONS = ("auto", "fp32", "bf16")
 PARALLEL = ("ddp", "fsdp")
 
@@ -98,7 +99,8 @@ class RunConfig:
     from (seed, step), replacing the configured offsets for that step's forward and backward
     (validation, gate snapshots and checkpoints keep the configured ones);
     `static_concentration_weight` (lambda >= 0) adds lambda * (log W - H(E[alpha])) to the loss
-    and logs the unweighted value as "static_concentration".
+    and logs the unweighted value as "static_concentration"; `concentration_windows` takes E[alpha] over
+    "all" windows or only the "records" ones (windows holding a record key; mixture data only).
     """
 
     model: ModelSpec | ModelConfig = field(default_factory=ModelSpec)
@@ -121,6 +123,7 @@ class RunConfig:
     gate_steps: tuple[int, ...] = ()
     random_window_offset: bool = False
     static_concentration_weight: float = 0.0
+    concentration_windows: str = "all"
 
     def __post_init__(self) -> None:
         for key in ("steps", "batch_size", "seq_len", "accum_steps"):
@@ -141,6 +144,14 @@ class RunConfig:
         weight = self.static_concentration_weight
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < math.inf:
             raise RunConfigError(f"static_concentration_weight must be a finite number >= 0, got {weight!r}")
+        if self.concentration_windows not in CONCENTRATION_WINDOWS:
+            raise RunConfigError(
+                f"unknown concentration_windows {self.concentration_windows!r}; choose one of {CONCENTRATION_WINDOWS}"
+            )
+        if self.concentration_windows != "all" and not weight:
+            raise RunConfigError("concentration_windows needs static_concentration_weight > 0 (it has no effect alone)")
+        if self.concentration_windows == "records" and self.data.kind == "tokens":
+            raise RunConfigError('concentration_windows "records" needs mixture data (text has no record keys)')
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The ModelConfig for data with `vocab_size` tokens."""

@@ -78,6 +78,14 @@ def build_source(config: RunConfig) -> DataSource:
     return MixedSource(MixtureSource(mixture, config.seq_len, config.steps, seed=data.seed), text, data.text_fraction)
 
 
+def record_key_ids(source: DataSource) -> torch.Tensor:
+    """The token ids of record keys (the task's animals) of a mixture or mixed source."""
+    mixture = getattr(source, "mixture", source)
+    if not isinstance(mixture, MixtureSource):
+        raise RunConfigError('concentration_windows "records" needs mixture data (this source has no record keys)')
+    return torch.as_tensor(mixture.vocab.pool("animals"))
+
+
 def masked_sums(model: nn.Module, batch: Batch, runtime: Runtime) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Over the scored targets of one batch: (sum of cross-entropies, count, top-1 correct count)."""
     with runtime.autocast():
@@ -124,6 +132,8 @@ class _Trainer:
 
     def __init__(self, config: RunConfig, run_dir: Path, runtime: Runtime, source: DataSource):
         self.config, self.run_dir, self.runtime, self.source = config, run_dir, runtime, source
+        records = config.concentration_windows == "records"
+        self.key_ids = record_key_ids(source).to(runtime.device) if records else None
         self.slices = _rank_slices(config, runtime)
         self.model_config = config.model_config(source.vocab_size)
 
@@ -157,7 +167,8 @@ class _Trainer:
                 loss_sum, _, _ = masked_sums(model, batch, rt)
                 objective = loss_sum * (rt.world / count)  # DDP/FSDP average gradients over ranks
                 if gates is not None:
-                    gap = static_concentration(gates)
+                    keys = None if self.key_ids is None else torch.isin(batch.inputs, self.key_ids)
+                    gap = static_concentration(gates, keys)
                     objective = objective + weight * gap / len(batches)  # mean over micro-batches and ranks
                     gap_total += gap.detach().double().cpu() / len(batches)
                 objective.backward()
