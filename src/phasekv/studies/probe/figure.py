@@ -147,6 +147,7 @@ def spec(data: dict) -> dict:
     facet = alt.Facet("title:N", title=None, sort=alt.SortField("order"))
     chart = chart.facet(facet=facet, columns=3, data=vega.values(_rows(data)))
     chart = chart.transform_filter("model == 'all' || datum.panel == model").add_params(model, fold)
+    chart = chart.resolve_axis(x="independent")  # an x axis per panel, none under an empty grid cell
     return vega.finish(chart.properties(title=TITLE, description=DESCRIPTION))
 
 
