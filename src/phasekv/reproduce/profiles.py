@@ -214,25 +214,31 @@ _DESIGNS = (
     ("w8s8-1kv-shift", "W8/S8 · token shift", "w8s8-1kv-shift", {}),
 )
 
+
+def _design_runs(designs, seeds) -> tuple[RunSpec, ...]:
+    """Every design (name, label, preset, training options) at every seed, trained like the quick profile's
+    compressed runs."""
+    return tuple(
+        RunSpec(
+            f"{name}-s{seed}",
+            preset,
+            f"{design} · seed {seed}",
+            seed=seed,
+            steps=COMPRESSED_STEPS,
+            design=design,
+            training=training,
+        )
+        for name, design, preset, training in designs
+        for seed in seeds
+    )
+
+
 MITIGATIONS = _register(
     replace(
         QUICK,
         name="mitigations",
         description="designs against periodic weak spots at W8/S8's cache size, two seeds each, beside full attention",
-        runs=(QUICK.runs[0],)
-        + tuple(
-            RunSpec(
-                f"{name}-s{seed}",
-                preset,
-                f"{design} · seed {seed}",
-                seed=seed,
-                steps=COMPRESSED_STEPS,
-                design=design,
-                training=training,
-            )
-            for name, design, preset, training in _DESIGNS
-            for seed in (42, 43)
-        ),
+        runs=(QUICK.runs[0], *_design_runs(_DESIGNS, (42, 43))),
         reuse_from=("quick",),
         compare_designs=True,
         analyses=None,
@@ -264,20 +270,7 @@ DESIGNS = _register(
         name="designs",
         description="second-round designs at W8/S8's cache size (minimal overlap, vector gates, a regulariser on "
         "the windows that hold records), three seeds each, beside full attention",
-        runs=(QUICK.runs[0],)
-        + tuple(
-            RunSpec(
-                f"{name}-s{seed}",
-                preset,
-                f"{design} · seed {seed}",
-                seed=seed,
-                steps=COMPRESSED_STEPS,
-                design=design,
-                training=training,
-            )
-            for name, design, preset, training in _ROUND_TWO
-            for seed in DESIGN_SEEDS
-        ),
+        runs=(QUICK.runs[0], *_design_runs(_ROUND_TWO, DESIGN_SEEDS)),
         reuse_from=("quick", "mitigations"),
     )
 )
