@@ -22,6 +22,8 @@ transformers < 5.3); it is imported only when a press is built.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from importlib import metadata
 
@@ -116,7 +118,7 @@ class KVPressScorer(HFScorer):
 
         cache = DynamicCache()
         with self.press(self.model):
-            self.model.model(input_ids=context_ids, past_key_values=cache, use_cache=True)
+            self.model.model(input_ids=context_ids, use_cache=True, **with_cache(self.model.model, cache))
         return cache
 
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -161,6 +163,17 @@ class KVPressScorer(HFScorer):
         }
 
 
+@functools.cache
+def _cache_argument(forward) -> str:
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """The forward keyword for a KV cache: transformers renamed `past_key_values` to `cache` (the old name
+    warns from 5.2x and goes in 5.40); kvpress needs a transformers from before the rename."""
+    return {_cache_argument(type(model).forward): cache}
+
+
 def decode_against(model, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
     """Logits [1, N, V] of the `tail` tokens [1, N] run in one forward against a (compressed) `cache` at positions
     context .. context+N-1. HF builds one causal mask for all layers, sized by the first layer's cache; a press
@@ -170,7 +183,7 @@ def decode_against(model, tail: torch.Tensor, cache, context: int) -> torch.Tens
     positions = torch.arange(context, context + tail.shape[1], device=tail.device)[None]
     lengths = [layer.keys.shape[2] for layer in cache.layers]
     if len(set(lengths)) == 1:
-        return model(input_ids=tail, past_key_values=cache, position_ids=positions).logits
+        return model(input_ids=tail, position_ids=positions, **with_cache(model, cache)).logits
     if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
         return decode_token_by_token(model, tail, cache, context)  # the masks below know no sliding window
     n = tail.shape[1]
@@ -192,7 +205,7 @@ def decode_against(model, tail: torch.Tensor, cache, context: int) -> torch.Tens
 
     handles = [layer.register_forward_pre_hook(hook(i), with_kwargs=True) for i, layer in enumerate(model.model.layers)]
     try:
-        return model(input_ids=tail, past_key_values=cache, position_ids=positions).logits
+        return model(input_ids=tail, position_ids=positions, **with_cache(model, cache)).logits
     finally:
         for handle in handles:
             handle.remove()
@@ -203,7 +216,7 @@ def decode_token_by_token(model, tail: torch.Tensor, cache, context: int) -> tor
     each layer's length by its SDPA attention, is right for every layer (eager attention does not cut it)."""
     positions = torch.arange(context, context + tail.shape[1], device=tail.device)[None]
     steps = [
-        model(input_ids=tail[:, i : i + 1], past_key_values=cache, position_ids=positions[:, i : i + 1]).logits
+        model(input_ids=tail[:, i : i + 1], position_ids=positions[:, i : i + 1], **with_cache(model, cache)).logits
         for i in range(tail.shape[1])
     ]
     return torch.cat(steps, dim=1)
