@@ -77,12 +77,13 @@ def test_token_shift_keeps_entry_count_and_cache_bytes_and_reads_the_previous_to
     assert sizes[0] == sizes[1]
     assert [s.hidden.shape[1] for s in cache.layers] == [8, 8]  # the unfinished window and the token before it
     comp = shift.layers[0].self_attn.compressor
-    h = torch.randn(1, 24, comp.in_features // 2)
+    h = torch.randn(1, 24, comp.in_features // 2, generator=torch.Generator().manual_seed(0))
     moved = h.clone()
     moved[:, 7] += 1.0  # last slot of window 0: window 1 (8..15) reads it through h_{p-1}
     with torch.no_grad():
         before, after = comp(h).key, comp(moved).key
-    assert not torch.allclose(before[:, 1], after[:, 1]) and torch.equal(before[:, 2], after[:, 2])
+    # any change at all: a saturated gate can make the read tiny, but not absent
+    assert not torch.equal(before[:, 1], after[:, 1]) and torch.equal(before[:, 2], after[:, 2])
 
 
 def test_window_offset_overrides_every_layer_for_the_block_only():

@@ -106,6 +106,7 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
             design="regulariser",
             training={"static_concentration_weight": 0.5},
         ),
+        RunSpec("w9s8-1kv-s42", "w9s8-1kv", "W9/S8 · seed 42", steps=3, design="W9/S8"),
     )
     changed = replace(baseline, steps=4)  # not identical to the finished run: trained again
     # 3 steps learn nothing, so no design qualifies for the knockout: pretend the first candidate does
@@ -123,10 +124,20 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     best = json.loads((tmp_path / "mit" / "designs.json").read_text())["knockout_run"]
     assert best == "w8s8-1kv-stagger-s42"
     assert (tmp_path / "mit" / "analysis" / f"knockout-{best}.json").is_file()
+    cycled = json.loads((tmp_path / "mit" / "analysis" / f"cycle-{best}.json").read_text())  # W = S: cyclable
+    assert cycled["run"] == best and json.loads((tmp_path / "mit" / "designs.json").read_text())["cycle_run"] == best
     assert "| stagger | 42 |" in (tmp_path / "mit" / "designs.md").read_text()
     report = (tmp_path / "mit" / "report.html").read_text()
     assert 'id="designs-table"' in report and "not learned (chance)" in report
     assert (tmp_path / "mit" / "report_figures" / "designs.png").stat().st_size > 10_000
+    assert "The gate cycling section shows w8s8-1kv-stagger-s42" in report
+    # a W9/S8 best design: knocked out, not cycled (offsets are not phases), and the report says why
+    monkeypatch.setattr(designs_module, "best_design", lambda table: next(d for d in table if d["design"] == "W9/S8"))
+    reproduce(mitigations, tmp_path / "mit", progress=False)
+    written = json.loads((tmp_path / "mit" / "designs.json").read_text())
+    assert written["knockout_run"] == "w9s8-1kv-s42" and written["cycle_run"] is None
+    assert "W = S" in written["cycle_note"] and not (tmp_path / "mit" / "analysis" / "cycle-w9s8-1kv-s42.json").exists()
+    assert "no gate cycling for w9s8-1kv-s42" in (tmp_path / "mit" / "report.html").read_text()
 
 
 def test_best_design_is_the_learned_candidate_with_the_smallest_gap():

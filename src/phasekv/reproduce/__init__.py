@@ -4,15 +4,16 @@ and write the paper-style table and figure."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
-from ..evaluate import write_results
 from ..model.io import read_config
 from ..report import build_report
 from ..scoring import PhaseKVScorer
+from ..studies.cycle.cycling import check_cyclable
+from ..studies.cycle.run import run_cycle
 from ..studies.gates.illustration import illustration
 from ..studies.knockout.figure import plot_knockout
 from ..studies.knockout.run import KnockoutOptions, run_knockout
@@ -20,7 +21,8 @@ from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .runner import evaluate_all, final_checkpoint, logged_training_seconds, run_dir, train_all, write_json
-from .stages import run_stages
+from .sizes import AnalysisSizes
+from .stages import cached_result, labelled, run_stages
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
@@ -74,22 +76,48 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
 
 
 def compare_designs(profile: Profile, out: Path, rows: dict[str, dict], progress: bool = True) -> list[dict]:
-    """Write designs.json/.md (every design beside W8/S8 and full attention) and the best design's
-    knockout map (analysis/knockout-<run>.json/.png); returns the design rows."""
+    """Write designs.json/.md (every design beside W8/S8 and full attention), and the best design's knockout
+    map (analysis/knockout-<run>.json/.png) and gate cycling (analysis/cycle-<run>.json, where cycling is
+    defined: W = S with learned gates) so that the report shows its mechanism; returns the design rows.
+    Both analyses are reused on a rerun while their checkpoint and settings are unchanged."""
 
     checkpoints = {run.name: final_checkpoint(out, run) for run in profile.runs}
     configs = {name: read_config(ckpt)[0] for name, ckpt in checkpoints.items()}
     table = designs.design_rows(profile, rows, configs, out)
     best = designs.best_design(table)
-    knocked = None
+    analyses = {"knockout_run": None, "cycle_run": None, "cycle_note": None}
     if best is not None:
-        knocked = best["runs"][0]
-        scorer = PhaseKVScorer.from_checkpoint(checkpoints[knocked], threads=1, workers=2, batch_size=16)
-        result = run_knockout(scorer, profile.lookup, KnockoutOptions(), progress=progress)
-        write_results(result, out / "analysis" / f"knockout-{knocked}.json")
-        plot_knockout(result, out / "analysis" / f"knockout-{knocked}.png")
-    designs.write_designs(table, out, knocked)
+        run = next(r for r in profile.runs if r.name == best["runs"][0])
+        analyses = _mechanism(profile, out, run, checkpoints[run.name], progress)
+    designs.write_designs(table, out, analyses)
     return table
+
+
+def _mechanism(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress: bool) -> dict:
+    """The knockout map and (where defined) the gate cycling of one design run."""
+    sizes = profile.analyses or AnalysisSizes()
+    scorer = PhaseKVScorer.from_checkpoint(checkpoint, threads=1, workers=2, batch_size=16)
+    record = {"stage": "design knockout", "checkpoint": str(checkpoint.resolve())}
+    path = out / "analysis" / f"knockout-{run.name}.json"
+    knockout, _ = cached_result(
+        path,
+        {**record, "settings": {"lookup": asdict(profile.lookup), "knockout": asdict(KnockoutOptions())}},
+        lambda: labelled(run_knockout(scorer, profile.lookup, KnockoutOptions(), progress=progress), run),
+    )
+    plot_knockout(knockout, path.with_suffix(".png"))
+    try:
+        check_cyclable(scorer.model)
+    except ValueError as why:
+        return {"knockout_run": run.name, "cycle_run": None, "cycle_note": f"no gate cycling for {run.name}: {why}"}
+    lookup = replace(profile.lookup, n_mappings=sizes.cycle_mappings, modulus=sizes.modulus)
+    deltas = list(sizes.cycle_deltas)
+    settings = {"lookup": asdict(lookup), "deltas": deltas, "resamples": sizes.cycle_resamples}
+    cached_result(
+        out / "analysis" / f"cycle-{run.name}.json",
+        {**record, "stage": "design cycle", "settings": settings},
+        lambda: labelled(run_cycle(scorer, deltas, lookup, sizes.cycle_resamples, progress=progress), run),
+    )
+    return {"knockout_run": run.name, "cycle_run": run.name, "cycle_note": None}
 
 
 def _illustrated_model(profile: Profile, out: Path) -> Path | None:

@@ -3,7 +3,8 @@
 A design meets the target when every seed (and the control) has learned and, averaged over its seeds,
 its gap is within 5 points of full attention's gap, its mean accuracy is at least W8/S8's, and its cache
 grows by the same number of bytes per token.
-The best design that learned (smallest mean gap, then highest mean) gets a knockout map.
+The best design that learned (smallest mean gap, then highest mean) gets a knockout map and, where
+defined (W = S, learned gates), gate cycling.
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_designs(table: list[dict], out: Path, knockout: str | None) -> None:
-    data = {"schema": SCHEMA, "designs": table, "knockout_run": knockout}
+def write_designs(table: list[dict], out: Path, mechanism: dict) -> None:
+    """designs.json (the table and `mechanism`: knockout_run, cycle_run, cycle_note) and designs.md."""
+    data = {"schema": SCHEMA, "designs": table, **mechanism}
     write_atomic(out / "designs.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
     write_atomic(
         out / "designs.md", lambda tmp: Path(tmp).write_text(f"# Designs against the weak spots\n\n{markdown(table)}\n")

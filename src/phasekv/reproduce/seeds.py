@@ -78,7 +78,8 @@ def markdown(table: list[dict], tests: list[dict]) -> str:
             )
         lines.append(
             "\nOne-sided tests with the seeds as units: the exact permutation test over every split of the pooled "
-            "seeds is the test of record (with 4 + 4 seeds its smallest p is 1/70 = 0.014); Welch's t test and "
-            "Hedges' g (small-sample corrected standardised difference) beside it."
+            "seeds is the test of record (its smallest possible p is 1 / the number of splits: 1/70 = 0.014 with "
+            "4 + 4 seeds, 1/20 = 0.05 with 3 + 3); Welch's t test and Hedges' g (small-sample corrected "
+            "standardised difference) beside it."
         )
     return "\n".join(lines)

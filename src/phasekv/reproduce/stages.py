@@ -63,7 +63,7 @@ def _scorer(checkpoint: Path):
     return PhaseKVScorer.from_checkpoint(checkpoint, threads=2, batch_size=16)
 
 
-def _labelled(result: dict, run: RunSpec) -> dict:
+def labelled(result: dict, run: RunSpec) -> dict:
     """The run's name and label, so that the report names the model like the table does."""
     return {**result, "run": run.name, "label": run.label}
 
@@ -99,7 +99,7 @@ class Stages:
             cached_result(
                 path,
                 record,
-                lambda run=run: _labelled(
+                lambda run=run: labelled(
                     run_knockout(_scorer(self.checkpoints[run.name]), lookup, options, progress=False), run
                 ),
             )
@@ -121,13 +121,13 @@ class Stages:
             cached_result(
                 final,
                 self._record("gates", run, settings),
-                lambda run=run: _labelled(run_gates(_scorer(self.checkpoints[run.name]), lookup, 16), run),
+                lambda run=run: labelled(run_gates(_scorer(self.checkpoints[run.name]), lookup, 16), run),
             )
             trajectory = self.dir / f"gate_trajectory-{run.name}.json"
             cached_result(
                 trajectory,
                 self._record("gate_trajectory", run, settings),
-                lambda run=run: _labelled(
+                lambda run=run: labelled(
                     run_gate_trajectory(run_dir(self.out, run), lookup, 16, "checkpoints", progress=False), run
                 ),
             )
@@ -148,7 +148,7 @@ class Stages:
             cached_result(
                 path,
                 self._record("cycle", run, settings),
-                lambda run=run: _labelled(
+                lambda run=run: labelled(
                     run_cycle(
                         _scorer(self.checkpoints[run.name]),
                         deltas,
@@ -184,7 +184,7 @@ class Stages:
                     n_permutations=self.sizes.flip_permutations,
                     seed=self.profile.lookup.seed,
                 )
-                return _labelled(run_flip(scorer, options, progress=False), run)
+                return labelled(run_flip(scorer, options, progress=False), run)
 
             settings = {
                 "lookup": asdict(self.profile.lookup),

@@ -1,4 +1,4 @@
-"""Issue #9's design comparison (`phasekv reproduce --profile mitigations`): a table, and mean vs gap per seed."""
+"""The design comparison (`phasekv reproduce --profile mitigations|designs`): a table, and mean vs gap per seed."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def section(inputs: Inputs) -> dict | None:
         }
         for d in data["designs"]
     ]
-    return {"file": results[-1].path.as_posix(), "rows": rows, "knockout_run": data.get("knockout_run")}
+    mechanism = {key: data.get(key) for key in ("knockout_run", "cycle_run", "cycle_note")}
+    return {"file": results[-1].path.as_posix(), "rows": rows, **mechanism}
 
 
 ROLES = {"control": "square", "baseline": "diamond", "candidate": "circle"}
@@ -101,6 +102,10 @@ def section_html(d: dict) -> str:
     )
     knocked = d.get("knockout_run")
     knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
+    if d.get("cycle_run"):
+        knock += f" The gate cycling section shows {html.escape(d['cycle_run'])}."
+    elif d.get("cycle_note"):
+        knock += f" {html.escape(d['cycle_note'])}."
     return f"""
 <section id="sec-designs"><h2>Designs against the weak spots</h2>
 <figure>{figure_html("fig-designs", spec(d))}
