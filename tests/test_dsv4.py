@@ -250,3 +250,38 @@ def test_gate_plot_takes_layers_of_different_strides(tmp_path):
         for i, (w, s) in enumerate([(8, 4), (16, 16)])
     ]  # fmt: skip
     assert plot_gates(rows, tmp_path / "gates.png").stat().st_size > 1000
+
+
+def _with_topk(cfg, top_k: int):
+    return type(cfg).from_dict({**cfg.to_dict(), "dsv4": {**cfg.to_dict()["dsv4"], "index_topk": top_k}})
+
+
+def test_dense_indexer_reads_every_entry_and_trains_the_indexer_on_that_attention():
+    """Inside `dense_indexer()` a CSA model equals the same weights with a top-k above the entry count (every
+    visible entry read); the indexer still gets its KL gradient; top-k reads return on exit, also after an error."""
+    torch.manual_seed(11)
+    cfg = preset_config("dsv4-csa", vocab_size=40)
+    model = PhaseKVModel(cfg).eval()
+    every = PhaseKVModel(_with_topk(cfg, 1000)).eval()
+    every.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 40, (2, 96))  # 23 entries visible at the end, 8 picked
+    with torch.no_grad():
+        sparse = model(ids)
+        with model.dense_indexer():
+            dense = model(ids)
+        torch.testing.assert_close(dense, every(ids), rtol=1e-5, atol=1e-5)  # same entries, another order
+        assert (dense - sparse).abs().max() > 1e-3
+        torch.testing.assert_close(model(ids), sparse, rtol=0, atol=0)
+    with pytest.raises(RuntimeError), model.dense_indexer():
+        raise RuntimeError("interrupted")
+    assert not any(getattr(layer.self_attn, "dense", False) for layer in model.layers)
+    model.train()
+    with model.dense_indexer():
+        model(ids).logsumexp(-1).mean().backward()
+    index = [p.grad for n, p in model.named_parameters() if ".indexer." in n]
+    assert all(g is not None and g.abs().sum() > 0 for g in index)
+    with (
+        pytest.raises(ValueError, match="needs DeepSeek-V4 CSA layers"),
+        PhaseKVModel(preset_config("dsv4-sliding", vocab_size=40)).dense_indexer(),
+    ):
+        pass

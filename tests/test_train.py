@@ -379,6 +379,7 @@ def test_training_options_reach_the_step_and_the_log(tmp_path, monkeypatch):
         (dict(random_window_offset="yes"), "random_window_offset must be true or false"),
         (dict(static_concentration_weight=1.0, concentration_windows="keys"), "unknown concentration_windows"),
         (dict(concentration_windows="records"), "concentration_windows needs static_concentration_weight > 0"),
+        (dict(indexer_warmup_steps=-1), "indexer_warmup_steps must be >= 0"),
     ],
 )
 def test_bad_training_options_fail_with_a_clear_message(changes, message):
@@ -391,6 +392,22 @@ def test_training_options_need_a_compressed_model(tmp_path):
     with pytest.raises(RunConfigError, match="random_window_offset and static_concentration_weight need a compressed"):
         train(config, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_indexer_warmup_reads_every_entry_for_its_first_steps_only(tmp_path, monkeypatch):
+    entered = []
+    original = PhaseKVModel.dense_indexer
+
+    def spy(self):
+        entered.append(self.training)
+        return original(self)
+
+    monkeypatch.setattr(PhaseKVModel, "dense_indexer", spy)
+    train(small_config("dsv4-csa", steps=4, indexer_warmup_steps=2, val_every=2), tmp_path / "warm", progress=False)
+    assert entered == [True, True]  # steps 0 and 1, in training; validation read top-k
+    with pytest.raises(RunConfigError, match="indexer_warmup_steps needs a DeepSeek-V4 model with CSA layers"):
+        train(small_config("w8s8-1kv", steps=1, indexer_warmup_steps=1), tmp_path / "plain", progress=False)
+    assert not (tmp_path / "plain").exists()
 
 
 def test_train_command_defaults_are_the_run_config_defaults_and_every_option_reaches_the_config():

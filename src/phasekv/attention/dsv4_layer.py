@@ -83,6 +83,8 @@ class DSV4Attention(nn.Module):
             windows = cfg.compression if self.kind == "csa" else hca_windows(cfg)
             self.compressor = DSV4Compressor(d, 1, hd, windows, cfg.rms_norm_eps)
         self.indexer = LightningIndexer(cfg, cfg.compression) if self.kind == "csa" else None
+        self.dense = False  # csa: read every visible entry (the indexer still scores them and learns); see
+        # PhaseKVModel.dense_indexer
         self.hook_z = HookPoint()
 
     @torch.no_grad()
@@ -129,13 +131,15 @@ class DSV4Attention(nn.Module):
     def _picks(self, x, q_residual, positions, mem: LayerState) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Entry rows each query reads [B, T, k] (NO_ENTRY: none) and, for csa, the indexer's scores [B, T, n]."""
         batch, length = x.shape[:2]
-        if self.indexer is not None:  # picks are not differentiable: the indexer learns from its own loss only
-            if self._learning():
-                x, q_residual = x.detach(), q_residual.detach()
-            return self.indexer(x, q_residual, positions, mem.index_k, mem.entry_end)
         rows = torch.arange(mem.num_entries, device=x.device)
         visible = mem.entry_end.to(x.device)[None, :] <= positions[:, None]  # [T, n]
-        return torch.where(visible, rows, NO_ENTRY).expand(batch, length, -1), None
+        every = torch.where(visible, rows, NO_ENTRY).expand(batch, length, -1)
+        if self.indexer is None:
+            return every, None
+        if self._learning():  # picks are not differentiable: the indexer learns from its own loss only
+            x, q_residual = x.detach(), q_residual.detach()
+        picks, scores = self.indexer(x, q_residual, positions, mem.index_k, mem.entry_end)
+        return (every, scores) if self.dense else (picks, scores)
 
     def _memory(self, x: torch.Tensor, start: int, state: LayerState | None) -> LayerState:
         """What queries at positions start.. can read: `state`'s memory extended by x's K=V rows (normed,

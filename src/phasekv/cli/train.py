@@ -71,6 +71,11 @@ def train_command(
     concentration_windows: str = typer.Option(
         "all", help="the regulariser's windows: all, or records (windows holding a record key; mixture data)"
     ),
+    indexer_warmup_steps: int = typer.Option(
+        0,
+        min=0,
+        help="DeepSeek-V4 CSA layers: the first N steps read every entry while the indexer learns (then top-k)",
+    ),
 ) -> None:
     """Pretrain a model on the synthetic retrieval mixture or on token files (torchrun-ready)."""
     from phasekv.config import ConfigError

@@ -109,6 +109,22 @@ class PhaseKVModel(nn.Module):
             for c, geometry in zip(compressors, configured, strict=True):
                 c.geometry = geometry
 
+    @contextmanager
+    def dense_indexer(self) -> Iterator[None]:
+        """Within the block, every CSA layer reads all visible entries instead of the indexer's top-k,
+        while its indexer still scores them and (in training) learns from the KL to that dense attention:
+        DeepSeek-V3.2's dense warm-up of the indexer, so that top-k starts from picks that mean something."""
+        layers = [layer.self_attn for layer in self.layers if getattr(layer.self_attn, "indexer", None) is not None]
+        if not layers:
+            raise ValueError("dense_indexer needs DeepSeek-V4 CSA layers (a lightning indexer); this model has none")
+        try:
+            for attn in layers:
+                attn.dense = True
+            yield
+        finally:
+            for attn in layers:
+                attn.dense = False
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # tied weights are counted once
 

@@ -101,6 +101,10 @@ class RunConfig:
     `static_concentration_weight` (lambda >= 0) adds lambda * (log W - H(E[alpha])) to the loss
     and logs the unweighted value as "static_concentration"; `concentration_windows` takes E[alpha] over
     "all" windows or only the "records" ones (windows holding a record key; mixture data only).
+
+    `indexer_warmup_steps` (DeepSeek-V4 models with CSA layers): for the first N steps every CSA layer reads
+    all visible entries while its lightning indexer learns from the KL to that dense attention; top-k after
+    (validation, gate snapshots and checkpoints read top-k throughout).
     """
 
     model: ModelSpec | ModelConfig = field(default_factory=ModelSpec)
@@ -124,12 +128,21 @@ class RunConfig:
     random_window_offset: bool = False
     static_concentration_weight: float = 0.0
     concentration_windows: str = "all"
+    indexer_warmup_steps: int = 0
 
     def __post_init__(self) -> None:
         for key in ("steps", "batch_size", "seq_len", "accum_steps"):
             if getattr(self, key) < 1:
                 raise RunConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("threads", "checkpoint_every", "keep_checkpoints", "log_every", "val_every", "gate_every"):
+        for key in (
+            "threads",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "log_every",
+            "val_every",
+            "gate_every",
+            "indexer_warmup_steps",
+        ):
             if getattr(self, key) < 0:
                 raise RunConfigError(f"{key} must be >= 0, got {getattr(self, key)}")
         if self.val_batches < 1:
@@ -166,6 +179,11 @@ class RunConfig:
         wanted = [k for k in ("random_window_offset", "static_concentration_weight") if getattr(self, k)]
         if wanted and model.compression is None:
             raise RunConfigError(f"{' and '.join(wanted)} need a compressed model; {model.name} has full attention")
+        if self.indexer_warmup_steps and (model.dsv4 is None or "csa" not in model.dsv4.layer_types):
+            raise RunConfigError(
+                f"indexer_warmup_steps needs a DeepSeek-V4 model with CSA layers (dsv4-csa, dsv4-mix); {model.name} "
+                "has no lightning indexer"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (`model` holds either "spec" or "config")."""

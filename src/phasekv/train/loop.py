@@ -163,6 +163,8 @@ class _Trainer:
                 plain = rt.plain(model)
                 if cfg.random_window_offset:
                     scope.enter_context(plain.window_offset(step_offset(cfg.seed, step, self.stride)))
+                if step < cfg.indexer_warmup_steps:
+                    scope.enter_context(plain.dense_indexer())
                 gates = scope.enter_context(capture_gates(plain)) if weight else None
                 loss_sum, _, _ = masked_sums(model, batch, rt)
                 objective = loss_sum * (rt.world / count)  # DDP/FSDP average gradients over ranks
