@@ -278,7 +278,8 @@ def test_residue_spec_holds_every_model_with_its_bands_boundaries_and_params(res
                 (r for r in rows if r["kind"] == "series" and r["panel"] == panel and r["model"] == result.name),
                 key=lambda r: r["residue"],
             )
-            assert [r["role"] for r in drawn] == ["model" if compressed else "full attention"] * summary.modulus
+            control = "full attention" if result.typed.learned() is not False else "full attention, not learned"
+            assert [r["role"] for r in drawn] == ["model" if compressed else control] * summary.modulus
             assert [r["accuracy"] for r in drawn] == [round(100 * a, 3) for a in summary.accuracy]
             assert [r["low"] for r in drawn] == [round(100 * a, 3) for a in summary.ci_low]
             assert [r["high"] for r in drawn] == [round(100 * a, 3) for a in summary.ci_high]

@@ -69,6 +69,9 @@ def section(inputs: Inputs) -> dict | None:
     }
 
 
+CONTROL, UNLEARNED_CONTROL = "full attention", "full attention, not learned"
+
+
 def _rows(data: dict) -> list[dict]:
     """One data row per drawn point: a panel per compressed model (per model when none
     is compressed), holding that model and every full-attention control of the same modulus; plus a row
@@ -85,7 +88,9 @@ def _rows(data: dict) -> list[dict]:
             "stride": panel["stride"],
         }
         drawn = [(panel, "model")] + [
-            (f, "full attention") for f in full if f is not panel and f["modulus"] == panel["modulus"]
+            (f, CONTROL if f["learned"] is not False else UNLEARNED_CONTROL)
+            for f in full
+            if f is not panel and f["modulus"] == panel["modulus"]
         ]
         for s, role in drawn:
             for residue in range(s["modulus"]):
@@ -124,14 +129,15 @@ def spec(data: dict) -> dict:
     x = alt.X("x:Q", title="target position mod M (folded: mod S)", scale=alt.Scale(domain=domain, nice=False))
     x = x.axis(tickMinStep=1, format="d")
     y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(domain=[-8, 100]))
-    roles = alt.Scale(domain=["model", "full attention"], range=[vega.SELECTED, "#8a8a8a"])
+    # a control at chance is drawn apart (lighter), so that its flat line at 0 is not read as the reference
+    roles = alt.Scale(domain=["model", CONTROL, UNLEARNED_CONTROL], range=[vega.SELECTED, "#8a8a8a", "#d4d4d4"])
     color = alt.Color("role:N", title=None, scale=roles)
     dash = alt.StrokeDash("dash:N", legend=None, scale=alt.Scale(domain=["solid", "dashed"], range=[[1, 0], [5, 3]]))
     folding = "fold && datum.stride"
     position = f"{folding} ? datum.residue % datum.stride : datum.residue"
     series = alt.Chart().transform_filter("datum.kind == 'series'")
     series = series.transform_calculate(x=position, period=f"{folding} ? floor(datum.residue / datum.stride) : 0")
-    series = series.transform_calculate(dash="datum.role == 'full attention' || datum.period > 0 ? 'dashed' : 'solid'")
+    series = series.transform_calculate(dash="datum.role != 'model' || datum.period > 0 ? 'dashed' : 'solid'")
     lines = ["model:N", "period:Q"]
     band = series.mark_area(opacity=0.15).encode(x=x, y="low:Q", y2="high:Q", color=color, detail=lines)
     tooltip = ["model:N", "residue:Q", "accuracy:Q", "low:Q", "high:Q"]
