@@ -56,6 +56,7 @@ def test_reproduce_end_to_end_on_a_miniature_profile(tmp_path):
         runs=(
             RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=4),
             RunSpec("w8s8-1kv", "w8s8-1kv", "W8/S8 · 1 KV", steps=4),
+            RunSpec("dsv4-csa", "dsv4-csa", "DeepSeek-V4 CSA", steps=4),
         ),
         mixture=quick.mixture,
         optim=replace(quick.optim, warmup_steps=1),
@@ -65,7 +66,13 @@ def test_reproduce_end_to_end_on_a_miniature_profile(tmp_path):
         seq_len=128,
     )
     summary = reproduce(mini, tmp_path, progress=False)
-    assert {row["run"] for row in summary["rows"]} == {"full-1kv", "w8s8-1kv"}
+    # a model with a lightning indexer is also probed reading every entry (same weights, top-k off)
+    assert {row["run"] for row in summary["rows"]} == {"full-1kv", "w8s8-1kv", "dsv4-csa", "dsv4-csa-every-entry"}
+    sparse, dense = (
+        json.loads((tmp_path / "results" / f"{n}.json").read_text()) for n in ("dsv4-csa", "dsv4-csa-every-entry")
+    )
+    assert sparse["topk_hits"] and "topk_hits" not in dense and "every visible entry" in dense["counterfactual"]
+    assert dense["label"] == "DeepSeek-V4 CSA · every entry read" and dense["checkpoint"] == sparse["checkpoint"]
     assert not any(row["learned"] for row in summary["rows"])  # 4 steps: at chance, and labelled so
     assert "not learned (chance)" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "report_figures" / "residues.png").stat().st_size > 10_000

@@ -22,6 +22,7 @@ from ..analysis.probe_prompts import lookup_prompts
 from ..analysis.topk import topk_hits_by_phase
 from ..evaluate import run_lookup, write_results
 from ..files import write_atomic
+from ..model.io import read_config
 from ..scoring import PhaseKVScorer
 from ..train import latest_checkpoint, read_log
 from ..train.checkpoint import mark_final
@@ -121,36 +122,56 @@ def _one_thread_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+EVERY_ENTRY = "every-entry"  # the counterfactual reading of a model with a lightning indexer
+
+
 def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: int = 2) -> dict[str, dict]:
-    """Probe every trained run with the profile's lookup options; results cached in out/results/."""
+    """Probe every trained run with the profile's lookup options; results cached in out/results/.
+
+    A model with DeepSeek-V4 CSA layers is probed twice: as trained (its result records how often the indexer
+    picked the target's entry, by phase) and, with the same weights, reading every visible entry instead of
+    the indexer's top-k (`<run>-every-entry`): what top-k selection costs or gives, phase by phase."""
     results = {}
     for run in profile.runs:
         ckpt = final_checkpoint(out, run)
         if ckpt is None:
             raise FileNotFoundError(f"run {run.name} has no final checkpoint under {run_dir(out, run)}")
         mark_final(run_dir(out, run), ckpt)  # runs trained before `final` links existed get one
-        path = out / "results" / f"{run.name}.json"
-        if path.is_file():
-            cached = json.loads(path.read_text())
-            if cached.get("checkpoint") == str(ckpt.resolve()) and cached.get("lookup_options") == _options(profile):
-                results[run.name] = cached
-                continue
-        scorer = PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
-        result = run_lookup(scorer, profile.lookup, progress=progress)
-        hits = topk_hits_by_phase(scorer.model, lookup_prompts(scorer.tokenizer, profile.lookup).prompts)
-        if hits:  # DeepSeek-V4 CSA layers: how often the indexer picks the target's entry, by phase
-            result["topk_hits"] = hits
-        result.update(
-            checkpoint=str(ckpt.resolve()),
-            run=run.name,
-            label=run.label,
-            preset=run.preset,
-            seed=run.seed,
-            lookup_options=_options(profile),
-            training=_training_summary(run_dir(out, run)),
-        )
-        write_results(result, path)
-        results[run.name] = result
+        dsv4 = read_config(ckpt)[0].dsv4
+        readings = ("top-k", EVERY_ENTRY) if dsv4 is not None and "csa" in dsv4.layer_types else ("top-k",)
+        scorer = None
+        for reading in readings:
+            name = run.name if reading == "top-k" else f"{run.name}-{EVERY_ENTRY}"
+            path = out / "results" / f"{name}.json"
+            if path.is_file():
+                cached = json.loads(path.read_text())
+                same = cached.get("lookup_options") == _options(profile)
+                if same and cached.get("checkpoint") == str(ckpt.resolve()):
+                    results[name] = cached
+                    continue
+            scorer = scorer or PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
+            if reading == "top-k":
+                result = run_lookup(scorer, profile.lookup, progress=progress)
+                hits = topk_hits_by_phase(scorer.model, lookup_prompts(scorer.tokenizer, profile.lookup).prompts)
+                if hits:  # DeepSeek-V4 CSA layers: how often the indexer picks the target's entry, by phase
+                    result["topk_hits"] = hits
+                label = run.label
+            else:
+                with scorer.model.dense_indexer():
+                    result = run_lookup(scorer, profile.lookup, progress=progress)
+                result["counterfactual"] = "CSA layers read every visible entry, not the indexer's top-k (same weights)"
+                label = f"{run.label} · every entry read"
+            result.update(
+                checkpoint=str(ckpt.resolve()),
+                run=name,
+                label=label,
+                preset=run.preset,
+                seed=run.seed,
+                lookup_options=_options(profile),
+                training=_training_summary(run_dir(out, run)),
+            )
+            write_results(result, path)
+            results[name] = result
     return results
 
 
