@@ -27,6 +27,7 @@ from phasekv.report import ReportInputError, build_report, load_results
 from phasekv.report.common import head_label
 from phasekv.report.vega import write_png
 from phasekv.scoring import PhaseKVScorer
+from phasekv.stats.seeds import compare_seeds, seed_summary
 from phasekv.studies.cycle import figure as cycle
 from phasekv.studies.cycle.figure import plot_cycle
 from phasekv.studies.cycle.run import run_cycle
@@ -70,6 +71,8 @@ def _design(name: str, role: str, mean: list, gap: list, learned: list, misses: 
         "learned": learned,
         "meets_target": None if role != "candidate" else not misses,
         "misses": list(misses),
+        "mean_over_seeds": seed_summary(mean),
+        "gap_over_seeds": seed_summary(gap),
     }
 
 
@@ -81,6 +84,7 @@ DESIGNS = {  # a design comparison as `phasekv reproduce --profile mitigations` 
         _design("W8/S8", "baseline", [70.0, 60.0], [50.0, 55.0], [True, True]),
         _design("stagger", "candidate", [75.0, 12.0], [15.0, 3.0], [True, False], ("not learned (chance)",)),
     ],
+    "tests": [{"claim": "stagger gap < W8/S8 gap", **compare_seeds([15.0, 3.0], [50.0, 55.0], "less")}],
 }
 SCREENSHOT = Path("/tmp/phasekv_report_screenshot.png")
 
@@ -425,6 +429,11 @@ def test_designs_spec_holds_every_seed_and_seed_mean(results):
         (mean,) = [r for r in rows if r["design"] == d["design"] and r["kind"] == "seed mean"]
         assert (mean["mean"], mean["gap"]) == (sum(d["mean"]) / 2, sum(d["gap"]) / 2)
     assert [(p["name"], p["bind"]) for p in spec["params"]] == [("design", "legend")]  # picked out from the legend
+    page = designs.section_html(block)  # seed means with t intervals, and the tests across seeds
+    stagger = seed_summary([15.0, 3.0])
+    assert f"<td>{stagger['mean']:.1f} [{stagger['ci'][0]:.1f}, {stagger['ci'][1]:.1f}]</td>" in page
+    test = DESIGNS["tests"][0]
+    assert 'id="designs-tests"' in page and f"<td>{test['permutation_p']:.3g} (of 6)</td>" in page
 
 
 def test_spec_figures_render_to_png_from_the_same_spec(results, tmp_path):

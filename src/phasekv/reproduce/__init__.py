@@ -66,7 +66,8 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     if across_seeds is not None:
         summary["across_seeds"] = across_seeds
     if profile.compare_designs:
-        summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, progress)
+        tests = across_seeds["tests"] if across_seeds else []
+        summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, tests, progress)
     write_json(out / "summary.json", summary)
     reported = time.perf_counter()
     build_report(out, out / "report.html", compressor=illustration(_illustrated_model(profile, out)))
@@ -75,8 +76,11 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     return {**summary, "table": table}
 
 
-def compare_designs(profile: Profile, out: Path, rows: dict[str, dict], progress: bool = True) -> list[dict]:
-    """Write designs.json/.md (every design beside W8/S8 and full attention), and the best design's knockout
+def compare_designs(
+    profile: Profile, out: Path, rows: dict[str, dict], tests: list[dict], progress: bool = True
+) -> list[dict]:
+    """Write designs.json/.md (every design beside W8/S8 and full attention, with the profile's `tests` across
+    seeds), and the best design's knockout
     map (analysis/knockout-<run>.json/.png) and gate cycling (analysis/cycle-<run>.json, where cycling is
     defined: W = S with learned gates) so that the report shows its mechanism; returns the design rows.
     Both analyses are reused on a rerun while their checkpoint and settings are unchanged."""
@@ -89,7 +93,7 @@ def compare_designs(profile: Profile, out: Path, rows: dict[str, dict], progress
     if best is not None:
         run = next(r for r in profile.runs if r.name == best["runs"][0])
         analyses = _mechanism(profile, out, run, checkpoints[run.name], progress)
-    designs.write_designs(table, out, analyses)
+    designs.write_designs(table, out, {**analyses, "tests": tests})
     return table
 
 

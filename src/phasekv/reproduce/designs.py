@@ -15,6 +15,7 @@ from statistics import fmean
 
 from ..config import ModelConfig
 from ..files import write_atomic
+from ..stats.seeds import seed_summary
 from .profiles import Profile, RunSpec
 
 SCHEMA = "phasekv.analysis.designs/1"
@@ -70,6 +71,8 @@ def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, Mode
                 "cache_bytes_per_token": cache_bytes_per_token(configs[runs[0].name]),
                 "val_loss": [s["val_loss"] for s in seeds],
                 "mean": [s["mean"] for s in seeds],
+                "mean_over_seeds": seed_summary([s["mean"] for s in seeds]),
+                "gap_over_seeds": seed_summary([s["gap"] for s in seeds]),
                 "worst": [s["worst"] for s in seeds],
                 "gap": [s["gap"] for s in seeds],
                 "gap_ci": [s["gap_ci"] for s in seeds],
@@ -152,7 +155,7 @@ def markdown(table: list[dict]) -> str:
 
 
 def write_designs(table: list[dict], out: Path, mechanism: dict) -> None:
-    """designs.json (the table and `mechanism`: knockout_run, cycle_run, cycle_note) and designs.md."""
+    """designs.json (the table and `mechanism`: knockout_run, cycle_run, cycle_note, tests) and designs.md."""
     data = {"schema": SCHEMA, "designs": table, **mechanism}
     write_atomic(out / "designs.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
     write_atomic(

@@ -32,11 +32,13 @@ def section(inputs: Inputs) -> dict | None:
             "learned": d["learned"],
             "meets_target": d.get("meets_target"),
             "misses": d.get("misses", []),
+            "mean_over_seeds": d.get("mean_over_seeds"),
+            "gap_over_seeds": d.get("gap_over_seeds"),
         }
         for d in data["designs"]
     ]
     mechanism = {key: data.get(key) for key in ("knockout_run", "cycle_run", "cycle_note")}
-    return {"file": results[-1].path.as_posix(), "rows": rows, **mechanism}
+    return {"file": results[-1].path.as_posix(), "rows": rows, "tests": data.get("tests", []), **mechanism}
 
 
 ROLES = {"control": "square", "baseline": "diamond", "candidate": "circle"}
@@ -94,12 +96,33 @@ def section_html(d: dict) -> str:
             return row["role"]
         return "target met" if row["meets_target"] else "missed: " + "; ".join(row["misses"])
 
+    def over_seeds(summary) -> str:
+        if not summary:
+            return "-"
+        ci = summary["ci"]
+        return f"{summary['mean']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+
     body = "".join(
         f"<tr><td>{html.escape(r['design'])}</td><td>{' / '.join(map(str, r['seeds']))}</td>"
-        f"<td>{r['cache_bytes_per_token']:g}</td><td>{seeds(r['mean'])}</td><td>{seeds(r['worst'])}</td>"
-        f"<td>{seeds(r['gap'])}</td><td>{seeds(r['period_diff'])}</td><td>{html.escape(verdict(r))}</td></tr>"
+        f"<td>{r['cache_bytes_per_token']:g}</td><td>{seeds(r['mean'])}</td><td>{over_seeds(r['mean_over_seeds'])}</td>"
+        f"<td>{seeds(r['worst'])}</td><td>{seeds(r['gap'])}</td><td>{over_seeds(r['gap_over_seeds'])}</td>"
+        f"<td>{seeds(r['period_diff'])}</td><td>{html.escape(verdict(r))}</td></tr>"
         for r in d["rows"]
     )
+    tests = "".join(
+        f"<tr><td>{html.escape(t['claim'])}</td><td>{t['difference']:+.1f}"
+        + (f" [{t['difference_ci'][0]:.1f}, {t['difference_ci'][1]:.1f}]" if t["difference_ci"] else "")
+        + f"</td><td>{t['permutation_p']:.3g} (of {t['permutation_splits']})</td>"
+        f"<td>{'-' if t['welch_p'] is None else format(t['welch_p'], '.3g')}</td>"
+        f"<td>{'-' if t['hedges_g'] is None else format(t['hedges_g'], '.2f')}</td></tr>"
+        for t in d.get("tests", [])
+    )
+    if tests:
+        tests = f"""<table class="data" id="designs-tests"><thead><tr><th>claim (gap, across seeds)</th>
+<th>difference (Welch 95% CI)</th><th>p (exact permutation, of splits)</th><th>p (Welch)</th><th>Hedges' g</th></tr>
+</thead><tbody>{tests}</tbody></table>
+<p class="sub">One-sided tests with the seeds as units; the exact permutation test is the test of record (its smallest
+possible p is 1 / the number of splits).</p>"""
     knocked = d.get("knockout_run")
     knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
     if d.get("cycle_run"):
@@ -114,7 +137,9 @@ def section_html(d: dict) -> str:
 the control, the baseline and the candidates. Lower right is better; click a design in the legend to pick it out.
 </figcaption></figure>
 <table class="data" id="designs-table"><thead><tr><th>design</th><th>seeds</th><th>cache B/token</th><th>mean</th>
-<th>worst</th><th>gap</th><th>period diff.</th><th>target</th></tr></thead><tbody>{body}</tbody></table>
-<p class="sub">One value per seed, accuracies in percent, gap = best - worst residue in points. Target: every seed
+<th>mean over seeds [95% CI]</th><th>worst</th><th>gap</th><th>gap over seeds [95% CI]</th><th>period diff.</th>
+<th>target</th></tr></thead><tbody>{body}</tbody></table>{tests}
+<p class="sub">One value per seed, accuracies in percent, gap = best - worst residue in points; over seeds: the mean
+with a t interval (none with one seed). Target: every seed
 learned, and on seed means a gap within 5 points of full attention's, a mean at least W8/S8's, the same cache bytes per
 token.{knock} Source: {html.escape(d["file"])}.</p></section>"""
