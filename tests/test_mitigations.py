@@ -127,3 +127,25 @@ def test_scoring_fast_path_equals_the_full_forward(name):
     with torch.no_grad():
         full = model(ids).gather(1, positions[..., None].expand(-1, -1, 50))
         torch.testing.assert_close(model(ids, positions=positions), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "preset, problem",
+    [
+        ("w8s8-1kv", None),
+        ("w8s8-1kv-stagger", None),
+        ("w9s8-1kv", "needs W = S"),
+        ("w8s8-1kv-uniform", "needs learned gates"),
+        ("full-1kv", "has full attention"),
+        ("dsv4", "paper-style compressors, not 'dsv4'"),
+        ("dsv4-mix", "paper-style compressors"),
+    ],
+)
+def test_gate_cycling_is_defined_for_paper_style_w_equal_s_with_learned_gates(preset, problem):
+    from phasekv.studies.cycle.cycling import check_cyclable, cycling_problem
+
+    found = cycling_problem(preset_config(preset, vocab_size=50))
+    assert found is None if problem is None else problem in found
+    if problem:
+        with pytest.raises(ValueError, match=problem.replace("'", ".")):
+            check_cyclable(PhaseKVModel(preset_config(preset, vocab_size=50)))

@@ -118,6 +118,7 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     changed = replace(baseline, steps=4)  # not identical to the finished run: trained again
     # 3 steps learn nothing, so no design qualifies for the knockout: pretend the first candidate does
     monkeypatch.setattr(designs_module, "best_design", lambda table: next(d for d in table if d["design"] == "stagger"))
+    monkeypatch.setattr(designs_module, "best_seed", lambda design: design["runs"][0])
     mitigations = _mini("mit", (control, changed, *designs), reuse_from=("quick",), compare_designs=True)
     summary = reproduce(mitigations, tmp_path / "mit", progress=False)
     assert set(summary["train_seconds"]) == {changed.name, *(d.name for d in designs)}  # control copied
@@ -138,13 +139,38 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     assert 'id="designs-table"' in report and "not learned (chance)" in report
     assert (tmp_path / "mit" / "report_figures" / "designs.png").stat().st_size > 10_000
     assert "The gate cycling section shows w8s8-1kv-stagger-s42" in report
-    # a W9/S8 best design: knocked out, not cycled (offsets are not phases), and the report says why
+    # a W9/S8 best design: knocked out, not cycled (offsets are not phases); the best W = S candidate is cycled
+    # instead (no seed learned in 3 steps: pretend they did), and the report says so
     monkeypatch.setattr(designs_module, "best_design", lambda table: next(d for d in table if d["design"] == "W9/S8"))
+    monkeypatch.setattr(
+        designs_module,
+        "best_of",
+        lambda table, usable: next(d for d in table if all(map(usable, d["runs"])) and d["design"] == "regulariser"),
+    )
     reproduce(mitigations, tmp_path / "mit", progress=False)
     written = json.loads((tmp_path / "mit" / "designs.json").read_text())
-    assert written["knockout_run"] == "w9s8-1kv-s42" and written["cycle_run"] is None
+    assert written["knockout_run"] == "w9s8-1kv-s42" and written["cycle_run"] == "w8s8-1kv-reg-s42"
     assert "W = S" in written["cycle_note"] and not (tmp_path / "mit" / "analysis" / "cycle-w9s8-1kv-s42.json").exists()
-    assert "no gate cycling for w9s8-1kv-s42" in (tmp_path / "mit" / "report.html").read_text()
+    assert (tmp_path / "mit" / "analysis" / "cycle-w8s8-1kv-reg-s42.json").is_file()
+    page = (tmp_path / "mit" / "report.html").read_text()
+    assert "no gate cycling for w9s8-1kv-s42" in page and "cycled instead: w8s8-1kv-reg-s42" in page
+
+
+def test_best_seed_and_best_of_rank_learned_seeds_only():
+    def row(name, gap, mean, learned, runs):
+        return {"design": name, "gap": gap, "mean": mean, "learned": learned, "runs": runs, "control": False,
+                "baseline": False}  # fmt: skip
+
+    flat_at_chance = row("a", [0.0, 90.0], [3.0, 60.0], [False, True], ["a1", "a2"])
+    steady = row("b", [50.0, 60.0], [70.0, 80.0], [True, True], ["b1", "b2"])
+    assert designs_module.best_seed(steady) == "b2" and designs_module.best_seed(flat_at_chance) == "a2"
+    assert (
+        designs_module.best_of([flat_at_chance, steady], lambda run: True)["design"] == "b"
+    )  # 90 > 55: seed 1 unlearned
+    assert designs_module.best_of([flat_at_chance, steady], lambda run: run.startswith("a"))["design"] == "a"
+    assert designs_module.best_of([row("c", [0.0], [2.0], [False], ["c1"])], lambda run: True) is None
+    with pytest.raises(ValueError, match="no learned seed"):
+        designs_module.best_seed(row("c", [0.0], [2.0], [False], ["c1"]))
 
 
 def test_best_design_is_the_learned_candidate_with_the_smallest_gap():

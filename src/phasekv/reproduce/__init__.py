@@ -12,7 +12,7 @@ from tqdm import tqdm
 from ..model.io import read_config
 from ..report import build_report
 from ..scoring import PhaseKVScorer
-from ..studies.cycle.cycling import check_cyclable
+from ..studies.cycle.cycling import cycling_problem
 from ..studies.cycle.run import run_cycle
 from ..studies.gates.illustration import illustration
 from ..studies.knockout.figure import plot_knockout
@@ -80,48 +80,71 @@ def compare_designs(
     profile: Profile, out: Path, rows: dict[str, dict], tests: list[dict], progress: bool = True
 ) -> list[dict]:
     """Write designs.json/.md (every design beside W8/S8 and full attention, with the profile's `tests` across
-    seeds), and the best design's knockout
-    map (analysis/knockout-<run>.json/.png) and gate cycling (analysis/cycle-<run>.json, where cycling is
-    defined: W = S with learned gates) so that the report shows its mechanism; returns the design rows.
-    Both analyses are reused on a rerun while their checkpoint and settings are unchanged."""
+    seeds) and, so that the report shows the mechanism, the best design's knockout map (its best seed:
+    analysis/knockout-<run>.json/.png) and gate cycling (analysis/cycle-<run>.json). Cycling is defined for
+    W = S with learned gates only; when the best design is not such, the best learned W = S candidate is
+    cycled instead and designs.json says so (`cycle_note`). Both analyses are reused while their checkpoint
+    and settings are unchanged. Returns the design rows."""
 
     checkpoints = {run.name: final_checkpoint(out, run) for run in profile.runs}
     configs = {name: read_config(ckpt)[0] for name, ckpt in checkpoints.items()}
+    runs = {run.name: run for run in profile.runs}
     table = designs.design_rows(profile, rows, configs, out)
+    mechanism = {"knockout_run": None, "cycle_run": None, "cycle_note": None}
     best = designs.best_design(table)
-    analyses = {"knockout_run": None, "cycle_run": None, "cycle_note": None}
     if best is not None:
-        run = next(r for r in profile.runs if r.name == best["runs"][0])
-        analyses = _mechanism(profile, out, run, checkpoints[run.name], progress)
-    designs.write_designs(table, out, {**analyses, "tests": tests})
+        knocked = designs.best_seed(best)
+        _knockout(profile, out, runs[knocked], checkpoints[knocked], progress)
+        mechanism["knockout_run"] = knocked
+        problem = cycling_problem(configs[knocked])
+        cycled = None
+        if problem is None:
+            cycled = knocked
+        else:
+            other = designs.best_of(table, lambda run: cycling_problem(configs[run]) is None)
+            cycled = None if other is None else designs.best_seed(other)
+            instead = (
+                f"cycled instead: {cycled}, the best learned seed of the best W = S candidate ({other['design']})"
+                if other
+                else "no learned W = S candidate to cycle instead"
+            )
+            mechanism["cycle_note"] = f"no gate cycling for {knocked}: {problem}; {instead}"
+        if cycled is not None:
+            _cycle(profile, out, runs[cycled], checkpoints[cycled], progress)
+            mechanism["cycle_run"] = cycled
+    designs.write_designs(table, out, {**mechanism, "tests": tests})
     return table
 
 
-def _mechanism(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress: bool) -> dict:
-    """The knockout map and (where defined) the gate cycling of one design run."""
-    sizes = profile.analyses or AnalysisSizes()
-    scorer = PhaseKVScorer.from_checkpoint(checkpoint, threads=1, workers=2, batch_size=16)
-    record = {"stage": "design knockout", "checkpoint": str(checkpoint.resolve())}
+def _knockout(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress: bool) -> None:
+    """The knockout map of one design run, on the profile's lookup prompts (as `phasekv knockout`)."""
     path = out / "analysis" / f"knockout-{run.name}.json"
+    settings = {"lookup": asdict(profile.lookup), "knockout": asdict(KnockoutOptions())}
     knockout, _ = cached_result(
         path,
-        {**record, "settings": {"lookup": asdict(profile.lookup), "knockout": asdict(KnockoutOptions())}},
-        lambda: labelled(run_knockout(scorer, profile.lookup, KnockoutOptions(), progress=progress), run),
+        {"stage": "design knockout", "checkpoint": str(checkpoint.resolve()), "settings": settings},
+        lambda: labelled(run_knockout(_design_scorer(checkpoint), profile.lookup, progress=progress), run),
     )
     plot_knockout(knockout, path.with_suffix(".png"))
-    try:
-        check_cyclable(scorer.model)
-    except ValueError as why:
-        return {"knockout_run": run.name, "cycle_run": None, "cycle_note": f"no gate cycling for {run.name}: {why}"}
+
+
+def _cycle(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress: bool) -> None:
+    """Gate cycling of one W = S design run, sized like the profile's (or the default) analyses."""
+    sizes = profile.analyses or AnalysisSizes()
     lookup = replace(profile.lookup, n_mappings=sizes.cycle_mappings, modulus=sizes.modulus)
     deltas = list(sizes.cycle_deltas)
     settings = {"lookup": asdict(lookup), "deltas": deltas, "resamples": sizes.cycle_resamples}
     cached_result(
         out / "analysis" / f"cycle-{run.name}.json",
-        {**record, "stage": "design cycle", "settings": settings},
-        lambda: labelled(run_cycle(scorer, deltas, lookup, sizes.cycle_resamples, progress=progress), run),
+        {"stage": "design cycle", "checkpoint": str(checkpoint.resolve()), "settings": settings},
+        lambda: labelled(
+            run_cycle(_design_scorer(checkpoint), deltas, lookup, sizes.cycle_resamples, progress=progress), run
+        ),
     )
-    return {"knockout_run": run.name, "cycle_run": run.name, "cycle_note": None}
+
+
+def _design_scorer(checkpoint: Path) -> PhaseKVScorer:
+    return PhaseKVScorer.from_checkpoint(checkpoint, threads=1, workers=2, batch_size=16)
 
 
 def _illustrated_model(profile: Profile, out: Path) -> Path | None:

@@ -10,6 +10,7 @@ defined (W = S, learned gates), gate cycling.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from statistics import fmean
 
@@ -118,6 +119,30 @@ def best_design(table: list[dict]) -> dict | None:
     then the highest mean; None when no candidate learned (a model at chance has nothing to knock out)."""
     candidates = [d for d in table if not d["control"] and not d["baseline"] and all(d["learned"])]
     return min(candidates, key=lambda d: (fmean(d["gap"]), -fmean(d["mean"])), default=None)
+
+
+def best_seed(design: dict) -> str:
+    """The run of `design`'s learned seed with the highest mean accuracy: the clearest view of its mechanism."""
+    seeds = zip(design["mean"], design["runs"], design["learned"], strict=True)
+    learned = [(mean, run) for mean, run, ok in seeds if ok]
+    if not learned:
+        raise ValueError(f"design {design['design']!r} has no learned seed")
+    return max(learned)[1]
+
+
+def best_of(table: list[dict], usable: Callable[[str], bool]) -> dict | None:
+    """The candidate design with a learned seed whose runs are all `usable`, ranked by the mean gap of its learned
+    seeds, then their mean accuracy (for an analysis that not every design admits, such as gate cycling)."""
+
+    def learned(d: dict, key: str) -> list[float]:
+        return [v for v, ok in zip(d[key], d["learned"], strict=True) if ok]
+
+    candidates = [
+        d
+        for d in table
+        if not d["control"] and not d["baseline"] and any(d["learned"]) and all(usable(run) for run in d["runs"])
+    ]
+    return min(candidates, key=lambda d: (fmean(learned(d, "gap")), -fmean(learned(d, "mean"))), default=None)
 
 
 def _seeds(values: list[float], fmt: str = "{:.1f}") -> str:

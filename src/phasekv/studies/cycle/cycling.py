@@ -12,21 +12,26 @@ import copy
 import torch
 
 
+def cycling_problem(config) -> str | None:
+    """Why gate cycling is not defined for a model of this ModelConfig (None: it is): it needs paper-style
+    compressors with W = S (offset = phase) and learned gates."""
+    comp = config.compression
+    if comp is None:
+        return "gate cycling needs a compressed model; this one has full attention"
+    if comp.kind != "paper" or config.dsv4 is not None:
+        return f"gate cycling is defined for paper-style compressors, not {comp.kind!r}"
+    if comp.window != comp.stride:
+        return f"gate cycling needs W = S (offset = phase); this model has W={comp.window}, S={comp.stride}"
+    if comp.gate == "uniform":
+        return "gate cycling needs learned gates; uniform averaging has no gate parameters"
+    return None
+
+
 def check_cyclable(model) -> None:
-    """Raise ValueError unless every compressed layer has W = S and learned paper-style gates."""
-    comps = [layer.self_attn.compressor for layer in model.layers if layer.self_attn.compressor is not None]
-    if not comps:
-        raise ValueError("gate cycling needs a compressed model; this one has full attention")
-    for comp in comps:
-        cfg = comp.cfg
-        if cfg.kind != "paper":
-            raise ValueError(f"gate cycling is defined for paper-style compressors, not {cfg.kind!r}")
-        if cfg.window != cfg.stride:
-            raise ValueError(
-                f"gate cycling needs W = S (offset = phase); this model has W={cfg.window}, S={cfg.stride}"
-            )
-        if cfg.gate == "uniform":
-            raise ValueError("gate cycling needs learned gates; uniform averaging has no gate parameters")
+    """Raise ValueError unless gate cycling is defined for `model` (`cycling_problem`)."""
+    problem = cycling_problem(model.config)
+    if problem:
+        raise ValueError(problem)
 
 
 def cycle_gates(model, delta: int):

@@ -125,10 +125,10 @@ def section_html(d: dict) -> str:
 possible p is 1 / the number of splits).</p>"""
     knocked = d.get("knockout_run")
     knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
+    if d.get("cycle_note"):
+        knock += f" {html.escape(d['cycle_note'])}."
     if d.get("cycle_run"):
         knock += f" The gate cycling section shows {html.escape(d['cycle_run'])}."
-    elif d.get("cycle_note"):
-        knock += f" {html.escape(d['cycle_note'])}."
     return f"""
 <section id="sec-designs"><h2>Designs against the weak spots</h2>
 <figure>{figure_html("fig-designs", spec(d))}
