@@ -72,7 +72,7 @@ def _design(name: str, role: str, mean: list, gap: list, learned: list, misses: 
         "meets_target": None if role != "candidate" else not misses,
         "misses": list(misses),
         "mean_over_seeds": seed_summary(mean),
-        "gap_over_seeds": seed_summary(gap),
+        "gap_over_seeds": seed_summary([g for g, ok in zip(gap, learned, strict=True) if ok]),  # learned seeds
     }
 
 
@@ -430,8 +430,9 @@ def test_designs_spec_holds_every_seed_and_seed_mean(results):
         assert (mean["mean"], mean["gap"]) == (sum(d["mean"]) / 2, sum(d["gap"]) / 2)
     assert [(p["name"], p["bind"]) for p in spec["params"]] == [("design", "legend")]  # picked out from the legend
     page = designs.section_html(block)  # seed means with t intervals, and the tests across seeds
-    stagger = seed_summary([15.0, 3.0])
-    assert f"<td>{stagger['mean']:.1f} [{stagger['ci'][0]:.1f}, {stagger['ci'][1]:.1f}]</td>" in page
+    stagger = seed_summary([75.0, 12.0])  # its mean over both seeds; its gap over the learned one alone
+    assert f"<td>{stagger['mean']:.1f} [{stagger['ci'][0]:.1f}, {stagger['ci'][1]:.1f}]</td><td>60.0 / 9.0</td>" in page
+    assert "<td>15.0 / 3.0</td><td>15.0</td>" in page
     test = DESIGNS["tests"][0]
     assert 'id="designs-tests"' in page and f"<td>{test['permutation_p']:.3g} (of 6)</td>" in page
 

@@ -60,6 +60,7 @@ def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, Mode
         seeds = [rows[r.name] for r in runs]
         gates = [_gate_effective(out / "runs" / r.name, r.steps) for r in runs]
         gates = [g for g in gates if g is not None]
+        learned_gaps = [s["gap"] for s in seeds if s["learned"]]  # a seed at chance is flat for the wrong reason
         table.append(
             {
                 "design": design,
@@ -73,7 +74,7 @@ def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, Mode
                 "val_loss": [s["val_loss"] for s in seeds],
                 "mean": [s["mean"] for s in seeds],
                 "mean_over_seeds": seed_summary([s["mean"] for s in seeds]),
-                "gap_over_seeds": seed_summary([s["gap"] for s in seeds]),
+                "gap_over_seeds": seed_summary(learned_gaps) if learned_gaps else None,
                 "worst": [s["worst"] for s in seeds],
                 "gap": [s["gap"] for s in seeds],
                 "gap_ci": [s["gap_ci"] for s in seeds],

@@ -8,39 +8,49 @@ from .profiles import Profile
 
 
 def design_rows(profile: Profile, rows: list[dict]) -> list[dict]:
-    """Per design (in profile order): seeds, fraction learned, mean and gap over seeds with 95% t intervals."""
+    """Per design (in profile order): seeds, fraction learned, the mean over every seed and the gap over the
+    learned seeds, with 95% t intervals. A seed at chance is flat for the wrong reason: its gap says nothing
+    about phase, so it counts against the design's mean accuracy and learned fraction, not in its gap."""
     by_run = {row["run"]: row for row in rows}
     designs: dict[str, list[tuple[int, dict]]] = {}
     for run in profile.runs:
         designs.setdefault(run.design_name, []).append((run.seed, by_run[run.name]))
     table = []
     for design, members in designs.items():
+        gaps = [row["gap"] for _, row in members if row["learned"]]
         table.append(
             {
                 "design": design,
                 "seeds": [seed for seed, _ in members],
                 "learned": sum(bool(row["learned"]) for _, row in members) / len(members),
                 "mean": seed_summary([row["mean"] for _, row in members]),
-                "gap": seed_summary([row["gap"] for _, row in members]),
-                "gaps": [row["gap"] for _, row in members],
+                "gap": seed_summary(gaps) if gaps else None,
+                "gaps": gaps,
             }
         )
     return table
 
 
 def comparisons(profile: Profile, table: list[dict]) -> list[dict]:
-    """The profile's tests across seeds on the gap (exact permutation test, Welch's t beside it)."""
+    """The profile's tests across seeds on the gap of the learned seeds (exact permutation test, Welch's t
+    beside it); a test with fewer than 2 learned seeds on a side is reported as not testable."""
     gaps = {row["design"]: row["gaps"] for row in table}
     found = []
     for a, b, alternative, claim in profile.seed_comparisons:
         missing = [d for d in (a, b) if d not in gaps]
         if missing:
             raise ValueError(f"seed comparison {claim!r} names designs the profile lacks: {missing}")
-        found.append({"claim": claim, "a": a, "b": b, **compare_seeds(gaps[a], gaps[b], alternative)})
+        n = [len(gaps[a]), len(gaps[b])]
+        if min(n) < 2:
+            found.append({"claim": claim, "a": a, "b": b, "testable": False, "n": n})
+            continue
+        found.append({"claim": claim, "a": a, "b": b, "testable": True, **compare_seeds(gaps[a], gaps[b], alternative)})
     return found
 
 
-def _interval(summary: dict) -> str:
+def _interval(summary: dict | None) -> str:
+    if summary is None:
+        return "- (no seed learned)"
     text = f"{summary['mean']:.1f}"
     return text + (f" [{summary['ci'][0]:.1f}, {summary['ci'][1]:.1f}]" if summary["ci"] else "")
 
@@ -51,7 +61,7 @@ def _number(value: float | None, spec: str) -> str:
 
 def markdown(table: list[dict], tests: list[dict]) -> str:
     lines = [
-        "| Design | seeds | learned | mean (95% CI over seeds) | gap (95% CI over seeds) |",
+        "| Design | seeds | learned | mean (95% CI over seeds) | gap (95% CI over learned seeds) |",
         "|---|---|---:|---:|---:|",
     ]
     for row in table:
@@ -61,7 +71,7 @@ def markdown(table: list[dict], tests: list[dict]) -> str:
         )
     lines.append(
         "\nIntervals: t intervals of the mean over seeds (none with one seed); learned = fraction of seeds "
-        "above chance."
+        "above chance; the gap is taken over the learned seeds only (a model at chance is flat for the wrong reason)."
     )
     if tests:
         lines += [
@@ -70,6 +80,9 @@ def markdown(table: list[dict], tests: list[dict]) -> str:
             "|---|---:|---:|---:|---:|",
         ]
         for t in tests:
+            if not t["testable"]:
+                lines.append(f"| {t['claim']} | - | not testable: {t['n'][0]} + {t['n'][1]} learned seeds | - | - |")
+                continue
             ci = t["difference_ci"]
             diff = f"{t['difference']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
             lines.append(
@@ -77,7 +90,8 @@ def markdown(table: list[dict], tests: list[dict]) -> str:
                 f"{_number(t['welch_p'], '.3g')} | {_number(t['hedges_g'], '.2f')} |"
             )
         lines.append(
-            "\nOne-sided tests with the seeds as units: the exact permutation test over every split of the pooled "
+            "\nOne-sided tests on the learned seeds' gaps, seeds as units: the exact permutation test over every "
+            "split of the pooled "
             "seeds is the test of record (its smallest possible p is 1 / the number of splits: 1/70 = 0.014 with "
             "4 + 4 seeds, 1/20 = 0.05 with 3 + 3); Welch's t test and Hedges' g (small-sample corrected "
             "standardised difference) beside it."

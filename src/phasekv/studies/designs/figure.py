@@ -109,20 +109,28 @@ def section_html(d: dict) -> str:
         f"<td>{seeds(r['period_diff'])}</td><td>{html.escape(verdict(r))}</td></tr>"
         for r in d["rows"]
     )
-    tests = "".join(
-        f"<tr><td>{html.escape(t['claim'])}</td><td>{t['difference']:+.1f}"
-        + (f" [{t['difference_ci'][0]:.1f}, {t['difference_ci'][1]:.1f}]" if t["difference_ci"] else "")
-        + f"</td><td>{t['permutation_p']:.3g} (of {t['permutation_splits']})</td>"
-        f"<td>{'-' if t['welch_p'] is None else format(t['welch_p'], '.3g')}</td>"
-        f"<td>{'-' if t['hedges_g'] is None else format(t['hedges_g'], '.2f')}</td></tr>"
-        for t in d.get("tests", [])
-    )
+
+    def test_row(t) -> str:
+        if not t.get("testable", True):
+            return (
+                f"<tr><td>{html.escape(t['claim'])}</td><td>-</td><td>not testable: {t['n'][0]} + {t['n'][1]} "
+                "learned seeds</td><td>-</td><td>-</td></tr>"
+            )
+        return (
+            f"<tr><td>{html.escape(t['claim'])}</td><td>{t['difference']:+.1f}"
+            + (f" [{t['difference_ci'][0]:.1f}, {t['difference_ci'][1]:.1f}]" if t["difference_ci"] else "")
+            + f"</td><td>{t['permutation_p']:.3g} (of {t['permutation_splits']})</td>"
+            f"<td>{'-' if t['welch_p'] is None else format(t['welch_p'], '.3g')}</td>"
+            f"<td>{'-' if t['hedges_g'] is None else format(t['hedges_g'], '.2f')}</td></tr>"
+        )
+
+    tests = "".join(test_row(t) for t in d.get("tests", []))
     if tests:
         tests = f"""<table class="data" id="designs-tests"><thead><tr><th>claim (gap, across seeds)</th>
 <th>difference (Welch 95% CI)</th><th>p (exact permutation, of splits)</th><th>p (Welch)</th><th>Hedges' g</th></tr>
 </thead><tbody>{tests}</tbody></table>
-<p class="sub">One-sided tests with the seeds as units; the exact permutation test is the test of record (its smallest
-possible p is 1 / the number of splits).</p>"""
+<p class="sub">One-sided tests on the learned seeds' gaps, seeds as units; the exact permutation test is the test
+of record (its smallest possible p is 1 / the number of splits).</p>"""
     knocked = d.get("knockout_run")
     knock = f" The knockout map above includes the best design's run, {html.escape(knocked)}." if knocked else ""
     if d.get("cycle_note"):
@@ -137,7 +145,7 @@ possible p is 1 / the number of splits).</p>"""
 the control, the baseline and the candidates. Lower right is better; click a design in the legend to pick it out.
 </figcaption></figure>
 <table class="data" id="designs-table"><thead><tr><th>design</th><th>seeds</th><th>cache B/token</th><th>mean</th>
-<th>mean over seeds [95% CI]</th><th>worst</th><th>gap</th><th>gap over seeds [95% CI]</th><th>period diff.</th>
+<th>mean over seeds [95% CI]</th><th>worst</th><th>gap</th><th>gap over learned seeds [95% CI]</th><th>period diff.</th>
 <th>target</th></tr></thead><tbody>{body}</tbody></table>{tests}
 <p class="sub">One value per seed, accuracies in percent, gap = best - worst residue in points; over seeds: the mean
 with a t interval (none with one seed). Target: every seed
