@@ -103,6 +103,29 @@ def test_layer_equals_transformers_deepseek_v4_attention(kind):
 
 @needs_hf
 @pytest.mark.parametrize("kind", list(TYPES))
+def test_gradients_equal_transformers_deepseek_v4_attention(kind):
+    """The backward pass too: gradients of a weighted sum of the outputs with respect to the input and to every
+    weight agree with transformers' (fp32; the indexer gets none in either: its picks are not differentiable)."""
+    hf, ours, hf_cfg = _pair(kind)
+    x = torch.randn(2, 41, 64, generator=torch.Generator().manual_seed(1))
+    weights = torch.randn(2, 41, 64, generator=torch.Generator().manual_seed(2))
+    x_hf, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    (_hf_call(hf, hf_cfg, x_hf, 0) * weights).sum().backward()
+    (ours(x_ours) * weights).sum().backward()
+    torch.testing.assert_close(x_ours.grad, x_hf.grad, rtol=1e-4, atol=1e-4)
+    expected = transformers_state_dict(
+        {n: torch.zeros_like(p) if p.grad is None else p.grad for n, p in hf.named_parameters()}
+    )
+    got = {n: torch.zeros_like(p) if p.grad is None else p.grad for n, p in ours.named_parameters()}
+    assert set(got) == set(expected)
+    worst = max((got[n] - expected[n]).abs().max().item() for n in got)
+    print(f"dsv4 {kind} layer gradients vs transformers: max abs diff {worst:.2e}")
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert any(g.abs().max() > 0.1 for g in got.values())
+
+
+@needs_hf
+@pytest.mark.parametrize("kind", list(TYPES))
 def test_cached_decoding_equals_transformers_caches(kind):
     """Prefill 13 tokens, then one at a time, against DeepseekV4CSACache / HCACache / the sliding cache."""
     from transformers import DynamicCache
