@@ -464,6 +464,12 @@ def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):
         assert f"{title} left out:" in text
     empty = build_report(tmp_path / "subset" / "results" / "full-1kv.json", tmp_path / "one.html", pngs=False)
     assert empty.sections == ["residues", "compressor"]
+    figures = tmp_path / "r_figures"  # a rebuild drops the figures of results that are gone, keeps other files
+    figures.mkdir()
+    (figures / "knockout_3.png").write_bytes(b"stale")
+    (figures / "notes.txt").write_text("mine")
+    rebuilt = build_report(subset, tmp_path / "r.html")
+    assert sorted(p.name for p in figures.iterdir()) == sorted([p.name for p in rebuilt.pngs] + ["notes.txt"])
 
 
 def test_position_figure_bins_the_records_and_old_files_get_a_note(results, tmp_path):

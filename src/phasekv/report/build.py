@@ -44,7 +44,8 @@ def build_report(
     pngs: bool = True,
 ) -> ReportOutput:
     """Write the HTML report of every result under `results_dir` to `out` and PNGs beside it
-    (`<out stem>_figures/`). Raises ReportInputError for a malformed result file."""
+    (`<out stem>_figures/`, whose PNGs this build did not write are removed). Raises ReportInputError for a
+    malformed result file."""
     out = Path(out)
     inputs = load_results(results_dir)
     data, notes = collect(inputs, compressor)
@@ -62,5 +63,7 @@ def build_report(
         for study in present:
             written += study.figure.png(data[study.key], inputs, fig_dir)
         written += compressor_figure.png(data["compressor"], inputs, fig_dir)
+        for stale in set(fig_dir.glob("*.png")) - set(written):  # an earlier build's figure of a result now gone
+            stale.unlink()
     write_text_atomic(out, page(data, notes, "phasekv report", subtitle))
     return ReportOutput(html=out, pngs=written, sections=[study.key for study in present] + ["compressor"], notes=notes)
