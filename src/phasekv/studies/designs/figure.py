@@ -46,7 +46,8 @@ ROLES = {"control": "square", "baseline": "diamond", "candidate": "circle"}
 
 def spec(data: dict) -> dict:
     """Mean accuracy against the gap (best - worst residue) of every design, one point per seed (hollow:
-    not learned, its small gap is flatness for the wrong reason) and a cross at the seed mean; shape by
+    not learned, its small gap is flatness for the wrong reason) and a cross at the seed mean (the gap over the
+    learned seeds; no cross when none learned); shape by
     role. Click a design in the legend to pick it out (a legend-bound selection)."""
     rows = []
     for row in data["rows"]:
@@ -54,7 +55,8 @@ def spec(data: dict) -> dict:
         for seed, mean, gap, learned in zip(row["seeds"], row["mean"], row["gap"], row["learned"], strict=True):
             rows.append({**where, "kind": "seed", "seed": seed, "mean": mean, "gap": gap, "learned": learned})
         means = [v for v in row["mean"] if v is not None]
-        gaps = [v for v in row["gap"] if v is not None]
+        # the gap of the learned seeds only, as in the table: a seed at chance is flat for the wrong reason
+        gaps = [v for v, learned in zip(row["gap"], row["learned"], strict=True) if v is not None and learned]
         if means and gaps:
             rows.append({**where, "kind": "seed mean", "mean": round(fmean(means), 2), "gap": round(fmean(gaps), 2)})
     picked = alt.selection_point(name="design", fields=["design"], bind="legend")
@@ -80,6 +82,7 @@ def spec(data: dict) -> dict:
     means = means.encode(x=x, y=y, color=color, opacity=faded, tooltip=["design:N", "kind:N", "mean:Q", "gap:Q"])
     chart = alt.layer(seeds.add_params(picked), means, data=vega.values(rows)).properties(width=420, height=340)
     title = "Designs at W8/S8's cache size: one point per seed (hollow: not learned), cross: seed mean"
+    title += " (gap: learned seeds)"
     return vega.finish(chart.properties(title=title, description=title + "; lower right is better"))
 
 
@@ -141,7 +144,8 @@ of record (its smallest possible p is 1 / the number of splits).</p>"""
 <section id="sec-designs"><h2>Designs against the weak spots</h2>
 <figure>{figure_html("fig-designs", spec(d))}
 <figcaption>Each design's mean accuracy over residues against its gap (best − worst residue), one point per seed
-(hollow: not learned, so a small gap is flatness for the wrong reason), a cross at the seed mean; the shape marks
+(hollow: not learned, so a small gap is flatness for the wrong reason), a cross at the seed mean (its gap over the
+learned seeds); the shape marks
 the control, the baseline and the candidates. Lower right is better; click a design in the legend to pick it out.
 </figcaption></figure>
 <table class="data" id="designs-table"><thead><tr><th>design</th><th>seeds</th><th>cache B/token</th><th>mean</th>
