@@ -431,6 +431,9 @@ def test_designs_spec_holds_every_seed_and_seed_mean(results):
         assert (mean["mean"], mean["gap"]) == (sum(d["mean"]) / 2, sum(learned_gaps) / len(learned_gaps))
     assert [(p["name"], p["bind"]) for p in spec["params"]] == [("design", "legend")]  # picked out from the legend
     page = designs.section_html(block)  # seed means with t intervals, and the tests across seeds
+    assert '<p id="designs-verdict">No candidate design met the target (1 tried).</p>' in page
+    met = [{**row, "meets_target": True} if row["role"] == "candidate" else row for row in block["rows"]]
+    assert designs.conclusion(met) == "1 of 1 candidate designs met the target: stagger."
     stagger = seed_summary([75.0, 12.0])  # its mean over both seeds; its gap over the learned one alone
     assert f"<td>{stagger['mean']:.1f} [{stagger['ci'][0]:.1f}, {stagger['ci'][1]:.1f}]</td><td>60.0 / 9.0</td>" in page
     assert "<td>15.0 / 3.0</td><td>15.0</td>" in page

@@ -90,6 +90,17 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
     return [vega.write_png(spec(data), out_dir / "designs.png")]
 
 
+def conclusion(rows: list[dict]) -> str:
+    """One sentence: which candidate designs met the target, or that none did and how many learned at all."""
+    candidates = [r for r in rows if r["role"] == "candidate"]
+    met = [r["design"] for r in candidates if r["meets_target"]]
+    if met:
+        return f"{len(met)} of {len(candidates)} candidate designs met the target: {', '.join(met)}."
+    unlearned = [r["design"] for r in candidates if not any(r["learned"])]
+    tail = f"; no seed of {', '.join(unlearned)} learned" if unlearned else ""
+    return f"No candidate design met the target ({len(candidates)} tried{tail})."
+
+
 def section_html(d: dict) -> str:
     def seeds(values) -> str:
         return " / ".join("-" if v is None else f"{v:.1f}" for v in values)
@@ -142,6 +153,7 @@ of record (its smallest possible p is 1 / the number of splits).</p>"""
         knock += f" The gate cycling section shows {html.escape(d['cycle_run'])}."
     return f"""
 <section id="sec-designs"><h2>Designs against the weak spots</h2>
+<p id="designs-verdict">{html.escape(conclusion(d["rows"]))}</p>
 <figure>{figure_html("fig-designs", spec(d))}
 <figcaption>Each design's mean accuracy over residues against its gap (best − worst residue), one point per seed
 (hollow: not learned, so a small gap is flatness for the wrong reason), a cross at the seed mean (its gap over the
