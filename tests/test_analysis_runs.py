@@ -249,6 +249,12 @@ def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     res = runner.invoke(app, ["knockout", str(qwen), "--layers", "--out", str(out / "hf"), *SMALL])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "hf" / "knockout.json").read_text())["mode"] == "layers"
+    # the natural template (pretrained LMs' " cat: Bob," lists) reaches the prompts
+    res = runner.invoke(
+        app, ["knockout", str(qwen), "--layers", "--template", "natural", "--out", str(out / "nat"), *SMALL]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "nat" / "knockout.json").read_text())["options"]["template"] == "natural"
 
     res = runner.invoke(app, ["gates", str(planted), "--out", str(out), *SMALL])
     assert res.exit_code == 0 and (out / "gates.json").is_file(), res.output

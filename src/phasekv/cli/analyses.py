@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import OptionGroup, expand_groups
+from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
 from phasekv.cli.scoring import LOADING
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
@@ -24,15 +24,17 @@ PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments
     modulus=(int, typer.Option(24, "--modulus", min=2, help="group targets by position mod this")),
     protocol=(str, typer.Option("prefix", "--protocol", help="padding protocol: prefix or in-sequence")),
     seed=(int, typer.Option(0, "--seed", help="seed of the prompts and the bootstrap")),
+    template=(str, TEMPLATE),
 )
 HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
 QUIET = typer.Option(False, "--quiet", help="no progress bars")
 
 
-def _lookup(records, demos, mappings, placements, modulus, protocol, seed, held_out_seed=None):
+def _lookup(records, demos, mappings, placements, modulus, protocol, seed, template, held_out_seed=None):
     from phasekv.tasks.lookup import LookupOptions
 
     return LookupOptions(
+        template=template,
         n_records=records,
         n_demos=demos,
         n_mappings=mappings,

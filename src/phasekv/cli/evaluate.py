@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import expand_groups
+from phasekv.cli.options import TEMPLATE, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
 
 eval_app = typer.Typer(
@@ -34,11 +34,6 @@ STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: 
 PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
 SPREAD = typer.Option(
     None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
-)
-TEMPLATE = typer.Option(
-    "paper",
-    help="record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
-    "or sentence ('The owner of the cat is Bob.')",
 )
 
 

@@ -12,6 +12,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import typer
+
+TEMPLATE = typer.Option(
+    "paper",
+    help="record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
+    "or sentence ('The owner of the cat is Bob.')",
+)
+
 
 class OptionGroup(dict):
     """Parameter name -> (type, ``typer.Option``/``typer.Argument``), in the order typer shows them."""
