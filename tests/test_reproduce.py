@@ -120,6 +120,10 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     monkeypatch.setattr(designs_module, "best_design", lambda table: next(d for d in table if d["design"] == "stagger"))
     monkeypatch.setattr(designs_module, "best_seed", lambda design: design["runs"][0])
     mitigations = _mini("mit", (control, changed, *designs), reuse_from=("quick",), compare_designs=True)
+    plan = write_plan(mitigations, tmp_path / "mit").splitlines()  # the estimate leaves out what is reused
+    assert "1 of 5 runs finished or reused" in plan[4]
+    assert next(line for line in plan if line.startswith("full-1kv ")).endswith(f"(reused from {tmp_path / 'quick'})")
+    assert not next(line for line in plan if line.startswith("w8s8-1kv-s42 ")).endswith(")")  # 4 steps, not 3
     summary = reproduce(mitigations, tmp_path / "mit", progress=False)
     assert set(summary["train_seconds"]) == {changed.name, *(d.name for d in designs)}  # control copied
     regularised = json.loads((tmp_path / "mit" / "configs" / "w8s8-1kv-reg-s42" / "run.json").read_text())

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..train.config import save_run_config
 from .profiles import Profile
+from .runner import final_checkpoint, reuse_source
 
 
 def torchrun_command(config: Path, run_dir: Path, nproc: int = 8, nodes: int = 1) -> str:
@@ -40,14 +41,18 @@ TINY_TOKENS_PER_S = {"full-1kv": 13_563, "w8s8-1kv": 13_400, "w8s4-1kv": 11_200,
 OVERHEAD = 1.05
 
 
-def estimated_seconds(profile: Profile) -> float | None:
-    """Wall seconds to train every run of a tiny-size profile with `profile.jobs` one-thread processes,
-    longest first (as `train_all` schedules them); None for other sizes."""
+def estimated_seconds(profile: Profile, skip: set[str] = frozenset()) -> float | None:
+    """Wall seconds to train every run of a tiny-size profile (but the runs named in `skip`) with
+    `profile.jobs` one-thread processes, longest first (as `train_all` schedules them); None for other sizes."""
     if profile.size != "tiny":
         return None
     slowest = min(TINY_TOKENS_PER_S.values())
     seconds = sorted(
-        (OVERHEAD * profile.tokens_per_run(run) / TINY_TOKENS_PER_S.get(run.preset, slowest) for run in profile.runs),
+        (
+            OVERHEAD * profile.tokens_per_run(run) / TINY_TOKENS_PER_S.get(run.preset, slowest)
+            for run in profile.runs
+            if run.name not in skip
+        ),
         reverse=True,
     )
     workers = [0.0] * max(1, profile.jobs)
@@ -65,11 +70,18 @@ def write_plan(profile: Profile, out: str | Path) -> str:
         data_line(profile),
         budget_line(profile),
     ]
-    estimate = estimated_seconds(profile)
+    # runs finished in `out`, or finished identically in a sibling directory the profile reuses, cost nothing
+    ready = {run.name: "finished" for run in profile.runs if final_checkpoint(out, run) is not None}
+    for run in profile.runs:
+        source = None if run.name in ready else reuse_source(profile, out, run)
+        if source is not None:
+            ready[run.name] = f"reused from {source}"
+    estimate = estimated_seconds(profile, set(ready))
     if estimate is not None:
+        left = f"; {len(ready)} of {len(profile.runs)} runs finished or reused" if ready else ""
         lines.append(
             f"estimated training time on a quiet 2-core CPU ({profile.jobs} one-thread processes): "
-            f"{estimate / 3600:.1f} h, plus evaluation (about 3 s per model)"
+            f"{estimate / 3600:.1f} h, plus evaluation (about 3 s per model){left}"
         )
     lines.append("")
     commands = []
@@ -77,8 +89,10 @@ def write_plan(profile: Profile, out: str | Path) -> str:
         run_dir = out / "runs" / run.name
         config = save_run_config(profile.run_config(run), out / "configs" / run.name)
         tokens = profile.tokens_per_run(run)
+        status = f"  ({ready[run.name]})" if run.name in ready else ""
         lines.append(
             f"{run.name:<22} {run.label:<36} seed {run.seed:<3} {run.steps:>7} steps {tokens / 1e9:>9.3f}B tokens"
+            f"{status}"
         )
         commands.append(torchrun_command(config, run_dir))
     lines += ["", "launch commands (one node of 8 GPUs each; `--nnodes N` with a rendezvous for more):", *commands]

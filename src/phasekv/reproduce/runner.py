@@ -43,26 +43,33 @@ def _last_step(directory: Path) -> int:
     return max((row.get("step", 0) for row in read_log(directory)), default=0)
 
 
+def reuse_source(profile: Profile, out: Path, run: RunSpec) -> Path | None:
+    """The sibling output directory (one of `profile.reuse_from`, out/../<name>) that has finished `run` with
+    exactly the same training config, if any."""
+    wanted = profile.run_config(run).to_dict()
+    for source in profile.reuse_from:
+        other = out.parent / source
+        if other.resolve() == out.resolve() or final_checkpoint(other, run) is None:
+            continue
+        try:
+            if load_run_config(run_dir(other, run)).to_dict() == wanted:
+                return other
+        except RunConfigError:
+            continue
+    return None
+
+
 def reuse_finished(profile: Profile, out: Path) -> list[str]:
-    """Copy into `out` each unfinished run that a sibling output directory named in `profile.reuse_from`
-    (out/../<name>) has finished with exactly the same training config; returns the copied run names."""
+    """Copy into `out` each unfinished run that a sibling output directory has finished with exactly the same
+    training config (`reuse_source`); returns the copied run names."""
     copied = []
     for run in profile.runs:
         if final_checkpoint(out, run) is not None:
             continue
-        wanted = profile.run_config(run).to_dict()
-        for source in profile.reuse_from:
-            other = out.parent / source
-            if other.resolve() == out.resolve() or final_checkpoint(other, run) is None:
-                continue
-            try:
-                same = load_run_config(run_dir(other, run)).to_dict() == wanted
-            except RunConfigError:
-                same = False
-            if same:
-                shutil.copytree(run_dir(other, run), run_dir(out, run), symlinks=True, dirs_exist_ok=True)
-                copied.append(f"{run.name} (from {other})")
-                break
+        other = reuse_source(profile, out, run)
+        if other is not None:
+            shutil.copytree(run_dir(other, run), run_dir(out, run), symlinks=True, dirs_exist_ok=True)
+            copied.append(f"{run.name} (from {other})")
     return copied
 
 
