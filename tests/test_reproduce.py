@@ -177,6 +177,23 @@ def test_best_seed_and_best_of_rank_learned_seeds_only():
         designs_module.best_seed(row("c", [0.0], [2.0], [False], ["c1"]))
 
 
+def test_cycle_target_is_the_knocked_out_run_or_the_best_cyclable_candidate_with_a_note():
+    def row(name, gap, mean, runs):
+        return {"design": name, "gap": gap, "mean": mean, "learned": [True] * len(gap), "runs": runs,
+                "control": False, "baseline": False}  # fmt: skip
+
+    table = [row("W9", [10.0], [50.0], ["w9-s42"]), row("reg", [80.0, 60.0], [70.0, 40.0], ["r-s42", "r-s43"])]
+
+    def problem(run):
+        return "needs W = S" if run.startswith("w9") else None
+
+    assert designs_module.cycle_target(table, "r-s43", problem) == ("r-s43", None)
+    run, note = designs_module.cycle_target(table, "w9-s42", problem)
+    assert run == "r-s42" and note.startswith("no gate cycling for w9-s42: needs W = S; cycled instead: r-s42")
+    run, note = designs_module.cycle_target(table[:1], "w9-s42", problem)
+    assert run is None and note.endswith("no learned W = S candidate to cycle instead")
+
+
 def test_best_design_is_the_learned_candidate_with_the_smallest_gap():
     def row(name, gap, mean, learned=True, **role):
         return {

@@ -96,19 +96,7 @@ def compare_designs(
         knocked = designs.best_seed(best)
         _knockout(profile, out, runs[knocked], checkpoints[knocked], progress)
         mechanism["knockout_run"] = knocked
-        problem = cycling_problem(configs[knocked])
-        cycled = None
-        if problem is None:
-            cycled = knocked
-        else:
-            other = designs.best_of(table, lambda run: cycling_problem(configs[run]) is None)
-            cycled = None if other is None else designs.best_seed(other)
-            instead = (
-                f"cycled instead: {cycled}, the best learned seed of the best W = S candidate ({other['design']})"
-                if other
-                else "no learned W = S candidate to cycle instead"
-            )
-            mechanism["cycle_note"] = f"no gate cycling for {knocked}: {problem}; {instead}"
+        cycled, mechanism["cycle_note"] = designs.cycle_target(table, knocked, lambda r: cycling_problem(configs[r]))
         if cycled is not None:
             _cycle(profile, out, runs[cycled], checkpoints[cycled], progress)
             mechanism["cycle_run"] = cycled

@@ -146,6 +146,24 @@ def best_of(table: list[dict], usable: Callable[[str], bool]) -> dict | None:
     return min(candidates, key=lambda d: (fmean(learned(d, "gap")), -fmean(learned(d, "mean"))), default=None)
 
 
+def cycle_target(
+    table: list[dict], knocked: str, problem: Callable[[str], str | None]
+) -> tuple[str | None, str | None]:
+    """(run to cycle, note): the knocked-out run when gate cycling is defined for it (`problem(run)` is None),
+    else the best learned seed of the best candidate for which it is, with a note saying why."""
+    why = problem(knocked)
+    if why is None:
+        return knocked, None
+    other = best_of(table, lambda run: problem(run) is None)
+    if other is None:
+        return None, f"no gate cycling for {knocked}: {why}; no learned W = S candidate to cycle instead"
+    cycled = best_seed(other)
+    return cycled, (
+        f"no gate cycling for {knocked}: {why}; cycled instead: {cycled}, the best learned seed of the best "
+        f"W = S candidate ({other['design']})"
+    )
+
+
 def _seeds(values: list[float], fmt: str = "{:.1f}") -> str:
     return " / ".join(fmt.format(v) for v in values)
 
