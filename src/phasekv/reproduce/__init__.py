@@ -11,7 +11,6 @@ from tqdm import tqdm
 
 from ..model.io import read_config
 from ..report import build_report
-from ..scoring import PhaseKVScorer
 from ..studies.cycle.cycling import cycling_problem
 from ..studies.cycle.run import run_cycle
 from ..studies.gates.illustration import illustration
@@ -22,7 +21,7 @@ from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .runner import evaluate_all, final_checkpoint, logged_training_seconds, run_dir, train_all, write_json
 from .sizes import AnalysisSizes
-from .stages import cached_result, labelled, run_stages
+from .stages import analysis_scorer, cached_result, labelled, run_stages
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
@@ -111,7 +110,7 @@ def _knockout(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progr
     knockout, _ = cached_result(
         path,
         {"stage": "design knockout", "checkpoint": str(checkpoint.resolve()), "settings": settings},
-        lambda: labelled(run_knockout(_design_scorer(checkpoint), profile.lookup, progress=progress), run),
+        lambda: labelled(run_knockout(analysis_scorer(checkpoint), profile.lookup, progress=progress), run),
     )
     plot_knockout(knockout, path.with_suffix(".png"))
 
@@ -126,13 +125,9 @@ def _cycle(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress
         out / "analysis" / f"cycle-{run.name}.json",
         {"stage": "design cycle", "checkpoint": str(checkpoint.resolve()), "settings": settings},
         lambda: labelled(
-            run_cycle(_design_scorer(checkpoint), deltas, lookup, sizes.cycle_resamples, progress=progress), run
+            run_cycle(analysis_scorer(checkpoint), deltas, lookup, sizes.cycle_resamples, progress=progress), run
         ),
     )
-
-
-def _design_scorer(checkpoint: Path) -> PhaseKVScorer:
-    return PhaseKVScorer.from_checkpoint(checkpoint, threads=1, workers=2, batch_size=16)
 
 
 def _illustrated_model(profile: Profile, out: Path) -> Path | None:

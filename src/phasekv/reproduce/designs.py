@@ -16,8 +16,8 @@ from statistics import fmean
 
 from ..config import ModelConfig
 from ..files import write_atomic
-from ..stats.seeds import seed_summary
 from .profiles import Profile, RunSpec
+from .seeds import pooled
 
 SCHEMA = "phasekv.analysis.designs/1"
 BASELINE_PRESET = "w8s8-1kv"
@@ -60,7 +60,7 @@ def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, Mode
         seeds = [rows[r.name] for r in runs]
         gates = [_gate_effective(out / "runs" / r.name, r.steps) for r in runs]
         gates = [g for g in gates if g is not None]
-        learned_gaps = [s["gap"] for s in seeds if s["learned"]]  # a seed at chance is flat for the wrong reason
+        over_seeds = pooled(seeds)
         table.append(
             {
                 "design": design,
@@ -73,8 +73,8 @@ def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, Mode
                 "cache_bytes_per_token": cache_bytes_per_token(configs[runs[0].name]),
                 "val_loss": [s["val_loss"] for s in seeds],
                 "mean": [s["mean"] for s in seeds],
-                "mean_over_seeds": seed_summary([s["mean"] for s in seeds]),
-                "gap_over_seeds": seed_summary(learned_gaps) if learned_gaps else None,
+                "mean_over_seeds": over_seeds["mean"],
+                "gap_over_seeds": over_seeds["gap"],
                 "worst": [s["worst"] for s in seeds],
                 "gap": [s["gap"] for s in seeds],
                 "gap_ci": [s["gap_ci"] for s in seeds],

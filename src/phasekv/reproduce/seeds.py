@@ -17,18 +17,27 @@ def design_rows(profile: Profile, rows: list[dict]) -> list[dict]:
         designs.setdefault(run.design_name, []).append((run.seed, by_run[run.name]))
     table = []
     for design, members in designs.items():
-        gaps = [row["gap"] for _, row in members if row["learned"]]
+        rows_of_design = [row for _, row in members]
         table.append(
             {
                 "design": design,
                 "seeds": [seed for seed, _ in members],
-                "learned": sum(bool(row["learned"]) for _, row in members) / len(members),
-                "mean": seed_summary([row["mean"] for _, row in members]),
-                "gap": seed_summary(gaps) if gaps else None,
-                "gaps": gaps,
+                "learned": sum(bool(row["learned"]) for row in rows_of_design) / len(members),
+                **pooled(rows_of_design),
             }
         )
     return table
+
+
+def pooled(rows: list[dict]) -> dict:
+    """One design's seeds (table rows with mean, gap, learned) pooled: {mean, gap, gaps}, the mean over every
+    seed and the gap over the learned ones (a seed at chance is flat for the wrong reason), 95% t intervals."""
+    gaps = [row["gap"] for row in rows if row["learned"]]
+    return {
+        "mean": seed_summary([row["mean"] for row in rows]),
+        "gap": seed_summary(gaps) if gaps else None,
+        "gaps": gaps,
+    }
 
 
 def comparisons(profile: Profile, table: list[dict]) -> list[dict]:

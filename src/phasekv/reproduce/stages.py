@@ -58,7 +58,8 @@ def cached_result(path: Path, record: dict, compute: Callable[[], dict]) -> tupl
     return result, False
 
 
-def _scorer(checkpoint: Path):
+def analysis_scorer(checkpoint: Path):
+    """The scorer every post-training analysis of a profile uses."""
 
     return PhaseKVScorer.from_checkpoint(checkpoint, threads=2, batch_size=16)
 
@@ -100,7 +101,7 @@ class Stages:
                 path,
                 record,
                 lambda run=run: labelled(
-                    run_knockout(_scorer(self.checkpoints[run.name]), lookup, options, progress=False), run
+                    run_knockout(analysis_scorer(self.checkpoints[run.name]), lookup, options, progress=False), run
                 ),
             )
             paths.append(path)
@@ -121,7 +122,7 @@ class Stages:
             cached_result(
                 final,
                 self._record("gates", run, settings),
-                lambda run=run: labelled(run_gates(_scorer(self.checkpoints[run.name]), lookup, 16), run),
+                lambda run=run: labelled(run_gates(analysis_scorer(self.checkpoints[run.name]), lookup, 16), run),
             )
             trajectory = self.dir / f"gate_trajectory-{run.name}.json"
             cached_result(
@@ -150,7 +151,7 @@ class Stages:
                 self._record("cycle", run, settings),
                 lambda run=run: labelled(
                     run_cycle(
-                        _scorer(self.checkpoints[run.name]),
+                        analysis_scorer(self.checkpoints[run.name]),
                         deltas,
                         lookup,
                         self.sizes.cycle_resamples,
@@ -173,7 +174,7 @@ class Stages:
 
             def compute(run=run) -> dict:
                 nonlocal scorer
-                scorer = _scorer(self.checkpoints[run.name])
+                scorer = analysis_scorer(self.checkpoints[run.name])
                 context, candidates = flip_query(scorer.tokenizer, self.profile.lookup)
                 options = FlipOptions(
                     context=context,
