@@ -20,6 +20,13 @@ PAPER_CASES = [
     dict(window=4, stride=1, gate="uniform", pad_first_window=True),
     dict(window=8, stride=8, token_shift=True),
     dict(window=6, stride=3, gate="vector", shared_kv=True, token_shift=True, pad_first_window=True),
+    dict(window=8, stride=8, offset_sharing=True),
+    dict(window=9, stride=8, offset_sharing=True),
+    dict(window=8, stride=4, gate="vector", offset_sharing=True, pad_first_window=True),
+    dict(window=8, stride=8, gate_norm="sigmoid"),
+    dict(window=5, stride=2, gate="vector", gate_norm="sigmoid", pad_first_window=True),
+    dict(window=9, stride=8, tie_overlap_gate=True),
+    dict(window=6, stride=2, tie_overlap_gate=True, gate_norm="sigmoid", pad_first_window=True),
 ]
 OFFSETS = {
     "window8-stride8": 3,
@@ -195,11 +202,13 @@ def test_fused_pooling_matches_the_plain_path_in_values_and_gradients(kwargs, pi
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("gate_width", [0, 1, 3])
-def test_fused_pooling_passes_gradcheck(gate_width):
+@pytest.mark.parametrize(
+    "gate_width, gate_norm", [(0, "softmax"), (1, "softmax"), (3, "softmax"), (1, "sigmoid"), (3, "sigmoid")]
+)
+def test_fused_pooling_passes_gradcheck(gate_width, gate_norm):
     """Overlapping windows (W=4, S=2), two padded slots in the first window, two branches."""
     gen = torch.Generator().manual_seed(0)
-    layout = SlotLayout(first_row=-2, count=6, stride=2, window=4, groups=(2, 1, 3, gate_width))
+    layout = SlotLayout(first_row=-2, count=6, stride=2, window=4, groups=(2, 1, 3, gate_width), gate_norm=gate_norm)
     x = torch.randn(2, 13, 5, generator=gen, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(4, 5, 2 * 3 + 2 * gate_width, generator=gen, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(4, 2 * gate_width, generator=gen, dtype=torch.float64, requires_grad=True)

@@ -1,5 +1,6 @@
-"""Issue #9's compressor candidates at W8/S8's cache size: staggered window offsets, W16/S8 overlap,
-token shift, and the runtime window offset that randomised-offset training uses."""
+"""Compressor candidates at W8/S8's cache size: staggered window offsets, W16/S8 overlap, token shift, the
+runtime window offset that randomised-offset training uses, and the designs that take away what gates use to
+prefer offsets (offset-shared compressors, non-competitive sigmoid gates, a tied overlap gate)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,21 @@ from conftest import randomize
 from phasekv.attention.reference import reference_layer
 from phasekv.cache import KVCache
 from phasekv.cache.generate import prefill
-from phasekv.config import CompressionConfig
+from phasekv.compress import PaperCompressor
+from phasekv.config import CompressionConfig, ConfigError
+from phasekv.hooks import capture
 from phasekv.model import PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
 
-NEW_PRESETS = ["w8s8-1kv-stagger", "w16s8-1kv", "w8s8-1kv-shift", "w9s8-1kv", "w10s8-1kv", "w9s8-1kv-vector"]
+OFFSET_DESIGNS = ["w8s8-1kv-offset-shared", "w9s8-1kv-offset-shared", "w8s8-1kv-sigmoid", "w9s8-1kv-tied"]
+NEW_PRESETS = [
+    "w8s8-1kv-stagger",
+    "w16s8-1kv",
+    "w8s8-1kv-shift",
+    "w9s8-1kv",
+    "w10s8-1kv",
+    "w9s8-1kv-vector",
+    *OFFSET_DESIGNS,
+]
 
 
 def _model(name: str = "w8s8-1kv", seed: int = 1, **overrides) -> PhaseKVModel:
@@ -149,3 +161,98 @@ def test_gate_cycling_is_defined_for_paper_style_w_equal_s_with_learned_gates(pr
     if problem:
         with pytest.raises(ValueError, match=problem.replace("'", ".")):
             check_cyclable(PhaseKVModel(preset_config(preset, vocab_size=50)))
+
+
+def _cache_bytes(model: PhaseKVModel, length: int) -> int:
+    cache = KVCache.for_model(model)
+    with torch.no_grad():
+        prefill(model, torch.randint(0, 50, (1, length), generator=torch.Generator().manual_seed(0)), cache, 13)
+    return cache.nbytes()
+
+
+@pytest.mark.parametrize("name", OFFSET_DESIGNS)
+def test_offset_designs_grow_the_cache_by_w8s8_bytes_per_token(name):
+    """Measured on the decode cache (past the local window and the first windows): 64 B per token, float32,
+    as W8/S8 · 1 KV: 2 layers x one entry (K and V, 32 channels) per 8 tokens."""
+    per_token = [(_cache_bytes(m, 200) - _cache_bytes(m, 72)) / 128 for m in (_model(name), _model("w8s8-1kv"))]
+    assert per_token == [64.0, 64.0]
+
+
+def _compressor(cfg: CompressionConfig, seed: int = 0) -> PaperCompressor:
+    return randomize(PaperCompressor(16, 1, 8, cfg), seed=seed).eval()
+
+
+@pytest.mark.parametrize("window", [8, 9])
+def test_offset_shared_compressor_stores_one_gate_and_payload_and_ignores_order_in_a_window(window):
+    shared = _compressor(CompressionConfig(window, 8, offset_sharing=True))
+    assert shared.payload.shape[0] == shared.gate_weight.shape[0] == shared.gate_bias.shape[0] == 1
+    per_offset = _compressor(CompressionConfig(window, 8))
+    h = torch.randn(1, 32, 16, generator=torch.Generator().manual_seed(1))
+    swapped = h.clone()
+    swapped[:, [9, 13]] = h[:, [13, 9]]  # two tokens of window 1 trade offsets
+    with torch.no_grad():
+        base, moved = shared(h).key, shared(swapped).key
+        torch.testing.assert_close(moved[:, 1], base[:, 1], rtol=1e-6, atol=1e-6)  # nothing knows the offset
+        assert not torch.allclose(per_offset(swapped).key[:, 1], per_offset(h).key[:, 1])  # per-offset C_i, Z_i do
+
+
+def test_sigmoid_gates_do_not_compete_for_weight():
+    cfg = CompressionConfig(8, 8, gate_norm="sigmoid")
+    comp = _compressor(cfg)
+    h = torch.randn(2, 24, 16, generator=torch.Generator().manual_seed(2))
+    name = "hook_gate_key"
+    with torch.no_grad(), capture(comp, [name]) as before:
+        comp(h)
+    with torch.no_grad():
+        comp.gate_bias[3] += 5.0  # open offset 3 wider
+    with torch.no_grad(), capture(comp, [name]) as after:
+        comp(h)
+    a, b = before[name][0][..., 0, 0], after[name][0][..., 0, 0]  # [B, n, W]
+    assert (a > 0).all() and (a < 1 / 8).all() and not torch.allclose(a.sum(-1), torch.ones(()))
+    others = [i for i in range(8) if i != 3]
+    torch.testing.assert_close(b[..., others], a[..., others], rtol=0, atol=0)  # no other offset lost weight
+    assert (b[..., 3] > a[..., 3]).all()
+    with pytest.raises(ConfigError, match="needs learned gates"):
+        CompressionConfig(8, 8, gate="uniform", gate_norm="sigmoid")
+
+
+def test_sigmoid_gate_metrics_read_shares_of_the_window():
+    from phasekv.analysis.concentration import gate_shares
+
+    alpha = torch.tensor([[0.1, 0.1, 0.0, 0.2], [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(gate_shares(alpha, 1, "sigmoid"), torch.tensor([[0.25, 0.25, 0.0, 0.5], [0.0] * 4]))
+    assert gate_shares(alpha, 1, "softmax") is alpha
+
+
+def test_tied_overlap_gate_gives_a_token_the_same_logit_in_both_windows():
+    cfg = CompressionConfig(9, 8, tie_overlap_gate=True)
+    comp = _compressor(cfg)
+    assert comp.gate_weight.shape[0] == 8 and comp.payload.shape[0] == 9  # payload maps stay per offset
+    gate_weight, gate_bias = comp._gates()
+    assert torch.equal(gate_weight[8], gate_weight[0]) and torch.equal(gate_bias[8], gate_bias[0])
+    h = torch.randn(1, 33, 16, generator=torch.Generator().manual_seed(3))
+    # the same as an untied W9/S8 compressor whose slot-8 gate is a copy of slot 0's
+    untied = _compressor(CompressionConfig(9, 8), seed=0)
+    with torch.no_grad():
+        untied.gate_weight[:8].copy_(comp.gate_weight)
+        untied.gate_bias[:8].copy_(comp.gate_bias)
+        untied.gate_weight[8].copy_(comp.gate_weight[0])
+        untied.gate_bias[8].copy_(comp.gate_bias[0])
+        untied.payload.copy_(comp.payload)
+        torch.testing.assert_close(untied(h).key, comp(h).key, rtol=0, atol=0)
+        untied.gate_bias[8] += 1.0
+        assert not torch.allclose(untied(h).key, comp(h).key)
+    for bad, match in (
+        (dict(window=8, stride=8, tie_overlap_gate=True), "needs overlapping windows"),
+        (dict(window=9, stride=8, tie_overlap_gate=True, offset_sharing=True), "already the same"),
+        (dict(window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, offset_sharing=True), "paper-style"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            CompressionConfig(**bad)
+
+
+def test_gate_cycling_is_not_defined_for_an_offset_shared_gate():
+    from phasekv.studies.cycle.cycling import cycling_problem
+
+    assert "per-offset gates" in cycling_problem(preset_config("w8s8-1kv-offset-shared", vocab_size=50))
+    assert cycling_problem(preset_config("w8s8-1kv-sigmoid", vocab_size=50)) is None

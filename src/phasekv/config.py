@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 GATE_KINDS = ("scalar", "vector", "uniform")
+GATE_NORMS = ("softmax", "sigmoid")
 COMPRESSOR_KINDS = ("paper", "dsv4")
 ENTRY_POSITIONS = ("window_start", "last_stride_start")
 ROPE_STYLES = ("half", "interleaved")
@@ -55,6 +56,17 @@ class CompressionConfig:
     token_shift:     gates and payload maps read [h_p ; h_{p-1}] (h_{-1} = 0) instead of h_p, so a key
                      in a window's last slot and its value in the next window's first slot are both
                      readable at one offset. Entry count, visibility and cache bytes are unchanged.
+    offset_sharing:  paper kind only: one gate (Z, b) and one payload map C read at every offset, so nothing
+                     in the compressor knows a token's offset (the paper's default has one of each per offset).
+    gate_norm:       how gate logits become weights: "softmax" over the window's offsets (the paper's), or
+                     "sigmoid": alpha_i = sigmoid(s_i) / W, each offset's weight on its own, so keeping one
+                     offset costs no other offset weight. The 1/W keeps the weights' sum in [0, 1] like a
+                     softmax's: all gates open is uniform averaging, so the entries stay on the scale of an
+                     average of payloads whatever the gates do (at init, sigmoid(0) = 1/2: half of it).
+    tie_overlap_gate: overlapping windows only: slot i >= S reads the gate (Z, b) of slot i mod S, the slot at
+                     which the same token sits in a later window, so a token's gate logit is the same in every
+                     window that holds it and an overlap slot cannot be switched off while its twin is on.
+                     Payload maps stay per offset.
     """
 
     window: int = 8
@@ -69,6 +81,9 @@ class CompressionConfig:
     stagger: str = "none"
     offsets: tuple[int, ...] = ()
     token_shift: bool = False
+    offset_sharing: bool = False
+    gate_norm: str = "softmax"
+    tie_overlap_gate: bool = False
 
     def __post_init__(self) -> None:
         _require(
@@ -108,6 +123,7 @@ class CompressionConfig:
             f"give either explicit offsets or stagger={self.stagger!r}, not both",
         )
         _require(isinstance(self.token_shift, bool), f"token_shift must be True or False, got {self.token_shift!r}")
+        self._check_offset_options()
         if self.kind == "dsv4":
             _require(
                 self.window in (self.stride, 2 * self.stride),
@@ -116,6 +132,40 @@ class CompressionConfig:
             )
             _require(self.gate == "vector", "dsv4 compression has a per-channel gate: set gate='vector'")
             _require(self.shared_kv, "dsv4 compression reads one latent as key and value: set shared_kv=True")
+
+    def _check_offset_options(self) -> None:
+        for key in ("offset_sharing", "tie_overlap_gate"):
+            _require(isinstance(getattr(self, key), bool), f"{key} must be True or False, got {getattr(self, key)!r}")
+        _require(self.gate_norm in GATE_NORMS, f"unknown gate_norm {self.gate_norm!r}; choose one of {GATE_NORMS}")
+        changed = [
+            key
+            for key, on in (
+                ("offset_sharing", self.offset_sharing),
+                ("gate_norm", self.gate_norm != "softmax"),
+                ("tie_overlap_gate", self.tie_overlap_gate),
+            )
+            if on
+        ]
+        _require(
+            not changed or self.kind == "paper",
+            f"{', '.join(changed)} apply to paper-style compressors only, not kind={self.kind!r}",
+        )
+        _require(
+            self.gate_norm == "softmax" or self.gate != "uniform",
+            "gate_norm='sigmoid' needs learned gates; uniform averaging has no gate logits",
+        )
+        _require(
+            not self.tie_overlap_gate or self.window > self.stride,
+            f"tie_overlap_gate needs overlapping windows (window > stride), got W={self.window}, S={self.stride}",
+        )
+        _require(
+            not (self.tie_overlap_gate and self.offset_sharing),
+            "tie_overlap_gate with offset_sharing: a shared gate is already the same at every slot",
+        )
+        _require(
+            not (self.tie_overlap_gate and self.gate == "uniform"),
+            "tie_overlap_gate needs learned gates; uniform averaging has none",
+        )
 
     @property
     def overlap(self) -> bool:

@@ -23,6 +23,18 @@ from typing import NamedTuple
 import torch
 
 
+def gate_shares(alpha: torch.Tensor, dim: int, gate_norm: str = "softmax") -> torch.Tensor:
+    """Each window's gate weights as shares of its total along the offset axis `dim`.
+
+    Softmax gates already sum to 1 (returned as they are). Sigmoid gates do not: what the effective numbers
+    and the per-offset means compare with a uniform 1/W is the share of the entry each offset gets, so their
+    weights are divided by their sum (a window whose gates are all closed has no share: 0 everywhere)."""
+    if gate_norm == "softmax":
+        return alpha
+    total = alpha.sum(dim=dim, keepdim=True)
+    return torch.where(total > 0, alpha / total.clamp_min(torch.finfo(alpha.dtype).tiny), torch.zeros_like(alpha))
+
+
 class EffectiveNumbers(NamedTuple):
     """The two effective numbers of one set of gate distributions (tensors of equal shape)."""
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
-from phasekv.analysis.concentration import effective_numbers, pool_phases
+from phasekv.analysis.concentration import effective_numbers, gate_shares, pool_phases
 from phasekv.hooks import capture
 
 BRANCHES = ("key", "value")
@@ -44,9 +44,13 @@ def collect_gates(model, batches: Iterable[torch.Tensor]) -> dict[tuple[int, str
         with capture(model, list(names.values())) as seen:
             model(ids)
         for key, name in names.items():
-            alpha = seen[name][0]  # [B, n, W, kv, g]
+            alpha = gate_shares(seen[name][0], 2, _gate_norm(model, key[0]))  # [B, n, W, kv, g]
             collected[key].append(alpha.reshape(-1, *alpha.shape[2:]))
     return {key: torch.cat(parts) for key, parts in collected.items()}
+
+
+def _gate_norm(model, layer: int) -> str:
+    return model.layers[layer].self_attn.compressor.cfg.gate_norm
 
 
 def head_metrics(alpha: torch.Tensor, stride: int, branch: str) -> list[dict]:

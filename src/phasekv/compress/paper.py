@@ -5,6 +5,10 @@
 per KV head, with separate key and value branches unless K=V is shared. A scalar gate gives one
 score per offset, a vector gate one per channel, a uniform gate alpha = 1/W with no parameters.
 With token_shift, h_{j,i} is [h_p ; h_{p-1}] for the window's i-th position p.
+
+Which stored (Z, b) and C slot i reads is `slot_rows`: its own (the paper's), one for every slot
+(offset_sharing), or, with tie_overlap_gate, the gate of slot i mod S. gate_norm="sigmoid" replaces the
+softmax by alpha_{j,i} = sigmoid(s_{j,i}) / W (offsets do not compete for weight).
 """
 
 from __future__ import annotations
@@ -15,11 +19,21 @@ from torch import nn
 from ..config import CompressionConfig
 from ..hooks import HookPoint
 from .base import Compressor, Entries, cut_windows, window_rows
-from .pooling import SlotLayout, gate_dtype, gated_pooling
+from .pooling import SlotLayout, gate_dtype, gated_pooling, normalise_gates
 
 # "fused": the gated pooling as one autograd function that saves no window copy (pooling.py), used when
 # autograd records and no hook reads the gates; "plain": always the autograd path (`_pool_plain`).
 POOLING = "fused"
+
+
+def slot_rows(cfg: CompressionConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(payload rows, gate rows): the stored C and (Z, b) that each slot 0..W-1 reads."""
+    w = cfg.window
+    if cfg.offset_sharing:
+        return (0,) * w, (0,) * w
+    own = tuple(range(w))
+    # slot i >= S holds the token that sits at slot i mod S of a later window
+    return own, tuple(i % cfg.stride for i in own) if cfg.tie_overlap_gate else own
 
 
 class PaperCompressor(Compressor):
@@ -33,14 +47,15 @@ class PaperCompressor(Compressor):
         super().__init__(hidden_size, kv_heads, head_dim, cfg, offset)
         self.branches = 1 if cfg.shared_kv else 2
         self.gate_width = head_dim if cfg.gate == "vector" else 1
-        w = cfg.window
         d_in = self.in_features
-        # C_i for every offset i, stacked: [W, d_in, branches * kv_heads * head_dim]
-        self.payload = nn.Parameter(torch.empty(w, d_in, self.branches * kv_heads * head_dim))
+        self.payload_rows, self.gate_rows = slot_rows(cfg)
+        # C_i for every stored row (one per offset unless shared), stacked: [rows, d_in, branches * kv_heads * head_dim]
+        self.payload = nn.Parameter(torch.empty(len(set(self.payload_rows)), d_in, self.branches * kv_heads * head_dim))
         if cfg.gate != "uniform":
-            # Z_i and b_i for every offset i: [W, d_in, branches * kv_heads * g] and [W, ...]
-            self.gate_weight = nn.Parameter(torch.empty(w, d_in, self.branches * kv_heads * self.gate_width))
-            self.gate_bias = nn.Parameter(torch.empty(w, self.branches * kv_heads * self.gate_width))
+            # Z_i and b_i for every stored row: [rows, d_in, branches * kv_heads * g] and [rows, ...]
+            gates = len(set(self.gate_rows))
+            self.gate_weight = nn.Parameter(torch.empty(gates, d_in, self.branches * kv_heads * self.gate_width))
+            self.gate_bias = nn.Parameter(torch.empty(gates, self.branches * kv_heads * self.gate_width))
         self.hook_gate_key = HookPoint()
         self.hook_gate_value = HookPoint()
         self.hook_entry_key = HookPoint()
@@ -58,7 +73,9 @@ class PaperCompressor(Compressor):
         x, first = self.features(h, start)
         js, first_row = window_rows(self.geometry, x.shape[1], first, emit_from)
         if POOLING == "fused" and len(js) and self._records_gradients(x) and not self._gates_hooked():
-            layout = SlotLayout(first_row, len(js), self.cfg.stride, self.cfg.window, self._groups())
+            layout = SlotLayout(
+                first_row, len(js), self.cfg.stride, self.cfg.window, self._groups(), self.cfg.gate_norm
+            )
             pooled = gated_pooling(x, *self._slot_weights(), layout)  # [B, n, br, kv, hd]
             index = torch.arange(js.start, js.stop, device=x.device)
         else:
@@ -81,9 +98,23 @@ class PaperCompressor(Compressor):
 
     def _slot_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-slot [C_i | Z_i] as one matrix [W, d_in, cols] (one matmul per slot) and b_i (None: uniform)."""
+        payload = self._per_slot(self.payload, self.payload_rows)
         if self.cfg.gate == "uniform":
-            return self.payload, None
-        return torch.cat([self.payload, self.gate_weight], dim=2), self.gate_bias
+            return payload, None
+        gate_weight, gate_bias = self._gates()
+        return torch.cat([payload, gate_weight], dim=2), gate_bias
+
+    def _gates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Z_i [W, d_in, gate cols] and b_i [W, gate cols] of every slot."""
+        return self._per_slot(self.gate_weight, self.gate_rows), self._per_slot(self.gate_bias, self.gate_rows)
+
+    @staticmethod
+    def _per_slot(param: torch.Tensor, rows: tuple[int, ...]) -> torch.Tensor:
+        """The stored rows of `param` that slots 0..W-1 read: [W, ...] (the parameter itself when each slot has
+        its own row)."""
+        if rows == tuple(range(len(rows))) and param.shape[0] == len(rows):
+            return param
+        return param[list(rows)]  # a gather: gradients of slots that share a row add up
 
     def _pool_plain(self, x: torch.Tensor, first: int, emit_from: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Windows cut as a slot-first copy, one batched matmul, autograd throughout; the gate hooks fire
@@ -92,13 +123,15 @@ class PaperCompressor(Compressor):
         batch, n, w, d = win.x.shape
         shape = (w, batch, n, self.branches, self.kv_heads)
         x = win.x.permute(2, 0, 1, 3).reshape(w, batch * n, d)  # offsets first: one matmul per C_i
-        payload = torch.bmm(x, self.payload).view(*shape, self.head_dim)  # [W, B, n, br, kv, hd]
+        payload = torch.bmm(x, self._per_slot(self.payload, self.payload_rows)).view(*shape, self.head_dim)
         if self.cfg.gate == "uniform":
             logits = x.new_zeros(*shape, 1)
         else:
-            logits = (torch.bmm(x, self.gate_weight) + self.gate_bias[:, None, :]).view(*shape, self.gate_width)
+            gate_weight, gate_bias = self._gates()
+            logits = (torch.bmm(x, gate_weight) + gate_bias[:, None, :]).view(*shape, self.gate_width)
         logits = logits.masked_fill(~win.valid.T[:, None, :, None, None, None], float("-inf"))
-        alpha = torch.softmax(logits.to(gate_dtype(logits.dtype)), dim=0).to(payload.dtype)  # over the W offsets
+        # over the W offsets
+        alpha = normalise_gates(logits.to(gate_dtype(logits.dtype)), 0, self.cfg.gate_norm).to(payload.dtype)
         alpha = alpha.permute(1, 2, 0, 3, 4, 5)  # [B, n, W, br, kv, g]
         key_alpha = self.hook_gate_key(alpha[:, :, :, 0])
         value_alpha = key_alpha if self.branches == 1 else self.hook_gate_value(alpha[:, :, :, 1])

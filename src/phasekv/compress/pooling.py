@@ -25,13 +25,15 @@ class SlotLayout:
     (slots before position 0: gate weight 0). count windows of `window` slots.
 
     groups: (branches, kv_heads, head_dim, gate_width) of the payload and gate columns; gate_width 0
-    means a uniform gate (no gate columns)."""
+    means a uniform gate (no gate columns). gate_norm: "softmax" over the slots, or "sigmoid" (alpha_i =
+    sigmoid(s_i) / W, each slot on its own)."""
 
     first_row: int
     count: int
     stride: int
     window: int
     groups: tuple[int, int, int, int]
+    gate_norm: str = "softmax"
 
     def first_valid(self, slot: int) -> int:
         """The first window whose `slot` lies at a row >= 0."""
@@ -74,7 +76,10 @@ class _GatedPooling(torch.autograd.Function):
             d_alpha = (grad * payload).to(alpha.dtype)
             if gate_width == 1:
                 d_alpha = d_alpha.sum(-1, keepdim=True)
-            d_logits = alpha * (d_alpha - (alpha * d_alpha).sum(0, keepdim=True))  # softmax backward in gate_dtype
+            if layout.gate_norm == "sigmoid":  # alpha = sigmoid(s) / W: d alpha / d s = alpha (1 - W alpha)
+                d_logits = d_alpha * alpha * (1 - window * alpha)
+            else:  # softmax backward in gate_dtype
+                d_logits = alpha * (d_alpha - (alpha * d_alpha).sum(0, keepdim=True))
             d_logits = d_logits.to(y.dtype).reshape(window, batch, count, -1)
             d_y = torch.cat([d_y, d_logits], dim=-1)
             d_bias = d_logits.sum((1, 2)) if ctx.needs_input_grad[2] else None
@@ -95,6 +100,13 @@ def gate_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def normalise_gates(logits: torch.Tensor, dim: int, gate_norm: str) -> torch.Tensor:
+    """Gate weights from logits along the offset axis `dim` (-inf: a padding slot, weight 0)."""
+    if gate_norm == "sigmoid":
+        return torch.sigmoid(logits) / logits.shape[dim]
+    return torch.softmax(logits, dim=dim)
+
+
 def _slot_products(x: torch.Tensor, weight: torch.Tensor, layout: SlotLayout) -> torch.Tensor:
     """[W, B, n, cols]: each slot's rows times its weights; zero where the slot is padding."""
     y = x.new_zeros(layout.window, x.shape[0], layout.count, weight.shape[-1])
@@ -105,7 +117,7 @@ def _slot_products(x: torch.Tensor, weight: torch.Tensor, layout: SlotLayout) ->
 
 def _split(y: torch.Tensor, bias: torch.Tensor | None, layout: SlotLayout) -> tuple[torch.Tensor, torch.Tensor]:
     """y [W, B, n, cols] -> payloads [W, B, n, br, kv, hd] (a view) and gate weights alpha [W, B, n, br, kv, g]
-    (gate_dtype, softmax over the W slots, 0 on padding slots)."""
+    (gate_dtype, softmax over the W slots or sigmoid / W, 0 on padding slots)."""
     branches, kv_heads, head_dim, gate_width = layout.groups
     window, batch, count = y.shape[:3]
     payload_cols = branches * kv_heads * head_dim
@@ -117,4 +129,4 @@ def _split(y: torch.Tensor, bias: torch.Tensor | None, layout: SlotLayout) -> tu
         logits = y.new_zeros(window, batch, count, branches, kv_heads, 1, dtype=gate_dtype(y.dtype))
     for slot in range(window):
         logits[slot, :, : layout.first_valid(slot)] = float("-inf")
-    return payload, torch.softmax(logits, dim=0)
+    return payload, normalise_gates(logits, 0, layout.gate_norm)

@@ -5,6 +5,8 @@
 Slow and plain; tests check the batched compressors against it. Slots before position 0 (padded
 first windows) are left out of the softmax, i.e. they get weight 0. Window j's slot i is position
 o + j*S + i (o: the geometry's offset); with token_shift its token reads [h_p ; h_{p-1}], h_{-1} = 0.
+With gate_norm="sigmoid" alpha_{j,i} = sigmoid(s_{j,i}) / W instead of the softmax. Slot i reads the
+stored C and (Z, b) that `slot_rows` names (shared or tied parameters).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .dsv4 import DSV4Compressor
-from .paper import PaperCompressor
+from .paper import PaperCompressor, slot_rows
 
 
 def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,7 +33,10 @@ def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -
                     s, c = _offset_terms(comp, _token(comp, h, t), i, branch, head)
                     logits.append(s)
                     payloads.append(c)
-                alpha = torch.softmax(torch.stack(logits), dim=0)  # over offsets
+                if isinstance(comp, PaperCompressor) and comp.cfg.gate_norm == "sigmoid":
+                    alpha = torch.sigmoid(torch.stack(logits)) / window  # each offset on its own
+                else:
+                    alpha = torch.softmax(torch.stack(logits), dim=0)  # over offsets
                 entry = sum(a * c for a, c in zip(alpha, payloads, strict=True))
                 if isinstance(comp, DSV4Compressor):
                     entry = comp.kv_norm(entry)
@@ -56,9 +61,11 @@ def _offset_terms(comp, x: torch.Tensor, i: int, branch: int, head: int) -> tupl
         gate = x @ comp.gate_proj.weight[cols].T + comp.position_bias[i % comp.cfg.stride, cols]
         return gate, x @ comp.kv_proj.weight[cols].T
     col = branch * comp.kv_heads + head
-    payload = x @ comp.payload[i][:, col * hd : (col + 1) * hd]
+    payload_row, gate_row = (rows[i] for rows in slot_rows(comp.cfg))
+    payload = x @ comp.payload[payload_row][:, col * hd : (col + 1) * hd]
     if comp.cfg.gate == "uniform":
         return x.new_zeros(x.shape[0], 1), payload
     g = comp.gate_width
-    gate = x @ comp.gate_weight[i][:, col * g : (col + 1) * g] + comp.gate_bias[i, col * g : (col + 1) * g]
+    cols = slice(col * g, (col + 1) * g)
+    gate = x @ comp.gate_weight[gate_row][:, cols] + comp.gate_bias[gate_row, cols]
     return gate, payload

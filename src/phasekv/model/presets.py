@@ -6,6 +6,9 @@ head; suffixes say what else differs (-nope: no RoPE; -uniform/-vector: gate kin
 -stagger: layer l's windows start at offset l*S/n_layers; -shift: token shift). Candidates
 without periodic weak spots at W8/S8's cache size: w8s8-1kv-stagger, w16s8-1kv, w8s8-1kv-shift, and the minimal
 overlaps w9s8-1kv and w10s8-1kv (the boundary token shares a window with the next one; -vector: per-channel gates).
+Designs that take away what the gates use to prefer offsets: -offset-shared (one gate and one payload map
+for every offset, at W8/S8 and W9/S8), -sigmoid (offsets do not compete for weight) and w9s8-1kv-tied (the
+overlap slot's gate is the gate of the slot its token holds in the next window).
 """
 
 from __future__ import annotations
@@ -103,6 +106,26 @@ PRESETS: dict[str, Preset] = {
     "w10s8-1kv": Preset("W10/S8 (two tokens of overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(10, 8)),
     "w9s8-1kv-vector": Preset(
         "W9/S8 (one token of overlap), 1 KV head, vector (per-channel) gates", 1, _paper_style(9, 8, gate="vector")
+    ),
+    "w8s8-1kv-offset-shared": Preset(
+        "W8/S8, 1 KV head, one gate and one payload map shared by every offset",
+        1,
+        _paper_style(8, 8, offset_sharing=True),
+    ),
+    "w9s8-1kv-offset-shared": Preset(
+        "W9/S8 (one token of overlap), 1 KV head, one gate and one payload map shared by every offset",
+        1,
+        _paper_style(9, 8, offset_sharing=True),
+    ),
+    "w8s8-1kv-sigmoid": Preset(
+        "W8/S8, 1 KV head, non-competitive gates: each offset's weight sigmoid(s_i) / W",
+        1,
+        _paper_style(8, 8, gate_norm="sigmoid"),
+    ),
+    "w9s8-1kv-tied": Preset(
+        "W9/S8 (one token of overlap), 1 KV head, the overlap slot's gate tied to slot 0's (same token, next window)",
+        1,
+        _paper_style(9, 8, tie_overlap_gate=True),
     ),
     "w8s8-1kv-shift": Preset(
         "W8/S8, 1 KV head, compressor reads [h_p ; h_p-1] (token shift)", 1, _paper_style(8, 8, token_shift=True)

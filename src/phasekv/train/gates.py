@@ -3,7 +3,8 @@
 For every layer and gate branch (key, value) the snapshot holds, per KV head, the mean gate weight
 at each offset (over probe sequences, windows and channels) and the static and per-window
 effective numbers of offsets (`phasekv.analysis.concentration`; channels of vector gates count as
-windows). Overlapping windows (W > S) also get effective numbers of phases. Saved as
+windows); sigmoid gates as shares of each window's total (`gate_shares`). Overlapping windows (W > S)
+also get effective numbers of phases. Saved as
 `run_dir/gates/step_XXXXXX.json` for the gate-trajectory analysis.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from phasekv.analysis.concentration import effective_numbers, effective_phases
+from phasekv.analysis.concentration import effective_numbers, effective_phases, gate_shares
 from phasekv.config import CompressionConfig
 from phasekv.files import write_atomic
 from phasekv.hooks import capture, hook_names
@@ -30,9 +31,9 @@ def gate_hooks(model: nn.Module) -> list[str]:
     return [name for name in hook_names(model) if _GATE.match(name)]
 
 
-def _summary(alpha: torch.Tensor, window: int, stride: int) -> dict:
+def _summary(alpha: torch.Tensor, window: int, stride: int, gate_norm: str = "softmax") -> dict:
     """alpha [B, n, W, kv, g] -> per-head statistics (lists over KV heads)."""
-    alpha = alpha.float()
+    alpha = gate_shares(alpha.float(), 2, gate_norm)
     windows = (0, 1, 4)
     eff = effective_numbers(alpha, dim=2, window_dims=windows)
     out = {
@@ -64,7 +65,7 @@ def gate_snapshot(model: nn.Module, compression: CompressionConfig, inputs: torc
         if not store[name]:
             continue
         layer, branch = _GATE.match(name).groups()
-        layers.setdefault(int(layer), {})[branch] = _summary(store[name][0], comp.window, comp.stride)
+        layers.setdefault(int(layer), {})[branch] = _summary(store[name][0], comp.window, comp.stride, comp.gate_norm)
     return {
         "step": step,
         "window": comp.window,

@@ -2,7 +2,7 @@
 
     Z~_i = Z_{(i - delta) mod W},   b~_i = b_{(i - delta) mod W}   ==>   A_delta(r) ~ A_0((r - delta) mod S)
 
-Defined for paper-style compressors with W = S and learned gates only.
+Defined for paper-style compressors with W = S and learned per-offset gates only.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ def cycling_problem(config) -> str | None:
         return f"gate cycling needs W = S (offset = phase); this model has W={comp.window}, S={comp.stride}"
     if comp.gate == "uniform":
         return "gate cycling needs learned gates; uniform averaging has no gate parameters"
+    if comp.offset_sharing:
+        return "gate cycling needs per-offset gates; an offset-shared compressor has one gate for every offset"
     return None
 
 
