@@ -230,6 +230,54 @@ def test_cache_bytes_per_token_counts_one_entry_per_stride():
     assert cache_bytes_per_token(preset_config("dsv4-mix")) == 0 + (32 + 16) * 4 / 4 + 32 * 4 / 16  # sliding, CSA, HCA
 
 
+def test_third_round_lists_four_seeds_per_design_at_the_cpu_recipe_and_plans_the_cpu_runs_as_reused(tmp_path):
+    from phasekv.model.io import CONFIG_FILE, WEIGHTS_FILE
+    from phasekv.model.presets import preset_config
+    from phasekv.reproduce.designs import cache_bytes_per_token
+    from phasekv.reproduce.profiles import get_profile
+    from phasekv.train.checkpoint import TRAINER_FILE
+    from phasekv.train.config import save_run_config
+
+    profile, cpu = get_profile("designs3"), get_profile("cpu")
+    by_design: dict[str, list[int]] = {}
+    for run in profile.runs:
+        by_design.setdefault(run.design_name, []).append(run.seed)
+    assert by_design == {
+        design: [42, 43, 44, 45]
+        for design in (
+            "Full attention · 1 KV",
+            "W8/S8 · 1 KV",
+            "W8/S8 · offset-shared compressor",
+            "W9/S8 · offset-shared compressor",
+            "W8/S8 · non-competitive sigmoid gates",
+            "W9/S8 · tied overlap gate",
+        )
+    }
+    assert [r.seed for r in profile.runs] == sorted(r.seed for r in profile.runs)  # an interruption keeps seed 42
+    cpu_runs = {r.name: r for r in cpu.runs}
+    for run in profile.runs:  # the recipe of the matched CPU profile: its data, optimiser and steps
+        config, reference = profile.run_config(run).to_dict(), cpu.run_config(cpu.runs[4]).to_dict()
+        assert {k: config[k] for k in ("data", "optim", "steps", "batch_size", "seq_len")} == {
+            k: reference[k] for k in ("data", "optim", "steps", "batch_size", "seq_len")
+        }
+        if run.design_name in ("Full attention · 1 KV", "W8/S8 · 1 KV"):  # the CPU profile's own runs: reusable
+            assert profile.run_config(run) == cpu.run_config(cpu_runs[run.name])
+        elif not run.is_control:
+            assert cache_bytes_per_token(preset_config(run.preset)) == 64.0  # W8/S8 · 1 KV's, float32
+    assert {t[0] for t in profile.seed_comparisons} == set(by_design) - {"Full attention · 1 KV", "W8/S8 · 1 KV"}
+    # a finished CPU run with the same config is planned as reused and left out of the estimate
+    done = tmp_path / "cpu" / "runs" / "w8s8-1kv-s42"
+    save_run_config(cpu.run_config(cpu_runs["w8s8-1kv-s42"]), done)
+    final = done / "checkpoints" / "step_002600"
+    final.mkdir(parents=True)
+    for name in (CONFIG_FILE, WEIGHTS_FILE, TRAINER_FILE):
+        (final / name).write_text("")
+    plan = write_plan(profile, tmp_path / "designs3").splitlines()
+    assert "1 of 24 runs finished or reused" in plan[4]
+    assert next(line for line in plan if line.startswith("w8s8-1kv-s42 ")).endswith(f"(reused from {tmp_path / 'cpu'})")
+    assert not next(line for line in plan if line.startswith("w8s8-1kv-s43 ")).endswith(")")
+
+
 def test_second_round_designs_match_w8s8_cache_and_the_quick_recipe():
     from phasekv.model.presets import preset_config
     from phasekv.reproduce.designs import cache_bytes_per_token

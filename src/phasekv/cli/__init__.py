@@ -140,7 +140,8 @@ def reproduce(
     profile: str = typer.Option(
         "quick",
         help="quick (CPU, minutes), mitigations and designs (designs against the weak spots at W8/S8's cache size, "
-        "first and second round; reuse runs/quick), control (the control trained longer), cpu (the paper's table at "
+        "first and second round; reuse runs/quick), designs3 (third round: offset-shared, sigmoid and tied gates at "
+        "the cpu recipe, 4 seeds; reuses runs/cpu), control (the control trained longer), cpu (the paper's table at "
         "tiny size, matched steps, 4 seeds), dsv4, paper, or presses (training-free KV-cache compression of a "
         "pretrained HF model: --model)",
     ),

@@ -215,16 +215,16 @@ _DESIGNS = (
 )
 
 
-def _design_runs(designs, seeds) -> tuple[RunSpec, ...]:
-    """Every design (name, label, preset, training options) at every seed, trained like the quick profile's
-    compressed runs."""
+def _design_runs(designs, seeds, steps: int = COMPRESSED_STEPS) -> tuple[RunSpec, ...]:
+    """Every design (name, label, preset, training options) at every seed, trained `steps` steps (by default
+    like the quick profile's compressed runs)."""
     return tuple(
         RunSpec(
             f"{name}-s{seed}",
             preset,
             f"{design} · seed {seed}",
             seed=seed,
-            steps=COMPRESSED_STEPS,
+            steps=steps,
             design=design,
             training=training,
         )
@@ -275,6 +275,47 @@ DESIGNS = _register(
         # does each design shrink W8/S8's gap? (3 + 3 seeds: the exact test's smallest p is 1/20 = 0.05)
         seed_comparisons=tuple(
             (design, "W8/S8 · 1 KV", "less", f"{design} gap < W8/S8 gap") for _, design, _, _ in _ROUND_TWO[1:]
+        ),
+    )
+)
+
+# The third round takes away what the gates use to prefer offsets instead of penalising its use: an
+# offset-shared compressor (one gate and one payload map for every offset) alone and with W9/S8's token of
+# overlap, non-competitive sigmoid gates, and W9/S8 with the overlap slot's gate tied to the slot its token
+# holds in the next window. At 720 steps W8/S8 itself did not always learn, so every run follows the matched
+# CPU profile's recipe (2600 steps, the same data and optimiser), four seeds each; the control and the W8/S8
+# baseline are the CPU profile's own runs (copied from runs/cpu when it exists). Runs are ordered seed by
+# seed, so an interrupted round has every design at its first seeds.
+DESIGNS3_SEEDS = CPU_SEEDS
+_ROUND_THREE = (
+    ("w8s8-1kv-offset-shared", "W8/S8 · offset-shared compressor", "w8s8-1kv-offset-shared", {}),
+    ("w9s8-1kv-offset-shared", "W9/S8 · offset-shared compressor", "w9s8-1kv-offset-shared", {}),
+    ("w8s8-1kv-sigmoid", "W8/S8 · non-competitive sigmoid gates", "w8s8-1kv-sigmoid", {}),
+    ("w9s8-1kv-tied", "W9/S8 · tied overlap gate", "w9s8-1kv-tied", {}),
+)
+_CPU_REFERENCES = ("Full attention · 1 KV", "W8/S8 · 1 KV")
+
+DESIGNS3 = _register(
+    replace(
+        CPU,
+        name="designs3",
+        description="third-round designs at W8/S8's cache size (offset-shared compressors at W8/S8 and W9/S8, "
+        "sigmoid gates, a tied overlap gate), four seeds each at the matched CPU recipe, beside full attention "
+        "and W8/S8",
+        runs=tuple(
+            sorted(
+                (
+                    *(run for run in CPU.runs if run.design in _CPU_REFERENCES),
+                    *_design_runs(_ROUND_THREE, DESIGNS3_SEEDS, CPU_STEPS),
+                ),
+                key=lambda run: run.seed,
+            )
+        ),
+        reuse_from=("cpu",),
+        compare_designs=True,
+        analyses=None,
+        seed_comparisons=tuple(
+            (design, "W8/S8 · 1 KV", "less", f"{design} gap < W8/S8 gap") for _, design, _, _ in _ROUND_THREE
         ),
     )
 )
