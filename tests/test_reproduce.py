@@ -278,6 +278,54 @@ def test_third_round_lists_four_seeds_per_design_at_the_cpu_recipe_and_plans_the
     assert not next(line for line in plan if line.startswith("w8s8-1kv-s43 ")).endswith(")")
 
 
+def test_a_third_round_result_reads_its_overlap_gates_and_renders_in_the_report(tmp_path):
+    """designs3's comparison from fabricated per-run rows and final gate snapshots (no training), as
+    `compare_designs` writes it, through the designs table and the report's designs section."""
+    from phasekv.evaluate import write_results
+    from phasekv.model.presets import preset_config
+    from phasekv.report import load_results
+    from phasekv.studies.designs import figure as designs_figure
+
+    profile = get_profile("designs3")
+    means = {"W8/S8 · 1 KV": 70.0, "Full attention · 1 KV": 100.0, "W9/S8 · tied overlap gate": 75.0}
+    rows, configs = {}, {}
+    for run in profile.runs:
+        config = preset_config(run.preset, profile.size, **profile.model_overrides)
+        configs[run.name] = config
+        mean = means.get(run.design_name, 40.0)
+        gap = 0.0 if run.is_control else 100.0 - mean
+        rows[run.name] = {
+            "val_loss": 1.0, "mean": mean, "worst": mean - gap / 2, "gap": gap, "gap_ci": [gap, gap],
+            "period_diff": 0.0, "learned": run.seed != 45 or not run.design_name.startswith("W8/S8 · offset"),
+        }  # fmt: skip
+        comp = config.compression
+        if comp is not None and comp.window > comp.stride:  # W9/S8: slot 8 gets 0.02 of the weight
+            share = [0.98 / 8] * 8 + [0.02]
+            layer = {"key": {"static_effective": [8.0], "per_window_effective": [4.0], "mean_by_offset": [share]}}
+            snapshot = {"window": comp.window, "stride": comp.stride, "layers": [{"layer": i, **layer} for i in (0, 1)]}
+            path = tmp_path / "runs" / run.name / "gates" / f"step_{run.steps:06d}.json"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps(snapshot))
+    table = {d["design"]: d for d in designs_module.design_rows(profile, rows, configs, tmp_path)}
+    tied, shared = table["W9/S8 · tied overlap gate"], table["W8/S8 · offset-shared compressor"]
+    assert tied["key_gate_overlap"] == pytest.approx([0.02, 0.02]) and shared["key_gate_overlap"] is None
+    assert (
+        tied["cache_bytes_per_token"]
+        == shared["cache_bytes_per_token"]
+        == table["W8/S8 · 1 KV"]["cache_bytes_per_token"]
+    )
+    assert tied["misses"] == ["gap 25.0 > full attention's 0.0 + 5"] and not tied["meets_target"]
+    assert shared["misses"][0].startswith("not learned")  # seed 45 at chance
+    text = designs_module.markdown(list(table.values()))
+    assert (
+        "| W9/S8 · tied overlap gate | 42 / 43 / 44 / 45 | 64 |" in text and "| L0 0.020; L1 0.020 | missed |" in text
+    )
+    designs_module.write_designs(list(table.values()), tmp_path, {"knockout_run": None, "tests": []})
+    write_results(json.loads((tmp_path / "designs.json").read_text()), tmp_path / "report-in" / "designs.json")
+    page = designs_figure.section_html(designs_figure.section(load_results(tmp_path / "report-in")))
+    assert "W9/S8 · tied overlap gate" in page and "No candidate design met the target (4 tried)." in page
+
+
 def test_second_round_designs_match_w8s8_cache_and_the_quick_recipe():
     from phasekv.model.presets import preset_config
     from phasekv.reproduce.designs import cache_bytes_per_token

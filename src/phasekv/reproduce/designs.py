@@ -39,15 +39,27 @@ def cache_bytes_per_token(config: ModelConfig, dtype_bytes: int = 4) -> float:
 
 
 def _gate_effective(run_dir: Path, steps: int) -> dict | None:
-    """Key-gate effective numbers of offsets per layer (static, per window), from the final gate snapshot."""
+    """Key-gate effective numbers of offsets per layer (static, per window) and, with overlapping windows, the
+    mean weight of one overlap slot (slots S..W-1: tokens that the next window holds too) per layer, from the
+    final gate snapshot (sigmoid gates as shares of their window's total: 1/W is uniform for every gate)."""
     path = run_dir / "gates" / f"step_{steps:06d}.json"
     if not path.is_file():
         return None
-    layers = json.loads(path.read_text())["layers"]
+    snapshot = json.loads(path.read_text())
+    layers, stride = snapshot["layers"], snapshot["stride"]
     return {
         "static": [fmean(layer["key"]["static_effective"]) for layer in layers],
         "per_window": [fmean(layer["key"]["per_window_effective"]) for layer in layers],
+        "overlap": [fmean(w for head in layer["key"]["mean_by_offset"] for w in head[stride:]) for layer in layers]
+        if snapshot["window"] > stride
+        else None,
     }
+
+
+def _over_seeds(gates: list[dict], key: str) -> list[float] | None:
+    """Per-layer means over the seeds of one gate statistic (None when no seed has it)."""
+    values = [g[key] for g in gates if g.get(key) is not None]
+    return [fmean(v) for v in zip(*values, strict=True)] if values else None
 
 
 def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, ModelConfig], out: Path) -> list[dict]:
@@ -80,12 +92,9 @@ def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, Mode
                 "gap_ci": [s["gap_ci"] for s in seeds],
                 "period_diff": [s["period_diff"] for s in seeds],
                 "learned": [s["learned"] for s in seeds],
-                "key_gate_static": [fmean(v) for v in zip(*(g["static"] for g in gates), strict=True)]
-                if gates
-                else None,
-                "key_gate_per_window": (
-                    [fmean(v) for v in zip(*(g["per_window"] for g in gates), strict=True)] if gates else None
-                ),
+                "key_gate_static": _over_seeds(gates, "static"),
+                "key_gate_per_window": _over_seeds(gates, "per_window"),
+                "key_gate_overlap": _over_seeds(gates, "overlap"),
             }
         )
     _judge(table)
@@ -171,8 +180,8 @@ def _seeds(values: list[float], fmt: str = "{:.1f}") -> str:
 def markdown(table: list[dict]) -> str:
     lines = [
         "| Design | seeds | cache B/token | val. loss | mean | worst | gap | period diff. | key gate eff. "
-        "(static; per window) | target |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "(static; per window) | key gate weight per overlap slot | target |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for d in table:
         gates = "-"
@@ -181,18 +190,23 @@ def markdown(table: list[dict]) -> str:
                 f"L{i} {s:.1f}; {w:.1f}"
                 for i, (s, w) in enumerate(zip(d["key_gate_static"], d["key_gate_per_window"], strict=True))
             )
+        overlap = "-"
+        if d.get("key_gate_overlap"):
+            overlap = "; ".join(f"L{i} {w:.3f}" for i, w in enumerate(d["key_gate_overlap"]))
         target = (
             "control" if d["control"] else "baseline" if d["baseline"] else "met" if d["meets_target"] else "missed"
         )
         lines.append(
             f"| {d['design']} | {_seeds(d['seeds'], '{}')} | {d['cache_bytes_per_token']:.0f} | "
             f"{_seeds(d['val_loss'], '{:.3f}')} | {_seeds(d['mean'])} | {_seeds(d['worst'])} | {_seeds(d['gap'])} | "
-            f"{_seeds(d['period_diff'])} | {gates} | {target} |"
+            f"{_seeds(d['period_diff'])} | {gates} | {overlap} | {target} |"
         )
     lines.append(
         "\nOne value per seed (seeds in the order listed), accuracies in percent, gap = best - worst residue in "
         "points; cache B/token = float32 bytes the decode cache grows by per token (all layers); key gate eff. = "
-        f"effective number of offsets of each layer's key gate (1 = one offset, W = uniform). Target: gap within "
+        f"effective number of offsets of each layer's key gate (1 = one offset, W = uniform); key gate weight per "
+        "overlap slot = mean weight of one slot whose token the next window holds too (W > S only; uniform = 1/W). "
+        f"Target: gap within "
         f"{GAP_MARGIN:g} points of full attention's, mean >= W8/S8's, same cache bytes (seed means)."
     )
     return "\n".join(lines)
