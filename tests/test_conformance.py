@@ -144,3 +144,41 @@ def test_a_decode_path_that_skips_the_first_window_fails_in_decode_only_from_the
     decode = modes["decode"]
     assert not decode["conforms"] and decode["first_failure"] == W - 1 and decode["concentration"]["from_first_window"]
     assert result["failing_modes"] == ["decode"]
+
+
+def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_path):
+    """The served (echo) mode: prompt-token log-probs over HTTP from `phasekv serve`'s server, a planted bug in
+    the served copy, the correct model as the local reference."""
+    from conftest import save_with_tokenizer, word_tokenizer
+    from test_serve import FAST, serving
+
+    from phasekv.scoring import PhaseKVScorer
+    from phasekv.serve import EndpointScorer
+    from phasekv.studies.conformance.run import EndpointRunner
+
+    tokenizer = word_tokenizer()
+    model = _model(vocab_size=len(tokenizer))
+    save_with_tokenizer(model, tmp_path / "reference")
+    for plant, expected in ((None, None), (_regeometry(_EarlyGeometry), W - 2)):
+        served = model if plant is None else _planted(model, plant)
+        with serving(PhaseKVScorer(served, tokenizer)) as server:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", **FAST)
+            result = run_conformance(EndpointRunner(endpoint), OPTIONS, reference=PhaseKVRunner(model, "local"))
+        m = result["modes"]["served"]
+        assert list(result["modes"]) == ["served"] and m["max_kl"] is None  # no full distributions over echo
+        assert m["first_failure"] == expected and result["conforms"] == (expected is None)
+        if expected is not None:
+            assert m["first_failure_phase"] == S - 2 and m["concentration"]["peak_phase"] == S - 2
+
+
+def test_the_result_loads_in_the_report(tmp_path):
+    from phasekv.report import build_report
+
+    result = _run(_planted(_model(), _decode_skips_the_first_window), None, modes=("parallel", "decode"))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "conformance.json").write_text(json.dumps(result))
+    out = build_report(tmp_path / "results", tmp_path / "report.html", pngs=False)
+    assert "conformance" in out.sections
+    page = out.html.read_text()
+    assert "sec-conformance" in page and "decode: from position 7 (phase 7)" in page
