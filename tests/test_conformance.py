@@ -150,11 +150,10 @@ def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_p
     """The served (echo) mode: prompt-token log-probs over HTTP from `phasekv serve`'s server, a planted bug in
     the served copy, the correct model as the local reference."""
     from conftest import save_with_tokenizer, word_tokenizer
-    from test_serve import FAST, serving
-
     from phasekv.scoring import PhaseKVScorer
     from phasekv.serve import EndpointScorer
     from phasekv.studies.conformance.run import EndpointRunner
+    from test_serve import FAST, serving
 
     tokenizer = word_tokenizer()
     model = _model(vocab_size=len(tokenizer))
