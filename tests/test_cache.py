@@ -43,6 +43,36 @@ def test_decode_logits_equal_parallel_forward_for_every_preset(name):
     assert worst < 1e-5
 
 
+def _strides(cfg) -> list[int]:
+    """The compression strides of a model's layers (none for full attention)."""
+    strides = set() if cfg.compression is None else {cfg.compression.stride}
+    if cfg.dsv4 is not None and "hca" in cfg.dsv4.layer_types:
+        strides.add(cfg.dsv4.hca_rate)
+    return sorted(strides)
+
+
+LONG = 160  # with the tiny presets' W8/S4 windows a CSA query sees ~40 entries, five times the indexer's top 8
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_long_decode_and_chunked_prefill_equal_the_parallel_forward_for_every_preset(name):
+    """float64, long enough that the top-k presets' indexer chooses among many more entries than it keeps
+    (and its ReLU scores tie at exactly zero): token-by-token decoding and chunked prefill at chunk sizes
+    around each stride, an odd one and a large one must reproduce the parallel forward's logits."""
+    model = randomize(PhaseKVModel(preset_config(name, vocab_size=64)), seed=11, std=0.1).eval().double()
+    ids = torch.randint(0, 64, (2, LONG), generator=torch.Generator().manual_seed(0))
+    chunks = {7, 61} | {c for s in _strides(model.config) for c in (s - 1, s, s + 1)}
+    with torch.no_grad():
+        parallel = model(ids)
+        cache = KVCache.for_model(model)
+        modes = {"decode": torch.cat([model(ids[:, t : t + 1], cache) for t in range(LONG)], dim=1)}
+        for chunk in sorted(chunks - {0}):
+            modes[f"chunk {chunk}"] = prefill(model, ids, KVCache.for_model(model), chunk)
+    errors = {mode: (logits - parallel).abs().max().item() for mode, logits in modes.items()}
+    print(f"{name}: max abs logit diff vs parallel " + ", ".join(f"{m} {e:.1e}" for m, e in errors.items()))
+    assert max(errors.values()) < 1e-10, errors
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     name=st.sampled_from(

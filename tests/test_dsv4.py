@@ -152,21 +152,35 @@ def test_cached_decoding_equals_transformers_caches(kind):
 def test_top_k_selection_equals_its_per_query_reference():
     gen = torch.Generator().manual_seed(5)
     scores = torch.randn(2, 30, 9, generator=gen).relu()  # ReLU: ties at 0, as the indexer's scores have
+    scores[0, :, 4] = scores[0, :, 6] = 0.5  # ties above zero too
     ends = torch.arange(9) * 4 + 3
     visible = ends[None, None, :] <= torch.arange(30)[None, :, None]
-    for k in (1, 3, 9, 12):
+    for k in (1, 3, 4, 9, 12):
         picks = select_top_k(scores, visible, k)
         assert picks.shape == (2, 30, min(k, 9))
         expected = reference_select_top_k(scores, visible, k)
         for b in range(2):
             for t in range(30):
-                got = {int(j) for j in picks[b, t] if int(j) != NO_ENTRY}
-                assert len(got) == len(expected[b][t]) and all(visible[0, t, j] for j in got)
-                if got != expected[b][t]:  # only ties at the cut may differ: same multiset of scores
-                    assert sorted(scores[b, t, list(got)].tolist()) == sorted(
-                        scores[b, t, list(expected[b][t])].tolist()
-                    )
+                got = [int(j) for j in picks[b, t] if int(j) != NO_ENTRY]
+                assert set(got) == expected[b][t]  # ties go to the lower row, exactly
+                assert got == sorted(got, key=lambda j, b=b, t=t: (-float(scores[b, t, j]), j))
+                assert all(int(j) == NO_ENTRY for j in picks[b, t, len(got) :])
     assert (select_top_k(scores, visible, 3)[:, :3] == NO_ENTRY).all()  # nothing visible before position 3
+
+
+def test_top_k_picks_do_not_depend_on_how_many_later_entries_the_scores_hold():
+    """A decoding step scores only the entries written so far, the parallel forward every entry of the
+    sequence (the later ones masked): the picks among the visible entries must be the same."""
+    gen = torch.Generator().manual_seed(7)
+    scores = torch.randn(1, 1, 40, generator=gen).relu().double()  # about half are exact zeros
+    visible = torch.zeros(1, 1, 40, dtype=torch.bool)
+    visible[..., :25] = True
+    for k in (1, 5, 8, 20, 25, 30):
+        full = select_top_k(scores, visible, k)
+        for n in (25, 26, 33, 40):
+            part = select_top_k(scores[..., :n], visible[..., :n], k)
+            strip = [int(j) for j in part[0, 0] if int(j) != NO_ENTRY]
+            assert strip == [int(j) for j in full[0, 0] if int(j) != NO_ENTRY]
 
 
 def test_gathered_attention_equals_its_reference_and_compressed_attention_when_every_entry_is_picked():

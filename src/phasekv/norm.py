@@ -1,4 +1,4 @@
-"""RMSNorm as in Qwen3 (statistics in float32, then scaled by a learned weight)."""
+"""RMSNorm as in Qwen3 (statistics in float32 or wider, then scaled by a learned weight)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x = x.float()
+        x = x.to(torch.promote_types(dtype, torch.float32))  # float32 for half types; float64 stays float64
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)

@@ -7,8 +7,9 @@ the query at t as
     I[t, s] = sum_h w[t, h] * ReLU(q[t, h] . k[s]) / sqrt(index_head_dim),   w = weights_proj(x) / sqrt(heads)
 
 with q from the layer's low-rank query residual. Each query keeps the `index_topk` visible entries of
-highest score (`select_top_k`; `reference_select_top_k` is its per-query twin). Given the same weights,
-scores and picks equal transformers' `DeepseekV4Indexer`.
+highest score, ties going to the lower row (`select_top_k`; `reference_select_top_k` is its per-query
+twin). Given the same weights, scores and picks equal transformers' `DeepseekV4Indexer`, except where
+scores tie at the cut: its `torch.topk` then picks by no stated rule.
 
 The picks are not differentiable, so the language-model loss never reaches the indexer. It learns from
 `indexer_loss`: KL(main attention over its picks, summed over heads || softmax of its scores over the
@@ -53,12 +54,13 @@ class LightningIndexer(nn.Module):
 
     def scores(self, x: torch.Tensor, q_residual: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor):
         """x: [B, T, d_model]; q_residual: [B, T, q_lora_rank]; positions: [T]; keys: [B, n, dI] -> [B, T, n]
-        float32 scores (every entry, visible or not)."""
+        scores in float32 (float64 for float64 inputs), of every entry, visible or not."""
         batch, length, _ = x.shape
         q = self.q_b_proj(q_residual).view(batch, length, self.heads, self.head_dim)
         q = self.rotary(q, positions)
-        dots = torch.einsum("bthd,bnd->bthn", q.float(), keys.float())
-        weights = self.weights_proj(x).float() * self.heads**-0.5  # [B, T, heads]
+        dtype = torch.promote_types(q.dtype, torch.float32)  # float32 at least, float64 stays float64
+        dots = torch.einsum("bthd,bnd->bthn", q.to(dtype), keys.to(dtype))
+        weights = self.weights_proj(x).to(dtype) * self.heads**-0.5  # [B, T, heads]
         return (F.relu(dots) * self.head_dim**-0.5 * weights[..., None]).sum(dim=2)
 
     def forward(
@@ -78,9 +80,24 @@ class LightningIndexer(nn.Module):
 
 def select_top_k(scores: torch.Tensor, visible: torch.Tensor, k: int) -> torch.Tensor:
     """scores: [B, T, n] (any value where not visible); visible: [B or 1, T, n] -> picks [B, T, min(k, n)]:
-    the rows of the k highest-scoring visible entries per query, NO_ENTRY in slots beyond the visible ones."""
+    the rows of the k highest-scoring visible entries per query, NO_ENTRY in slots beyond the visible ones.
+
+    Ties go to the lower row, and the picks are ordered by (score descending, row ascending). The indexer's
+    scores are sums of ReLUs, so exact zeros tie often; `torch.topk` breaks ties by no stated rule, and its
+    choice depends on the tensor's shape, so the parallel forward (n = every entry of the sequence) and a
+    decoding step (n = the entries so far) would read different entries. This rule depends only on the
+    visible entries' scores, so every execution mode picks the same entries."""
     k = min(k, scores.shape[-1])
-    picks = scores.masked_fill(~visible, float("-inf")).topk(k, dim=-1).indices
+    if k == 0:
+        return scores.new_zeros(scores.shape[:-1] + (0,), dtype=torch.long)
+    masked = scores.masked_fill(~visible, float("-inf"))
+    threshold = masked.topk(k, dim=-1).values[..., -1:]  # the k-th highest score per query
+    above, tied = masked > threshold, masked == threshold
+    room = k - above.sum(-1, keepdim=True)  # slots left for entries at the threshold: the lowest rows get them
+    chosen = above | (tied & (tied.to(torch.int32).cumsum(-1, dtype=torch.int32) <= room))
+    picks = chosen.to(torch.int8).topk(k, dim=-1).indices.sort(dim=-1).values  # the chosen rows, ascending
+    order = masked.gather(-1, picks).sort(dim=-1, descending=True, stable=True).indices
+    picks = picks.gather(-1, order)
     valid = visible.expand_as(scores).gather(-1, picks)
     return picks.masked_fill(~valid, NO_ENTRY)
 

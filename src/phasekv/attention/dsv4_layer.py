@@ -52,7 +52,8 @@ class GroupedLinear(nn.Linear):
 
 def unit_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm without a weight (the per-head query norm)."""
-    return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + eps).to(x.dtype)
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    return x * torch.rsqrt(wide.square().mean(-1, keepdim=True) + eps).to(x.dtype)
 
 
 class DSV4Attention(nn.Module):
@@ -220,7 +221,8 @@ def gathered_attention(
     logits = logits.masked_fill(~valid[:, :, None, :], float("-inf"))
     if sink is not None:
         logits = torch.cat([logits, sink.to(logits.dtype).view(1, 1, heads, 1).expand(batch, length, heads, 1)], -1)
-    probs = torch.softmax(logits.float(), dim=-1).to(q.dtype)
+    # at least float32 (bf16 logits are upcast), never below the input's precision (float64 stays float64)
+    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1).to(q.dtype)
     probs = probs[..., :-1] if sink is not None else probs
     return torch.einsum("bthk,btkd->bthd", probs, keys), probs
 

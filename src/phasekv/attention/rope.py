@@ -29,7 +29,8 @@ class Rotary(nn.Module):
         cos = freqs.cos()[:, None, :]  # [T, 1, rope_dim]
         sin = freqs.sin()[:, None, :]
         keep, rot = x[..., : x.shape[-1] - self.rope_dim], x[..., x.shape[-1] - self.rope_dim :]
-        rotated = (rot.float() * cos + self._rotate(rot).float() * sin).to(x.dtype)
+        acc = torch.promote_types(x.dtype, torch.float32)  # a float64 model is not rounded to float32 here
+        rotated = (rot.to(acc) * cos + self._rotate(rot).to(acc) * sin).to(x.dtype)
         return torch.cat([keep, rotated], dim=-1) if keep.shape[-1] else rotated
 
     def _rotate(self, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ app = typer.Typer(
 
 def _mount_subcommands() -> None:
     from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
+    from phasekv.cli.conformance import conformance_command
     from phasekv.cli.evaluate import eval_app
     from phasekv.cli.report import report_command
     from phasekv.cli.serve import serve_command
@@ -41,6 +42,11 @@ def _mount_subcommands() -> None:
     app.command("cycle", help="Cycle the offset-specific gate parameters and test the predicted phase shift.")(
         cycle_command
     )
+    app.command(
+        "conformance",
+        help="Check an implementation's execution modes (decode, chunked prefill, padded batches, forks) "
+        "against a reference, by phase; exit 1 when it does not conform.",
+    )(conformance_command)
     app.command("report", help="Render result JSON files as one self-contained interactive HTML report (+ PNGs).")(
         report_command
     )

@@ -64,7 +64,8 @@ class DSV4Compressor(Compressor):
         bias = torch.cat(self.position_bias.split(width, dim=1), dim=0)  # [W, width]
         logits = self._slots(gate.x) + bias
         logits = logits.masked_fill(~kv.valid[None, :, :, None], float("-inf"))
-        alpha = torch.softmax(logits.float(), dim=2).to(h.dtype)  # per channel, over the W slots
+        acc = torch.promote_types(logits.dtype, torch.float32)  # at least float32; float64 stays float64
+        alpha = torch.softmax(logits.to(acc), dim=2).to(h.dtype)  # per channel, over the W slots
         alpha = self.hook_gate_key(alpha.view(batch, n, self.cfg.window, self.kv_heads, self.head_dim))
         latent = (alpha * self._slots(kv.x).view(batch, n, self.cfg.window, self.kv_heads, self.head_dim)).sum(2)
         entry = self.hook_entry_key(self.kv_norm(latent))  # [B, n, kv, hd]

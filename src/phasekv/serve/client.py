@@ -201,6 +201,20 @@ class EndpointScorer:
             first[i] = record["top_ids"][0]
         return AnswerScores(logprob=logprob, correct=correct, first_argmax=first)
 
+    def prompt_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[dict]:
+        """Per sequence, the log-prob of each of its tokens after the first given the tokens before it, and
+        the top-1 id at each of those positions: {"logprobs": [...], "top_ids": [...]} (len - 1 each). One
+        echo request per sequence, or one "top" request per position where the server ignores echo (a
+        log-prob outside the top k is None there)."""
+        if not sequences or any(len(s) < 2 for s in sequences):
+            raise ScorerError("every sequence needs at least two tokens")
+        requests = [(list(s), len(s) - 1) for s in sequences]
+        if self._echo is None:
+            self._echo = self._server_echoes(requests[0])
+        if self._echo:
+            return self._answered("answer", requests, self._send_answer)
+        return self._answers_without_echo(requests)
+
     def _server_echoes(self, request: tuple[list[int], int]) -> bool:
         """Whether the server honours `echo` (asked once per cache, with a real request whose answer is kept)."""
         key = request_key(self.served_model, "echoes", [], None)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from phasekv.results import TypedResult
+from phasekv.studies.conformance import figure as conformance_figure
+from phasekv.studies.conformance.result import ConformanceResult
 from phasekv.studies.cycle import figure as cycle_figure
 from phasekv.studies.cycle.result import CycleResult
 from phasekv.studies.designs import figure as designs_figure
@@ -87,6 +89,14 @@ STUDIES = (
         {"designs": DesignsResult},
         None,
         "phasekv reproduce --profile mitigations",
+    ),
+    Study(
+        "conformance",
+        "Phase conformance",
+        conformance_figure,
+        {"conformance": ConformanceResult},
+        None,
+        "phasekv conformance MODEL --out DIR",
     ),
 )
 

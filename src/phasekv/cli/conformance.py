@@ -1,0 +1,91 @@
+"""`phasekv conformance`: one implementation in every execution mode, against a reference, by phase.
+
+Prints one line per mode, writes the result JSON and a PNG into `--out`, and exits 0 when every mode conforms
+within `--tolerance`, 1 when one does not (so an engine's CI can run it), 2 on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from phasekv.cli.errors import one_line_errors
+from phasekv.cli.options import expand_groups
+from phasekv.cli.scoring import ENDPOINT
+from phasekv.studies.conformance.options import ConformanceOptions
+
+DEFAULTS = ConformanceOptions()
+
+
+def _sizes(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--chunk-sizes takes integers separated by commas, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter(f"--chunk-sizes must be positive integers, got {text!r}")
+    return sizes
+
+
+@expand_groups
+def conformance_command(
+    model: str = typer.Argument(
+        None,
+        help="the candidate: a phasekv checkpoint, an HF model directory, or preset:NAME (a tiny preset with random "
+        "weights from --seed); with --endpoint, the reference (a local copy of the served model)",
+    ),
+    reference: str = typer.Option(
+        None, "--reference", help="compare against this model's parallel forward (default: the candidate's own)"
+    ),
+    length: int = typer.Option(DEFAULTS.length, "--length", min=3, help="tokens per prompt"),
+    prompts: int = typer.Option(DEFAULTS.prompts, "--prompts", min=1, help="random prompts (token ids)"),
+    seed: int = typer.Option(DEFAULTS.seed, "--seed", help="seed of the prompts (and of preset:NAME weights)"),
+    period: int = typer.Option(None, "--period", min=1, help="group positions mod this (default: the model's S)"),
+    tolerance: float = typer.Option(DEFAULTS.tolerance, "--tolerance", help="largest |delta log-prob| and KL allowed"),
+    chunk_sizes: str = typer.Option(
+        None, "--chunk-sizes", help="chunk sizes, e.g. 3,4,5,7,61 (default: S-1,S,S+1,odd,large)"
+    ),
+    modes: str = typer.Option(None, "--modes", help="only these modes, comma-separated (e.g. parallel,decode,fork)"),
+    dtype: str = typer.Option(DEFAULTS.dtype, "--dtype", help="float32, float64 or bfloat16 (local models)"),
+    endpoint: dict = ENDPOINT,
+    out: Path = typer.Option(Path("conformance"), "--out", help="directory for the JSON and PNG"),
+    name: str = typer.Option("conformance", "--name", help="file stem of the JSON and PNG"),
+) -> None:
+    """Does an implementation compute the same next-token distributions in every execution mode (parallel,
+    decode, chunked prefill at every boundary phase, padded batches, forked caches) as its reference, phase by phase?"""
+    from phasekv.evaluate.record import write_results
+    from phasekv.studies.conformance.figure import plot_conformance
+    from phasekv.studies.conformance.run import EndpointRunner, format_conformance, load_runner, run_conformance
+
+    with one_line_errors("conformance"):
+        options = ConformanceOptions(
+            length=length,
+            prompts=prompts,
+            seed=seed,
+            period=period,
+            tolerance=tolerance,
+            chunk_sizes=_sizes(chunk_sizes),
+            modes=None if modes is None else tuple(m.strip() for m in modes.split(",") if m.strip()),
+            dtype=dtype,
+        )
+        if endpoint["url"] is not None:
+            from phasekv.cli.scoring import endpoint_scorer_from_options
+
+            ref_spec = reference or model
+            if ref_spec is None:
+                raise ValueError("--endpoint needs a local reference: MODEL or --reference")
+            tokenizer = endpoint["tokenizer"] or (None if ref_spec.startswith("preset:") else Path(ref_spec))
+            candidate = EndpointRunner(endpoint_scorer_from_options(**{**endpoint, "tokenizer": tokenizer}))
+            ref = load_runner(ref_spec, dtype, seed)
+        else:
+            if model is None:
+                raise ValueError("give MODEL (the candidate) or --endpoint URL")
+            candidate = load_runner(model, dtype, seed)
+            ref = None if reference is None else load_runner(reference, dtype, seed)
+        result = run_conformance(candidate, options, reference=ref)
+        typer.echo(format_conformance(result))
+        json_path = write_results(result, out / f"{name}.json")
+        typer.echo(f"wrote {json_path} and {plot_conformance(result, out / f'{name}.png')}")
+    raise typer.Exit(0 if result["conforms"] else 1)

@@ -1,0 +1,61 @@
+"""The conformance result format (`phasekv conformance`): per execution mode, errors against the reference's
+parallel forward, overall and by phase (position mod S). Statistics over no finite value are `None`."""
+
+from __future__ import annotations
+
+from phasekv.results.base import Typed, TypedResult
+
+
+class PhaseErrors(Typed):
+    phase: int
+    positions: int
+    max_abs_delta: float | None
+    mean_abs_delta: float | None
+    max_kl: float | None
+    mean_kl: float | None
+    top1_agreement: float | None
+    beyond_tolerance: int
+
+
+class Concentration(Typed):
+    peak_phase: int | None
+    phases: list[int]
+    boundary_phase: bool
+    from_first_window: bool
+    text: str
+
+
+class ModeErrors(Typed):
+    positions: int
+    max_abs_delta: float | None
+    mean_abs_delta: float | None
+    max_kl: float | None
+    mean_kl: float | None
+    top1_agreement: float | None
+    beyond_tolerance: int
+    first_failure: int | None
+    first_failure_phase: int | None
+    conforms: bool
+    by_phase: list[PhaseErrors]
+    concentration: Concentration
+
+
+class StrideSource(Typed):
+    value: int
+    source: str
+
+
+class ConformanceResult(TypedResult):
+    """`phasekv conformance`: every mode of a candidate against a reference's parallel forward."""
+
+    schema_prefix = "phasekv.conformance/"
+
+    label: str
+    reference_mode: str
+    stride: StrideSource
+    tolerance: float
+    modes: dict[str, ModeErrors]
+    undefined_modes: dict[str, str]
+    errored_modes: dict[str, str]  # modes that raised (message): they do not conform
+    conforms: bool
+    failing_modes: list[str]

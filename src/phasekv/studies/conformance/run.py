@@ -1,0 +1,551 @@
+"""Phase conformance end to end: run one implementation in every execution mode it has, compare each
+mode's next-token distributions position by position with a reference's parallel forward, and report
+the errors grouped by position mod S.
+
+A *runner* wraps one implementation. `PhaseKVRunner` (a `PhaseKVModel` and its `KVCache`) and
+`HFRunner` (a transformers causal LM and its `DynamicCache`) have every local mode; `EndpointRunner`
+(a served model, through `EndpointScorer`) has one, "served": the log-prob of every prompt token and the
+top-1 at its position, from one echo request per prompt (or one request per position where the server
+ignores echo). The reference is the candidate's own parallel forward unless another runner is given.
+
+Modes (each is a list of scored rows: a sequence, the first position scored, log-probs from there):
+- parallel: one call over the whole prompt (compared with the reference's parallel forward);
+- decode: every token through the cache, one at a time;
+- split@o (o = 0..S-1): chunks of S tokens whose boundaries all fall at phase o (the first chunk has o);
+- chunk c: chunks of c tokens, c in S-1, S, S+1, an odd size, a large one;
+- right-padded / left-padded: one batch of the prompts cut to different lengths, padded on that side
+  (left padding needs an attention mask and per-row positions: HF models only; the result says where a
+  mode is not defined);
+- fork: the prompt's first part prefilled once, the cache copied, and two continuations fed in one
+  call each (the prompt's own rest, and other tokens).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from .options import SCHEMA, ConformanceOptions
+
+__all__ = ["ConformanceOptions", "run_conformance"]
+
+
+# ----------------------------------------------------------------------------------------------- rows
+
+
+@dataclass
+class Row:
+    """One scored row of a mode: `tokens` (the whole sequence), log-probs [L, V] at positions first..
+    first+L-1 (`full`), or only the actual next tokens' log-probs [L] and the top-1 ids [L] (`next_lp`,
+    `top1`: a served model)."""
+
+    tokens: list[int]
+    first: int
+    full: torch.Tensor | None = None
+    next_lp: np.ndarray | None = None
+    top1: np.ndarray | None = None
+
+
+@dataclass
+class ModeOutcome:
+    rows: list[Row] = field(default_factory=list)
+    undefined: str | None = None  # why the mode is not defined for this implementation
+
+
+def _log_probs(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1).cpu()
+
+
+class LocalRunner:
+    """What phasekv's and transformers' models share: every mode is made of cached calls; subclasses say
+    how to make a cache, continue it with a chunk, copy it, and run a padded batch."""
+
+    kind = "local"
+    name = "model"
+    stride: int | None = None
+    left_padding: str | None = "not defined"
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def new_cache(self):
+        raise NotImplementedError
+
+    def step(self, ids: torch.Tensor, cache) -> torch.Tensor:
+        raise NotImplementedError
+
+    def fork_cache(self, cache):
+        return copy.deepcopy(cache)
+
+    def padded(self, rows: list[list[int]], side: str) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def parallel(self, ids: torch.Tensor) -> torch.Tensor:
+        return _log_probs(self.logits(ids))
+
+    @torch.no_grad()
+    def chunked(self, ids: torch.Tensor, bounds: Sequence[int]) -> torch.Tensor:
+        """Log-probs of ids [B, T] fed through one cache in the chunks [bounds[i], bounds[i+1])."""
+        cache = self.new_cache()
+        parts = [self.step(ids[:, a:b], cache) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+        return _log_probs(torch.cat(parts, dim=1))
+
+    @torch.no_grad()
+    def forked(self, ids: torch.Tensor, prefix: int, others: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefill ids[:, :prefix] once; continue one copy of the cache with ids' rest and another with
+        `others` (same shape as the rest), each in one call -> their log-probs."""
+        cache = self.new_cache()
+        self.step(ids[:, :prefix], cache)
+        copy_ = self.fork_cache(cache)
+        own = _log_probs(self.step(ids[:, prefix:], cache))
+        other = _log_probs(self.step(others, copy_))
+        return own, other
+
+
+class PhaseKVRunner(LocalRunner):
+    """A `PhaseKVModel`: the cache is `KVCache`, forks are `KVCache.fork`. A padded batch needs an
+    attention mask, which phasekv's models do not take: right padding is exact anyway (causal), left
+    padding is not defined."""
+
+    kind = "phasekv"
+    left_padding = "not defined: phasekv models take no attention mask or per-row positions"
+
+    def __init__(self, model, name: str = "phasekv model", pad_id: int = 0):
+        self.model, self.name, self.pad_id = model.eval(), name, pad_id
+        comp = model.config.compression
+        self.stride = None if comp is None else comp.stride
+        self.vocab_size = model.config.vocab_size
+
+    def logits(self, ids):
+        return self.model(ids)
+
+    def new_cache(self):
+        from phasekv.cache import KVCache
+
+        return KVCache.for_model(self.model)
+
+    def step(self, ids, cache):
+        return self.model(ids, cache)
+
+    def fork_cache(self, cache):
+        return cache.fork()
+
+    @torch.no_grad()
+    def padded(self, rows, side):
+        if side != "right":
+            raise ValueError(self.left_padding)
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row)
+        out = _log_probs(self.model(ids))
+        return [out[i, : len(row)] for i, row in enumerate(rows)]
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "config": self.model.config.to_dict()}
+
+
+class HFRunner(LocalRunner):
+    """A transformers causal LM: the cache is a `DynamicCache` built from the model's config (DeepSeek-V4
+    gets its compressor caches), forks are deep copies; padded batches pass an attention mask and per-row
+    positions (a left pad of p tokens starts the row's positions at 0 after the pad)."""
+
+    kind = "hf"
+    left_padding = None
+
+    def __init__(self, model, name: str = "hf model", pad_id: int = 0):
+        from phasekv.scoring.hf_scorer import hf_compression_stride
+
+        self.model, self.name, self.pad_id = model.eval(), name, pad_id
+        self.stride = hf_compression_stride(model.config)
+        self.vocab_size = model.config.vocab_size
+
+    def logits(self, ids):
+        return self.model(input_ids=ids, use_cache=False).logits
+
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def step(self, ids, cache):
+        return self.model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+
+    @torch.no_grad()
+    def padded(self, rows, side):
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, row in enumerate(rows):
+            lo = width - len(row) if side == "left" else 0
+            ids[i, lo : lo + len(row)] = torch.tensor(row)
+            mask[i, lo : lo + len(row)] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        out = _log_probs(self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits)
+        result = []
+        for i, row in enumerate(rows):
+            lo = width - len(row) if side == "left" else 0
+            result.append(out[i, lo : lo + len(row)])
+        return result
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "config": self.model.config.to_diff_dict()}
+
+
+class EndpointRunner:
+    """A served model (`phasekv.serve.EndpointScorer`): only the "served" mode (prompt-token log-probs
+    and the top-1 at each position; no full distributions, so no KL)."""
+
+    kind = "endpoint"
+
+    def __init__(self, scorer):
+        self.scorer, self.name = scorer, f"{scorer.served_model} at {scorer.transport.url}"
+        self.stride = scorer.compression_stride
+        self.vocab_size = scorer.vocab_size
+
+    def served(self, sequences: list[list[int]]) -> list[Row]:
+        records = self.scorer.prompt_token_logprobs(sequences)
+        return [
+            Row(
+                list(s),
+                0,
+                next_lp=np.asarray([math.nan if v is None else v for v in r["logprobs"]]),
+                top1=np.asarray(r["top_ids"]),
+            )
+            for s, r in zip(sequences, records, strict=True)
+        ]
+
+    def describe(self) -> dict:
+        return self.scorer.describe()
+
+
+# ---------------------------------------------------------------------------------------------- modes
+
+
+def chunk_sizes(options: ConformanceOptions, stride: int) -> list[int]:
+    sizes = options.chunk_sizes or (stride - 1, stride, stride + 1, options.odd_chunk, options.large_chunk)
+    return sorted({c for c in sizes if c >= 1})
+
+
+def mode_names(runner, options: ConformanceOptions, stride: int) -> list[str]:
+    """The modes a runner has, in report order (all of them unless `options.modes` picks some)."""
+    if isinstance(runner, EndpointRunner):
+        names = ["served"]
+    else:
+        names = ["parallel", "decode", *(f"split@{o}" for o in range(stride))]
+        names += [f"chunk {c}" for c in chunk_sizes(options, stride)]
+        names += ["right-padded", "left-padded", "fork"]
+    if options.modes is not None:
+        unknown = [m for m in options.modes if m not in names]
+        if unknown:
+            raise ValueError(f"unknown or unavailable modes {unknown}; this implementation has {names}")
+        names = [m for m in names if m in options.modes]
+    return names
+
+
+def run_mode(runner, mode: str, ids: torch.Tensor, options: ConformanceOptions, stride: int) -> ModeOutcome:
+    """The rows of one mode over prompts ids [N, T]."""
+    n, length = ids.shape
+    seqs = ids.tolist()
+    if mode == "served":
+        return ModeOutcome(runner.served(seqs))
+    if mode == "parallel":
+        return ModeOutcome([Row(s, 0, lp) for s, lp in zip(seqs, runner.parallel(ids), strict=True)])
+    if mode == "decode" or mode.startswith(("split@", "chunk ")):
+        if mode == "decode":
+            bounds = list(range(length + 1))
+        elif mode.startswith("split@"):
+            offset = int(mode[len("split@") :])
+            bounds = [0, *range(offset or stride, length, stride), length]
+        else:
+            size = int(mode[len("chunk ") :])
+            bounds = [*range(0, length, size), length]
+        return ModeOutcome([Row(s, 0, lp) for s, lp in zip(seqs, runner.chunked(ids, bounds), strict=True)])
+    if mode in ("right-padded", "left-padded"):
+        side = mode.split("-")[0]
+        if side == "left" and runner.left_padding is not None:
+            return ModeOutcome(undefined=runner.left_padding)
+        rows = [s[: max(2, length - (i * options.pad_shortening + 3) % length)] for i, s in enumerate(seqs)]
+        if len({len(r) for r in rows}) == 1 and n > 1:
+            rows[-1] = rows[-1][:-1]
+        scored = runner.padded(rows, side)
+        return ModeOutcome([Row(s, 0, lp[: len(r)]) for s, r, lp in zip(seqs, rows, scored, strict=True)])
+    if mode == "fork":
+        prefix = round(length * options.fork_at)
+        prefix += prefix % stride == 0  # end the shared prefix inside a window: a fork at a window edge tests less
+        prefix = max(1, min(length - 1, prefix))
+        gen = torch.Generator().manual_seed(options.seed + 1)
+        others = torch.randint(0, runner.vocab_size, (n, length - prefix), generator=gen)
+        own, other = runner.forked(ids, prefix, others)
+        rows = [Row(s, prefix, lp) for s, lp in zip(seqs, own, strict=True)]
+        other_ids = torch.cat([ids[:, :prefix], others], dim=1).tolist()
+        rows += [Row(s, prefix, lp) for s, lp in zip(other_ids, other, strict=True)]
+        return ModeOutcome(rows)
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+# ------------------------------------------------------------------------------------------ comparing
+
+
+@dataclass
+class Compared:
+    """Per scored position of one mode: sequence row, position t (predicting token t+1), |delta log-prob|
+    of the actual next token, KL (NaN where a distribution is missing), top-1 agreement."""
+
+    row: list[int] = field(default_factory=list)
+    position: list[int] = field(default_factory=list)
+    delta: list[float] = field(default_factory=list)
+    kl: list[float] = field(default_factory=list)
+    agree: list[bool] = field(default_factory=list)
+
+
+def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor]) -> Compared:
+    """Each row against the reference's log-probs [T, V] of its sequence, at positions with a next token."""
+    out = Compared()
+    for i, row in enumerate(rows):
+        ref = reference(row.tokens)
+        size = len(row.full) if row.full is not None else len(row.next_lp)
+        last = min(row.first + size, len(row.tokens) - 1)  # position T-1 predicts no prompt token
+        if last <= row.first:
+            continue
+        positions = torch.arange(row.first, last)
+        nxt = torch.tensor(row.tokens)[positions + 1]
+        ref_rows = ref[positions].double()
+        ref_lp = ref_rows.gather(-1, nxt[:, None])[:, 0]
+        if row.full is not None:
+            cand = row.full[: last - row.first].double()
+            cand_lp = cand.gather(-1, nxt[:, None])[:, 0]
+            p = ref_rows.exp()
+            kl = (p * (ref_rows - cand)).nan_to_num(0.0).sum(-1).clamp_min(0.0)
+            agree = ref_rows.argmax(-1) == cand.argmax(-1)
+        else:
+            cand_lp = torch.as_tensor(row.next_lp[: last - row.first], dtype=torch.float64)
+            kl = torch.full((len(positions),), math.nan, dtype=torch.float64)
+            agree = ref_rows.argmax(-1) == torch.as_tensor(row.top1[: last - row.first])
+        out.row += [i] * len(positions)
+        out.position += positions.tolist()
+        out.delta += (ref_lp - cand_lp).abs().tolist()
+        out.kl += kl.tolist()
+        out.agree += agree.tolist()
+    return out
+
+
+def _finite(values) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
+def _stat(values, how) -> float | None:
+    values = _finite(values)
+    return float(how(values)) if values else None
+
+
+def summarise(compared: Compared, stride: int, tolerance: float) -> dict:
+    """One mode's report: overall and per phase (t mod S) max/mean |delta log-prob|, max/mean KL, top-1
+    agreement; the first position beyond tolerance; where the errors concentrate."""
+    delta, kl = np.asarray(compared.delta), np.asarray(compared.kl, dtype=float)
+    position = np.asarray(compared.position, dtype=int)
+    bad = (delta > tolerance) | (np.nan_to_num(kl, nan=0.0) > tolerance)
+    phases = []
+    for phase in range(stride):
+        at = position % stride == phase
+        phases.append(
+            {
+                "phase": phase,
+                "positions": int(at.sum()),
+                "max_abs_delta": _stat(delta[at], max),
+                "mean_abs_delta": _stat(delta[at], np.mean),
+                "max_kl": _stat(kl[at], max),
+                "mean_kl": _stat(kl[at], np.mean),
+                "top1_agreement": float(np.mean(np.asarray(compared.agree)[at])) if at.any() else None,
+                "beyond_tolerance": int(bad[at].sum()),
+            }
+        )
+    first = int(position[bad].min()) if bad.any() else None
+    return {
+        "positions": len(delta),
+        "max_abs_delta": _stat(delta, max),
+        "mean_abs_delta": _stat(delta, np.mean),
+        "max_kl": _stat(kl, max),
+        "mean_kl": _stat(kl, np.mean),
+        "top1_agreement": float(np.mean(compared.agree)) if compared.agree else None,
+        "beyond_tolerance": int(bad.sum()),
+        "first_failure": first,
+        "first_failure_phase": None if first is None else first % stride,
+        "conforms": not bad.any(),
+        "by_phase": phases,
+        "concentration": concentration(phases, first, stride),
+    }
+
+
+def concentration(phases: list[dict], first: int | None, stride: int) -> dict:
+    """Where a failing mode's errors sit: `peak_phase` (largest mean |delta|), `phases` whose mean |delta| is
+    over twice the median of the phase means (errors concentrated there; empty when spread evenly), whether
+    the boundary phase S-1 is among them, and whether the errors start in the first window (position < S)."""
+    if first is None:
+        return {"peak_phase": None, "phases": [], "boundary_phase": False, "from_first_window": False, "text": "none"}
+    means = [p["mean_abs_delta"] or 0.0 for p in phases]
+    median = float(np.median(means))
+    peak = int(np.argmax(means))
+    hot = [p["phase"] for p, m in zip(phases, means, strict=True) if m > 2 * median and p["beyond_tolerance"]]
+    if len(hot) == stride:
+        hot = []
+    text = f"from position {first} (phase {first % stride}); "
+    text += f"concentrated at phase{'s' * (len(hot) > 1)} {', '.join(map(str, hot))}" if hot else "spread over phases"
+    text += f", largest at phase {peak}"
+    return {
+        "peak_phase": peak,
+        "phases": hot,
+        "boundary_phase": stride - 1 in hot,
+        "from_first_window": first < stride,
+        "text": text,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def prompts(options: ConformanceOptions, vocab_size: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(options.seed)
+    return torch.randint(0, vocab_size, (options.prompts, options.length), generator=gen)
+
+
+def resolve_stride(options: ConformanceOptions, candidate, reference) -> tuple[int, str]:
+    if options.period is not None:
+        return options.period, "--period"
+    for who, runner in (("candidate", candidate), ("reference", reference)):
+        if runner is not None and runner.stride:
+            return int(runner.stride), f"the {who}'s compression stride"
+    return 4, "default (no compression stride known)"
+
+
+def run_conformance(candidate, options: ConformanceOptions, reference=None, echo=None) -> dict:
+    """Every mode of `candidate` against `reference`'s parallel forward (the candidate's own when None)."""
+    if options.length < 3 or options.prompts < 1:
+        raise ValueError("conformance needs prompts of at least 3 tokens and at least one prompt")
+    if options.tolerance <= 0:
+        raise ValueError(f"tolerance must be > 0, got {options.tolerance}")
+    ref_runner = reference if reference is not None else candidate
+    if isinstance(ref_runner, EndpointRunner):
+        raise ValueError("the reference must be a local model (its parallel forward): a served model is a candidate")
+    stride, stride_source = resolve_stride(options, candidate, reference)
+    vocab = min(candidate.vocab_size, ref_runner.vocab_size)
+    ids = prompts(options, vocab)
+    cache: dict[tuple, torch.Tensor] = {}
+
+    def reference_lp(tokens: list[int]) -> torch.Tensor:
+        key = tuple(tokens)
+        if key not in cache:
+            cache[key] = ref_runner.parallel(torch.tensor([tokens]))[0]
+        return cache[key]
+
+    cache.update({tuple(s): lp for s, lp in zip(ids.tolist(), ref_runner.parallel(ids), strict=True)})
+    modes, undefined, errored = {}, {}, {}
+    for mode in mode_names(candidate, options, stride):
+        started = time.perf_counter()
+        try:
+            outcome = run_mode(candidate, mode, ids, options, stride)
+        except Exception as err:  # an implementation that crashes in a mode does not conform there
+            errored[mode] = f"{type(err).__name__}: {err}"
+            continue
+        if outcome.undefined is not None:
+            undefined[mode] = outcome.undefined
+            continue
+        summary = summarise(compare(outcome.rows, reference_lp), stride, options.tolerance)
+        modes[mode] = {**summary, "seconds": round(time.perf_counter() - started, 3)}
+    conforms = all(m["conforms"] for m in modes.values()) and not errored
+    return {
+        "schema": SCHEMA,
+        "candidate": candidate.describe() | {"label": candidate.name},
+        "reference": None if reference is None else reference.describe() | {"label": reference.name},
+        "reference_mode": f"{'the candidate' if reference is None else 'the reference'}'s parallel forward",
+        "label": candidate.name if reference is None else f"{candidate.name} vs {reference.name}",
+        "stride": {"value": stride, "source": stride_source},
+        "options": asdict(options),
+        "tolerance": options.tolerance,
+        "modes": modes,
+        "undefined_modes": undefined,
+        "errored_modes": errored,
+        "conforms": conforms,
+        "failing_modes": [m for m, s in modes.items() if not s["conforms"]] + list(errored),
+    }
+
+
+def format_conformance(result: dict) -> str:
+    """The terminal table: one line per mode."""
+    stride = result["stride"]["value"]
+    lines = [
+        f"conformance of {result['label']} (reference: {result['reference_mode']}; S = {stride} from "
+        f"{result['stride']['source']}; tolerance {result['tolerance']:g})",
+        f"{'mode':<14} {'max|dlp|':>9} {'mean|dlp|':>9} {'max KL':>9} {'top-1':>6} {'first':>5}  verdict",
+    ]
+
+    def g(v):
+        return "-" if v is None else f"{v:.1e}"
+
+    for mode, m in result["modes"].items():
+        verdict = "ok" if m["conforms"] else "FAILS " + m["concentration"]["text"]
+        first = "-" if m["first_failure"] is None else str(m["first_failure"])
+        lines.append(
+            f"{mode:<14} {g(m['max_abs_delta']):>9} {g(m['mean_abs_delta']):>9} {g(m['max_kl']):>9} "
+            f"{100 * (m['top1_agreement'] or 0):>5.1f}% {first:>5}  {verdict}"
+        )
+    for mode, why in result["undefined_modes"].items():
+        lines.append(f"{mode:<14} {why}")
+    for mode, why in result["errored_modes"].items():
+        lines.append(f"{mode:<14} FAILS: raised {why}")
+    lines.append("conforms" if result["conforms"] else f"does not conform: {', '.join(result['failing_modes'])}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+
+def load_runner(spec: str, dtype: str = "float32", seed: int = 0):
+    """A runner for `spec`: `preset:NAME` (a tiny phasekv preset with random weights from `seed`), a
+    phasekv checkpoint directory, or a Hugging Face model directory."""
+    from pathlib import Path
+
+    dtypes = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+    if dtype not in dtypes:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(dtypes)}")
+    if spec.startswith("preset:"):
+        from phasekv.model import PhaseKVModel, preset_config
+
+        torch.manual_seed(seed)
+        model = PhaseKVModel(preset_config(spec[len("preset:") :]))
+        _jitter(model, seed)
+        return PhaseKVRunner(model.to(dtypes[dtype]), name=spec)
+    directory = Path(spec)
+    from phasekv.model.io import CONFIG_FILE, FORMAT
+
+    config = directory / CONFIG_FILE
+    if not config.is_file():
+        raise ValueError(f"{spec}: not preset:NAME and no {config}")
+    import json
+
+    meta = json.loads(config.read_text())
+    if meta.get("format") == FORMAT:
+        from phasekv.model import load_checkpoint
+
+        return PhaseKVRunner(load_checkpoint(directory).to(dtypes[dtype]), name=str(directory))
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True, dtype=dtypes[dtype])
+    return HFRunner(model, name=str(directory))
+
+
+@torch.no_grad()
+def _jitter(model, seed: int) -> None:
+    """Random weights that make every term matter: an untrained preset's zero biases and unit norms (the
+    init) would hide bugs in what they multiply."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        noise = torch.randn(p.shape, generator=gen) * 0.1
+        p.copy_(1 + noise if "norm" in name else noise)

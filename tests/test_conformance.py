@@ -1,0 +1,183 @@
+"""`phasekv conformance`: a correct implementation conforms in every mode at float32 tolerance, and planted
+bugs (each a plausible engine mistake, planted by patching a copy of a tiny model) are found in the right
+modes and at the right phase; the result loads as its typed format and draws."""
+
+import copy
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from conftest import randomize
+from phasekv.compress.windows import WindowGeometry
+from phasekv.model import PhaseKVModel, preset_config
+from phasekv.studies.conformance.result import ConformanceResult
+from phasekv.studies.conformance.run import ConformanceOptions, PhaseKVRunner, run_conformance
+
+W = S = 8  # w8s8-1kv
+OPTIONS = ConformanceOptions(length=40, prompts=2, seed=1)
+
+
+def _model(name="w8s8-1kv", vocab_size=64):
+    return randomize(PhaseKVModel(preset_config(name, vocab_size=vocab_size)), seed=3, std=0.1).eval()
+
+
+def _compressors(model):
+    return [layer.self_attn.compressor for layer in model.layers]
+
+
+def _planted(model, plant):
+    """A copy of `model` with `plant(copy)` applied: the reference stays correct."""
+    buggy = copy.deepcopy(model)
+    plant(buggy)
+    return buggy
+
+
+def _run(candidate, reference, **options):
+    return run_conformance(
+        PhaseKVRunner(candidate, "candidate"),
+        dataclasses.replace(OPTIONS, **options),
+        reference=None if reference is None else PhaseKVRunner(reference, "reference"),
+    )
+
+
+@pytest.mark.parametrize("name", ["w8s8-1kv", "w8s4-1kv", "dsv4-mix"])
+def test_a_correct_implementation_conforms_in_every_mode_at_float32_tolerance(name):
+    result = _run(_model(name), None)
+    assert result["conforms"], result["failing_modes"]
+    assert {"parallel", "decode", "split@0", f"split@{result['stride']['value'] - 1}", "fork", "right-padded"} <= set(
+        result["modes"]
+    )
+    assert "left-padded" in result["undefined_modes"]  # phasekv models take no attention mask
+    assert all(m["first_failure"] is None for m in result["modes"].values())
+    ConformanceResult.from_dict(json.loads(json.dumps(result)))
+
+
+class _EarlyGeometry(WindowGeometry):
+    def window_end(self, j):
+        return super().window_end(j) - 1  # visible one token before the window is complete
+
+
+class _ShiftedRope(WindowGeometry):
+    def rope_position(self, j):
+        return super().rope_position(j) + 1
+
+
+def _regeometry(cls):
+    def plant(model):
+        for comp in _compressors(model):
+            comp.geometry = cls(**dataclasses.asdict(comp.geometry))
+
+    return plant
+
+
+def test_an_entry_visible_one_token_early_is_found_at_phase_s_minus_2_where_a_call_holds_its_window():
+    model = _model()
+    result = _run(_planted(model, _regeometry(_EarlyGeometry)), model, modes=("parallel", "decode", "chunk 9"))
+    assert result["failing_modes"] == ["parallel", "chunk 9"]
+    # one token at a time the entry is only written when its window completes, so decoding cannot read it early
+    assert result["modes"]["decode"]["conforms"]
+    for mode in ("parallel", "chunk 9"):
+        m = result["modes"][mode]
+        assert m["first_failure"] == W - 2 and m["first_failure_phase"] == S - 2
+        assert m["concentration"]["peak_phase"] == S - 2
+
+
+def test_an_entry_key_rotated_at_the_wrong_position_is_found_where_the_first_entry_becomes_visible():
+    model = _model()
+    result = _run(_planted(model, _regeometry(_ShiftedRope)), model, modes=("parallel", "decode"))
+    for m in result["modes"].values():
+        assert not m["conforms"] and m["first_failure"] == W - 1  # the first window's entry, read from t = W-1
+
+
+def _drop_partial_window_after_a_chunk(model):
+    """After a prefill chunk (a call of several tokens), the compressor inputs kept for the unfinished window
+    are lost (zeros in their place)."""
+    for layer in model.layers:
+        attn = layer.self_attn
+        forward = attn.forward
+
+        def patched(x, start=0, state=None, forward=forward):
+            out = forward(x, start, state)
+            if state is not None and x.shape[1] > 1:
+                state.hidden = torch.zeros_like(state.hidden)
+            return out
+
+        attn.forward = patched
+
+
+def test_a_chunked_prefill_that_drops_the_partial_window_fails_only_where_chunk_boundaries_cut_windows():
+    model = _model()
+    result = _run(_planted(model, _drop_partial_window_after_a_chunk), None)
+    modes = result["modes"]
+    for ok in ("parallel", "decode", "split@0", f"chunk {S}", "chunk 61"):  # boundaries at window edges, or none
+        assert modes[ok]["conforms"], ok
+    for bad in ("split@3", f"split@{S - 1}", f"chunk {S - 1}", f"chunk {S + 1}", "chunk 7", "fork"):
+        assert not modes[bad]["conforms"], bad
+    assert modes["split@3"]["first_failure"] == W - 1  # window 0 was cut at position 3: its entry is wrong
+
+
+def _decode_skips_the_first_window(model):
+    """One-token calls never see the first window's entry."""
+    for layer in model.layers:
+        attn = layer.self_attn
+        memory = attn._memory
+
+        def patched(x, start, state, memory=memory):
+            mem = memory(x, start, state)
+            if x.shape[1] == 1 and mem.num_entries:
+                mem.entry_end = mem.entry_end.clone()
+                mem.entry_end[0] = 10**9
+            return mem
+
+        attn._memory = patched
+
+
+def test_a_decode_path_that_skips_the_first_window_fails_in_decode_only_from_the_first_window():
+    model = _model()
+    result = _run(
+        _planted(model, _decode_skips_the_first_window), None, modes=("parallel", "decode", "chunk 8", "fork")
+    )
+    modes = result["modes"]
+    assert modes["parallel"]["conforms"] and modes["chunk 8"]["conforms"] and modes["fork"]["conforms"]
+    decode = modes["decode"]
+    assert not decode["conforms"] and decode["first_failure"] == W - 1 and decode["concentration"]["from_first_window"]
+    assert result["failing_modes"] == ["decode"]
+
+
+def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_path):
+    """The served (echo) mode: prompt-token log-probs over HTTP from `phasekv serve`'s server, a planted bug in
+    the served copy, the correct model as the local reference."""
+    from conftest import save_with_tokenizer, word_tokenizer
+    from phasekv.scoring import PhaseKVScorer
+    from phasekv.serve import EndpointScorer
+    from phasekv.studies.conformance.run import EndpointRunner
+    from test_serve import FAST, serving
+
+    tokenizer = word_tokenizer()
+    model = _model(vocab_size=len(tokenizer))
+    save_with_tokenizer(model, tmp_path / "reference")
+    for plant, expected in ((None, None), (_regeometry(_EarlyGeometry), W - 2)):
+        served = model if plant is None else _planted(model, plant)
+        with serving(PhaseKVScorer(served, tokenizer)) as server:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", **FAST)
+            result = run_conformance(EndpointRunner(endpoint), OPTIONS, reference=PhaseKVRunner(model, "local"))
+        m = result["modes"]["served"]
+        assert list(result["modes"]) == ["served"] and m["max_kl"] is None  # no full distributions over echo
+        assert m["first_failure"] == expected and result["conforms"] == (expected is None)
+        if expected is not None:
+            assert m["first_failure_phase"] == S - 2 and m["concentration"]["peak_phase"] == S - 2
+
+
+def test_the_result_loads_in_the_report(tmp_path):
+    from phasekv.report import build_report
+
+    result = _run(_planted(_model(), _decode_skips_the_first_window), None, modes=("parallel", "decode"))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "conformance.json").write_text(json.dumps(result))
+    out = build_report(tmp_path / "results", tmp_path / "report.html", pngs=False)
+    assert "conformance" in out.sections
+    page = out.html.read_text()
+    assert "sec-conformance" in page and "decode: from position 7 (phase 7)" in page
