@@ -1,7 +1,7 @@
 """A small OpenAI-compatible completions server over any `Scorer` (standard library HTTP).
 
 Routes: `GET /v1/models` (the served model; its `phasekv` field adds the vocabulary size, the
-compression stride and the scorer's `describe()`), `POST /v1/completions` (see `completions`).
+compression stride, a SHA-256 of the weights and the scorer's `describe()`), `POST /v1/completions` (see `completions`).
 Errors are JSON `{"error": {"message", "type", "code"}}` with status 400 (bad request), 401
 (wrong API key), 404 (unknown route or model) or 500. Bound to 127.0.0.1 unless told otherwise.
 Requests are served on threads; the model runs one request at a time.
@@ -9,12 +9,15 @@ Requests are served on threads; the model runs one request at a time.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
 
 from ..scoring import Scorer
 from .completions import DEFAULT_MAX_NEW_TOKENS, complete, parse_request
@@ -46,6 +49,8 @@ class CompletionServer(ThreadingHTTPServer):
         self.model_lock = threading.Lock()
         self.vocab_size = int(scorer.next_token_logprobs([[0]]).shape[-1])
         self.created = int(time.time())
+        model = getattr(scorer, "model", None)
+        self.weights_sha256 = weights_sha256(model) if isinstance(model, torch.nn.Module) else None
 
     @property
     def url(self) -> str:
@@ -63,6 +68,7 @@ class CompletionServer(ThreadingHTTPServer):
             "phasekv": {
                 "vocab_size": self.vocab_size,
                 "compression_stride": self.scorer.compression_stride,
+                "weights_sha256": self.weights_sha256,
                 "model": self.scorer.describe(),
             },
         }
@@ -73,6 +79,17 @@ class CompletionServer(ThreadingHTTPServer):
         request = parse_request(body, self.served_model, self.scorer.tokenizer, self.vocab_size, self.max_new_tokens)
         with self.model_lock:
             return complete(self.scorer, self.served_model, request)
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 of every tensor of the model's state dict (name, dtype, shape and bytes, in order): the
+    card then changes whenever the weights do, even in a folder retrained in place."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 class CompletionHandler(BaseHTTPRequestHandler):
