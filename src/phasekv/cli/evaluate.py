@@ -168,7 +168,9 @@ def lookup(
     placements: int = typer.Option(None, min=1, help="placements per mapping and residue (default: fewest exact)"),
     modulus: int = typer.Option(24, min=2, help="group targets by position mod this"),
     protocol: str = typer.Option("prefix", help=PROTOCOLS_HELP),
-    padding: int = typer.Option(None, min=0, help="pad tokens per prompt (default: design span + records/4)"),
+    padding: int = typer.Option(
+        None, min=0, help="pad tokens per prompt (default: design span + records/4, or what the design needs)"
+    ),
     spread_blocks: int = SPREAD,
     seed: int = SEED,
     held_out_seed: int = typer.Option(
