@@ -600,3 +600,37 @@ def test_report_in_headless_chromium(report, tmp_path):
         shutil.copy(shot, SCREENSHOT)
     except OSError:
         pass
+
+
+def test_report_refuses_no_results_other_json_and_an_unreadable_model(results, tmp_path):
+    app = typer.Typer()
+    app.command()(report_command)
+    runner = CliRunner()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = runner.invoke(app, [str(empty), "--out", str(tmp_path / "e.html")])
+    assert res.exit_code == 1 and "no phasekv result files under" in res.output and not (tmp_path / "e.html").exists()
+    other = _copy(results, tmp_path, "notes.json") / "notes.json"
+    res = runner.invoke(app, [str(other), "--out", str(tmp_path / "o.html")])
+    assert res.exit_code == 1 and "of another kind: notes.json" in res.output
+    flip = str(_copy(results, tmp_path, "flip.json"))
+    for model in (tmp_path / "missing", empty):
+        res = runner.invoke(app, [flip, "--out", str(tmp_path / "m.html"), "--model", str(model), "--no-pngs"])
+        assert res.exit_code == 1 and f"--model {model} cannot be read" in res.output, res.output
+        assert not (tmp_path / "m.html").exists()
+
+
+def test_ctrl_c_during_the_report_leaves_no_figures_without_their_page(results, tmp_path, monkeypatch):
+    from phasekv.report import compressor as compressor_figure
+
+    app = typer.Typer()
+    app.command()(report_command)
+    flip = str(_copy(results, tmp_path, "flip.json"))
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compressor_figure, "png", interrupted)  # drawn after the studies' figures
+    res = CliRunner().invoke(app, [flip, "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 130 and "was not written" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["subset"]  # no page, no figures, no staging folder

@@ -27,6 +27,7 @@ from phasekv.cli import app
 from phasekv.evaluate import run_lookup
 from phasekv.scoring import load_scorer
 from phasekv.serve import EndpointError, EndpointScorer, make_server
+from phasekv.serve.canary import canary_prompts
 from phasekv.serve.server import CompletionHandler
 from phasekv.tasks.lookup import LookupOptions
 from test_serve import counting_handler, serving
@@ -125,6 +126,118 @@ def test_a_cache_written_for_another_server_is_refused(scorers, local_lookup, tm
         code, output, fresh = audit(server.url, a_dir, tmp_path, "--no-cache")
     assert code == 0, output
     assert_same_result(local_lookup["qwen"], fresh)
+
+
+class ConstantCardHandler(CompletionHandler):
+    """A third-party-like server: its `/v1/models` card never changes, whatever weights answer."""
+
+    def do_GET(self):  # noqa: N802
+        card = {"id": self.server.served_model, "object": "model", "created": 0, "owned_by": "third-party"}
+        self.send_json(200, {"object": "list", "data": [card]})
+
+
+def _save_phasekv(directory: Path, seed: int) -> Path:
+    """An untrained w8s4-1kv tiny phasekv checkpoint of `seed` saved into `directory` (weights replaced)."""
+    from conftest import save_with_tokenizer, word_tokenizer
+    from phasekv.model import PhaseKVModel, preset_config
+
+    torch.manual_seed(seed)
+    return save_with_tokenizer(PhaseKVModel(preset_config("w8s4-1kv", "tiny", vocab_size=len(word_tokenizer()))),
+                               directory)  # fmt: skip
+
+
+def test_weights_replaced_in_a_served_folder_are_never_answered_from_the_cache(tmp_path, monkeypatch):
+    """Checkpoint A served as `m` and audited; other weights copied into the same folder, served again as
+    `m` on the same port, audited with the default cache: the second result is the new weights', never A's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    folder, port = _save_phasekv(tmp_path / "ckpt", seed=0), free_port()
+    a = load_scorer(folder)
+    with serving(a, name="m", port=port) as server:
+        code, output, first = audit(server.url, folder, tmp_path, name="m")
+        card_a = server.models_body()["data"][0]["phasekv"]["weights_sha256"]
+    assert code == 0, output
+    _save_phasekv(folder, seed=1)  # retrained in place: the same path, config and parameter count
+    b = load_scorer(folder)
+    with serving(b, name="m", port=port) as server:
+        assert server.models_body()["data"][0]["phasekv"]["weights_sha256"] != card_a
+        code, output, second = audit(server.url, folder, tmp_path, name="m")
+        assert code == 0, output
+        assert second["model"]["answers"]["from_cache"] == 0 and second["model"]["answers"]["sent"] > 0
+        assert_same_result(run_lookup(b, LOOKUP, n_resamples=50, progress=False), second)
+        assert second["mean_answer_logprob"] != pytest.approx(first["mean_answer_logprob"], rel=1e-5)
+        cache = tmp_path / "xdg" / "phasekv" / "endpoints" / f"m-{first['model']['fingerprint_id']}.jsonl"
+        code, output, _ = audit(server.url, folder, tmp_path, "--cache", str(cache), name="m")
+    assert code == 2 and "holds answers of another server or model" in output  # A's cache, named explicitly
+
+
+def test_a_card_that_never_changes_cannot_hide_other_weights(scorers, local_lookup, tmp_path, monkeypatch):
+    """A server whose card is constant (vLLM, llama.cpp say little that changes): the canaries refuse the cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (a, a_dir), (b, _) = scorers["phasekv"], scorers["qwen"]
+    port = free_port()
+    with serving(a, ConstantCardHandler, name="w8s8", port=port) as server:
+        assert audit(server.url, a_dir, tmp_path)[0] == 0
+        code, output, again = audit(server.url, a_dir, tmp_path)  # the same weights: resumed, nothing sent
+    assert code == 0, output
+    assert again["model"]["answers"]["sent"] == 0 and again["model"]["canaries"]["largest_difference_nats"] <= 1e-3
+    assert_same_result(local_lookup["phasekv"], again)
+    with serving(b, ConstantCardHandler, name="w8s8", port=port) as server:
+        code, output, result = audit(server.url, a_dir, tmp_path)
+        assert code == 2 and result is None
+        assert "answers the canary prompts differently" in output and "--cache NEW_FILE (or --no-cache)" in output
+        assert len(output.strip().splitlines()) == 1
+        code, output, fresh = audit(server.url, a_dir, tmp_path, "--no-cache")
+    assert code == 0, output  # B's answers (the card gives no stride here, so only the log-prob compares)
+    assert fresh["mean_answer_logprob"] == pytest.approx(local_lookup["qwen"]["mean_answer_logprob"], rel=1e-5)
+
+
+def _other_tokenizer(directory: Path, tmp_path: Path) -> Path:
+    """A copy of `directory`'s model whose tokenizer swaps the ids of two words (same vocabulary size)."""
+    import shutil
+
+    copy = Path(shutil.copytree(directory, tmp_path / "other-tokenizer"))
+    spec = json.loads((copy / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = list(vocab)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (copy / "tokenizer.json").write_text(json.dumps(spec))
+    return copy
+
+
+@pytest.mark.parametrize("field", ["served_model", "tokenizer", "top_k", "text_prompts"])
+def test_every_field_of_the_fingerprint_invalidates_a_reused_cache(scorers, tmp_path, field):
+    scorer, directory = scorers["qwen"]
+    cache, port = tmp_path / "cache.jsonl", free_port()
+    with serving(scorer, name="a", port=port) as server:
+        EndpointScorer(server.url, "a", directory, cache=cache).score_answers([[5, 6, 7]], [[8]])
+        assert EndpointScorer(server.url, "a", directory, cache=cache).canary_difference <= 1e-3  # the same: accepted
+    changed = {"name": "a", "tokenizer": directory, "options": {}}
+    if field == "served_model":
+        changed["name"] = "b"
+    elif field == "tokenizer":
+        changed["tokenizer"] = _other_tokenizer(directory, tmp_path)
+    elif field == "top_k":
+        changed["options"] = {"top_k": 21}
+    else:
+        changed["options"] = {"text_prompts": True}
+    differs = {"served_model": "served_model", "tokenizer": "tokenizer_sha256"}.get(field, "request_options")
+    with serving(scorer, name=changed["name"], port=port) as server:
+        with pytest.raises(EndpointError, match=f"differs in: [a-z_, ]*{differs}.*--cache NEW_FILE"):
+            EndpointScorer(server.url, changed["name"], changed["tokenizer"], cache=cache, **changed["options"])
+
+
+def test_canary_difference_counts_tokens_that_left_the_top_list():
+    from phasekv.serve.canary import canary_difference
+
+    stored = {"prompts": [[1, 2]], "top": [[[5, -1.0], [6, -2.0], [7, -3.0]]]}
+    assert canary_difference(stored, stored) == 0.0
+    close = {"prompts": [[1, 2]], "top": [[[5, -1.0004], [6, -2.0], [7, -3.0]]]}
+    assert canary_difference(stored, close) == pytest.approx(4e-4)
+    swapped_tail = {"prompts": [[1, 2]], "top": [[[5, -1.0], [6, -2.0], [8, -3.0]]]}  # a tie at the edge
+    assert canary_difference(stored, swapped_tail) == 0.0
+    moved = {"prompts": [[1, 2]], "top": [[[9, -0.5], [5, -1.0], [6, -2.0]]]}  # 9 entered above 7
+    assert canary_difference(stored, moved) == pytest.approx(2.5)
+    assert canary_difference(stored, {"prompts": [[1, 3]], "top": stored["top"]}) == float("inf")
 
 
 # 2. The cache file survives a crash mid-write.
@@ -471,9 +584,12 @@ def test_faults_interruptions_and_restarts_end_with_the_uninterrupted_result(sco
         proxy.shutdown()
         proxy.server_close()
     assert_same_result(local_lookup["phasekv"], json.loads(out.read_text()))
-    assert len(proxy.delivered) == len(set(proxy.delivered))  # no answer reached the client twice
+    tokenizer = scorers["phasekv"][0].tokenizer
+    canaries = {json.dumps(ids) for ids in canary_prompts(tokenizer, len(tokenizer))}  # asked anew by every run
+    delivered = [prompt for prompt in proxy.delivered if prompt not in canaries]
+    assert len(delivered) == len(set(delivered))  # no answer reached the client twice
     keys = [line["key"] for line in answer_lines(cache)]
-    assert len(keys) == len(set(keys)) == len(proxy.delivered)
+    assert len(keys) == len(set(keys)) == len(delivered)
 
 
 # 6. The README's audit example runs as written, against the layout the quick profile writes.

@@ -392,3 +392,13 @@ def test_flip_prompts_grow_one_token(word_tok):
             assert word_tok.unk_token_id not in p.input_ids[1 : 1 + p.filler_length]
     with pytest.raises(ValueError, match="filler lengths"):
         flip.make_flip(context, [5, 5], [3])
+
+
+@pytest.mark.parametrize("template", ["paper", "natural"])
+@pytest.mark.parametrize("n_records", [1, 2, 3, 4, 5])
+def test_the_default_padding_fits_every_record_count(n_records, template):
+    """Fewer than 4 records once left the default padding below what the design needs."""
+    tok = tokenizer.build_word_tokenizer()
+    options = lookup.LookupOptions(n_records=n_records, n_demos=0, modulus=24, n_mappings=2, template=template)
+    prompts = lookup.lookup_prompts(tok, options)
+    assert {p.residue for p in prompts.prompts} == set(range(24))

@@ -37,3 +37,30 @@ def write_atomic(path: Path, write: Callable[[str], object]) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def check_output(path: Path | str, *, directory: bool = False, option: str = "--out") -> Path:
+    """Check, before any work, that `path` can be written: a file (or with `directory`, a folder) that is
+    either writable where it is or can be made under its first existing ancestor, which must be a
+    writable folder. Creates nothing. ValueError naming `option` otherwise; returns `path`."""
+    path = Path(path)
+    what = "folder" if directory else "file"
+    if path.exists():
+        if directory and not path.is_dir():
+            raise ValueError(f"{option} {path} is a file, not a folder")
+        if not directory and path.is_dir():
+            raise ValueError(f"{option} {path} is a folder: give a file name")
+        writable = os.access(path, os.W_OK | (os.X_OK if directory else 0))
+        if not writable:
+            raise ValueError(f"{option} {path}: the {what} is not writable")
+        if not directory and not os.access(path.parent, os.W_OK | os.X_OK):  # written by a rename beside it
+            raise ValueError(f"{option} {path}: its folder {path.parent} is not writable")
+        return path
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{option} {path}: {ancestor} is a file, so no {what} can be made under it")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: {ancestor} is not writable")
+    return path

@@ -161,6 +161,7 @@ def reproduce(
     ),
 ) -> None:
     """Pretrain models that differ only in their attention, probe them by phase, write table and figure."""
+    from phasekv.files import check_output
     from phasekv.reproduce import get_profile
     from phasekv.reproduce import reproduce as run_reproduction
     from phasekv.reproduce.plan import write_plan
@@ -168,12 +169,16 @@ def reproduce(
 
     if profile in PRESS_PROFILES:
         out = out or f"runs/{profile}"
+        with one_line_errors("reproduce"):
+            check_output(out, directory=True)  # a bad path fails now, not after the presses ran
         run_presses(PRESS_PROFILES[profile], out, model or DEFAULT_MODEL, echo=typer.echo)
         typer.echo((Path(out) / "table.md").read_text())
         typer.echo(f"written: {out}/table.md, {out}/presses.json, {out}/residues.png, {out}/cells/")
         return
     chosen = get_profile(profile)
     out = out or f"runs/{chosen.name}"
+    with one_line_errors("reproduce"):
+        check_output(out, directory=True)  # a bad path fails now, not after training
     if plan:
         typer.echo(write_plan(chosen, out))
         return

@@ -13,6 +13,7 @@ import typer
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
 from phasekv.cli.scoring import LOADING
+from phasekv.files import check_output
 
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
@@ -77,6 +78,7 @@ def knockout_command(
     from phasekv.studies.knockout.run import KnockoutOptions, format_knockout, run_knockout
 
     with one_line_errors("knockout"):
+        check_output(out, directory=True)  # a bad path fails now, not after the analysis
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
         options = KnockoutOptions(
             mode="layers" if layers else "heads",
@@ -105,6 +107,7 @@ def gates_command(
     from phasekv.studies.gates.run import format_gates, is_run_dir, run_gate_trajectory, run_gates
 
     with one_line_errors("gates"):
+        check_output(out, directory=True)  # a bad path fails now, not after the analysis
         lookup = _lookup(**prompts)
         if is_run_dir(model):
             trajectory = run_gate_trajectory(model, lookup, scoring["batch_size"], source, progress=not quiet)
@@ -137,6 +140,7 @@ def cycle_command(
     from phasekv.studies.cycle.run import format_cycle, parse_deltas, run_cycle
 
     with one_line_errors("cycle"):
+        check_output(out, directory=True)  # a bad path fails now, not after the analysis
         deltas = parse_deltas(delta)
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
         result = run_cycle(_scorer(model, scoring), deltas, lookup, resamples, progress=not quiet)

@@ -112,6 +112,15 @@ def _prompt_rows(prompts):
     return (asdict(p) for p in prompts)
 
 
+def _check_outputs(out: Path | None, dump: Path | None) -> None:
+    from phasekv.files import check_output
+
+    if out is not None:
+        check_output(out)
+    if dump is not None:
+        check_output(dump, option="--dump-prompts")
+
+
 def _finish(result: dict, table: str, out: Path | None) -> None:
     typer.echo(table)
     answers = result["model"].get("answers")  # an endpoint audit's
@@ -159,7 +168,9 @@ def lookup(
     placements: int = typer.Option(None, min=1, help="placements per mapping and residue (default: fewest exact)"),
     modulus: int = typer.Option(24, min=2, help="group targets by position mod this"),
     protocol: str = typer.Option("prefix", help=PROTOCOLS_HELP),
-    padding: int = typer.Option(None, min=0, help="pad tokens per prompt (default: design span + records/4)"),
+    padding: int = typer.Option(
+        None, min=0, help="pad tokens per prompt (default: design span + records/4, or what the design needs)"
+    ),
     spread_blocks: int = SPREAD,
     seed: int = SEED,
     held_out_seed: int = typer.Option(
@@ -181,6 +192,7 @@ def lookup(
     from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 
     with one_line_errors("eval"):
+        _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
         options = LookupOptions(
             n_records=records,
             n_demos=demos,
@@ -239,6 +251,7 @@ def needle(
     from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
     with one_line_errors("eval"):
+        _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
         options = NeedleOptions(
             context_length=context_length,
             n_records=records,
@@ -300,6 +313,7 @@ def flip(
     from phasekv.studies.flip.run import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
 
     with one_line_errors("eval"):
+        _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
         fields = dict(
             candidates=tuple(c for c in candidates.split(",") if c),
             min_length=min_length,

@@ -16,18 +16,26 @@ def report_command(
     pngs: bool = typer.Option(True, "--pngs/--no-pngs", help="also write PNG figures beside the HTML"),
 ) -> None:
     """Write a self-contained interactive HTML report (and PNG figures) from result JSON files."""
+    from phasekv.files import check_output
     from phasekv.report import ReportInputError, build_report
 
-    compressor = None
-    if model is not None:  # reading a checkpoint needs torch: the report itself does not
-        from phasekv.studies.gates.illustration import illustration
-
-        compressor = illustration(model)
     try:
+        check_output(out)
+        compressor = None
+        if model is not None:  # reading a checkpoint needs torch: the report itself does not
+            from phasekv.studies.gates.illustration import from_checkpoint
+
+            try:
+                compressor = from_checkpoint(model)
+            except Exception as err:  # noqa: BLE001 (any unreadable checkpoint: asked for, so an error)
+                raise ValueError(f"--model {model} cannot be read: {err}") from None
         result = build_report(results_dir, out, compressor=compressor, pngs=pngs)
-    except ReportInputError as err:
+    except (ReportInputError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {out} was not written (an earlier report there, if any, is unchanged)", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"wrote {result.html} ({', '.join(result.sections)})")
     if result.pngs:
         typer.echo(f"figures: {result.pngs[0].parent} ({len(result.pngs)} PNG)")

@@ -2,7 +2,7 @@
 
 `LOADING` and `SCORING` are `OptionGroup`s of `load_scorer`'s keyword arguments; `ENDPOINT` points `phasekv
 eval` at an OpenAI-compatible server (--endpoint (key "url"), --served-model, --tokenizer, --concurrency,
---timeout, --retries, --backoff, --cache, --no-cache, --text-prompts, --echo/--no-echo, --top-k);
+--timeout, --retries, --backoff, --cache, --no-cache, --text-prompts, --echo/--no-echo, --top-k, --canary-tolerance);
 `scorer_from_options` builds the scorer an eval command runs on: an `EndpointScorer` when --endpoint is given,
 else the local model directory.
 """
@@ -83,6 +83,16 @@ ENDPOINT = OptionGroup(
         ),
     ),
     top_k=(int, typer.Option(20, "--top-k", min=1, help="log-probs asked per position without echo")),
+    canary_tolerance=(
+        float,
+        typer.Option(
+            1e-3,
+            "--canary-tolerance",
+            min=0.0,
+            help="nats the canary log-probs may move before a results cache counts as another model's "
+            "(raise it for a nondeterministic server)",
+        ),
+    ),
 )
 
 
@@ -108,6 +118,7 @@ def endpoint_scorer_from_options(
     text_prompts: bool = False,
     echo: bool | None = None,
     top_k: int = 20,
+    canary_tolerance: float = 1e-3,
 ):
     """An `EndpointScorer` from the ENDPOINT options (API key from the environment); what loading
     the results cache repaired is printed to stderr."""
@@ -132,6 +143,7 @@ def endpoint_scorer_from_options(
         text_prompts=text_prompts,
         echo=echo,
         top_k=top_k,
+        canary_tolerance=canary_tolerance,
     )
     if scorer.notice:
         typer.echo(scorer.notice, err=True)

@@ -22,16 +22,36 @@ def serve_command(
     dtype: str = typer.Option("float32", help="model dtype: float32, bfloat16 or float16"),
     threads: int = typer.Option(None, min=1, help="torch CPU threads (default: torch's choice)"),
     max_tokens: int = typer.Option(2048, "--max-tokens", min=1, help="the largest max_tokens a request may ask for"),
+    max_prompt_tokens: int = typer.Option(
+        None, "--max-prompt-tokens", min=1, help="the longest prompt accepted (default: the model's context, else 8192)"
+    ),
+    max_prompts: int = typer.Option(64, "--max-prompts", min=1, help="the most prompts one request may list"),
+    max_logprob_entries: int = typer.Option(
+        2_000_000, "--max-logprob-entries", min=1, help="the most log-probs (logprobs x tokens) one response may hold"
+    ),
+    workers: int = typer.Option(32, "--workers", min=1, help="connections served at once (the model runs one)"),
+    backlog: int = typer.Option(256, "--backlog", min=1, help="connections that may wait to be accepted"),
+    read_timeout: float = typer.Option(
+        30.0, "--read-timeout", min=0.01, help="seconds a client has to send its whole request (and to read its answer)"
+    ),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible /v1/completions API (token-id prompts, echo, logprobs)."""
     from phasekv.scoring import ScorerError, load_scorer
-    from phasekv.serve.server import make_server
+    from phasekv.serve.completions import Limits
+    from phasekv.serve.server import context_length, make_server
 
     with one_line_errors("serve", (ScorerError, OSError)):
         scorer = load_scorer(model, device=device, dtype=dtype, threads=threads)
-        server = make_server(
-            scorer, served_model or model.name, host=host, port=port, api_key=api_key, max_new_tokens=max_tokens
+        limits = Limits(
+            max_new_tokens=max_tokens,
+            max_prompt_tokens=max_prompt_tokens or context_length(scorer),
+            max_prompts=max_prompts,
+            max_logprob_entries=max_logprob_entries,
         )
+        server = make_server(
+            scorer, served_model or model.name, host=host, port=port, api_key=api_key, limits=limits,
+            workers=workers, backlog=backlog, read_timeout=read_timeout,
+        )  # fmt: skip
     typer.echo(f"serving {server.served_model!r} at {server.url}/v1 (Ctrl-C stops)")
     try:
         server.serve_forever()

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import typer
 
+from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import OptionGroup, expand_groups
+from phasekv.files import check_output
 
 app = typer.Typer(help="The idealized induction model: optimal and learned compression.", no_args_is_help=True)
 
@@ -47,6 +49,13 @@ def write_json_atomic(result: dict, path: Path) -> None:
     os.replace(handle.name, path)
 
 
+def _check_out(out: Path | None) -> None:
+    """A bad --out fails before the computation (one line, exit code 2)."""
+    if out is not None:
+        with one_line_errors("theory"):
+            check_output(out)
+
+
 def _floats(text: str) -> list[float]:
     return [float(value) for value in text.split(",")]
 
@@ -76,6 +85,7 @@ def theorem1(
     out: Path | None = OUT,
 ) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
+    _check_out(out)
     from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
 
     config = Theorem1Config(
@@ -114,6 +124,7 @@ def theorem2(
     out: Path | None = OUT,
 ) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
+    _check_out(out)
     from phasekv.studies.theory.figure import plot_theorem2
     from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
 
@@ -170,6 +181,7 @@ def sweep(
     out: Path | None = OUT,
 ) -> None:
     """Theorem 2 over a grid: fraction concentrating, fraction fully covering, final loss (a quick default grid)."""
+    _check_out(out)
     grid = {
         "n_tokens": _ints(n_tokens),
         "chunk_size": _ints(chunk_size),

@@ -79,6 +79,7 @@ def train_command(
 ) -> None:
     """Pretrain a model on the synthetic retrieval mixture or on token files (torchrun-ready)."""
     from phasekv.config import ConfigError
+    from phasekv.files import check_output
     from phasekv.model import CheckpointError
     from phasekv.train.config import RUN_FILE, load_run_config
     from phasekv.train.loop import train
@@ -87,7 +88,8 @@ def train_command(
     if config is not None and typed:
         raise typer.BadParameter(f"--config was given, so run options are not allowed (got {typed})")
     options = {name: ctx.params[name] for name in RUN_OPTIONS}
-    with one_line_errors("train", (ConfigError, CheckpointError, FileNotFoundError)):
+    with one_line_errors("train", (ConfigError, CheckpointError, FileNotFoundError, ValueError)):
+        check_output(out, directory=True)  # a bad path fails now, not after the data and model are built
         if config is not None:
             run = load_run_config(config)
         elif resume and not typed and (out / RUN_FILE).is_file():

@@ -214,6 +214,16 @@ class MixtureSource:
         weights = np.array([config.templates[n] for n in names], dtype=float)
         self._templates, self._weights = names, weights / weights.sum()
 
+    def check_fits(self, draws: int = 8) -> None:
+        """ValueError when some template's record and query cannot fit a sequence (tried with `draws`
+        seeded draws of each weighted template), so a run fails before it writes anything."""
+        c = self.config
+        for name, weight in zip(self._templates, self._weights, strict=True):
+            if weight > 0:
+                for draw in range(draws):
+                    rng = np.random.default_rng([self.seed, 99, draw])
+                    make_sequence(rng, self.vocab, name, 1, 1, self.seq_len + 1, c.phase_modulus, False)
+
     def records_at(self, split: str, position: int) -> int:
         """Records per sequence of global batch `position` (validation: the final count)."""
         if split == "val":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +14,7 @@ from phasekv.studies import registry
 from ..files import write_text_atomic
 from . import compressor as compressor_figure
 from .html import page
-from .load import Inputs, load_results
+from .load import Inputs, ReportInputError, load_results
 
 
 @dataclass
@@ -48,22 +51,42 @@ def build_report(
     malformed result file."""
     out = Path(out)
     inputs = load_results(results_dir)
+    if not any(inputs.results.values()):
+        other = f" ({len(inputs.ignored)} JSON file(s) of another kind: {', '.join(inputs.ignored[:3])})"
+        raise ReportInputError(
+            f"no phasekv result files under {results_dir}{other if inputs.ignored else ''}: "
+            "give a folder or file written by phasekv eval, knockout, gates, cycle, theory or reproduce"
+        )
     data, notes = collect(inputs, compressor)
     present = [study for study in registry.STUDIES if study.key in data]
-    if not present:
-        notes.insert(0, f"No result files found under {results_dir}: only the compressor illustration is shown.")
     count = sum(len(v) for v in inputs.results.values())
     subtitle = (
         f"From {count} result file{'s' if count != 1 else ''} under {Path(results_dir)}; "
         f"generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by phasekv report."
     )
     written = []
-    if pngs:
+    html = page(data, notes, "phasekv report", subtitle)
+    if not pngs:
+        write_text_atomic(out, html)
+    else:
+        # The figures are drawn into a hidden folder and moved into place just before the page is written, so
+        # an interrupted build (Ctrl-C) leaves the previous figures and page as they were.
         fig_dir = out.parent / f"{out.stem}_figures"
-        for study in present:
-            written += study.figure.png(data[study.key], inputs, fig_dir)
-        written += compressor_figure.png(data["compressor"], inputs, fig_dir)
-        for stale in set(fig_dir.glob("*.png")) - set(written):  # an earlier build's figure of a result now gone
-            stale.unlink()
-    write_text_atomic(out, page(data, notes, "phasekv report", subtitle))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{fig_dir.name}.", dir=out.parent))
+        try:
+            drawn = []
+            for study in present:
+                drawn += study.figure.png(data[study.key], inputs, staging)
+            drawn += compressor_figure.png(data["compressor"], inputs, staging)
+            fig_dir.mkdir(exist_ok=True)
+            written = [fig_dir / path.relative_to(staging) for path in drawn]
+            for path, target in zip(drawn, written, strict=True):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+            for stale in set(fig_dir.glob("*.png")) - set(written):  # an earlier build's figure of a result now gone
+                stale.unlink()
+            write_text_atomic(out, html)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return ReportOutput(html=out, pngs=written, sections=[study.key for study in present] + ["compressor"], notes=notes)

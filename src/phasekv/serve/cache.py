@@ -1,9 +1,11 @@
 """The on-disk results cache of an endpoint audit: a fingerprint header, then one JSON line per answer.
 
-The first line is `{"fingerprint": {...}, "fingerprint_id": ...}`: what answers the requests (the
-endpoint URL, the served model name, the server's model card, the tokenizer's hash, the request
-options that change answers). A cache is only ever used for the fingerprint it was written for: on
-a mismatch `claim` refuses (never mixes two models' answers). Every further line is
+The first line is `{"fingerprint": {...}, "fingerprint_id": ..., "canaries": {...}}`: what answers the
+requests (the endpoint URL, the served model name, the server's model card, the tokenizer's hash, the
+request options that change answers) and how it answered the canary prompts (see `canary`: the card
+alone cannot tell other weights behind the same card). A cache is only ever used for the fingerprint
+it was written for, by a server whose canaries agree with the stored ones within the tolerance: else
+`claim` refuses (never mixes two models' answers). Every further line is
 `{"key": ..., "kind": ..., "result": ...}`, appended and flushed as soon as the answer arrives, so
 an interrupted audit resumes without re-sending anything answered. A last line cut off mid-write
 (a crash) is cut from the file on loading, and `notice` says so; any other unreadable line is an
@@ -17,6 +19,7 @@ import json
 import threading
 from pathlib import Path
 
+from .canary import DEFAULT_TOLERANCE, canary_difference
 from .errors import EndpointError
 
 START_FRESH = "start fresh with --cache NEW_FILE (or --no-cache)"
@@ -40,16 +43,17 @@ class ResultCache:
     `fingerprint` (None: just read the file) is checked against the file's header at once, see `claim`.
     """
 
-    def __init__(self, path: str | Path | None = None, fingerprint: dict | None = None):
+    def __init__(self, path: str | Path | None = None, fingerprint: dict | None = None, canaries: dict | None = None):
         self.path = None if path is None else Path(path)
         self.fingerprint: dict | None = None  # the header's, once read or claimed
+        self.canaries: dict | None = None  # the header's canary answers, once read or claimed
         self.notice: str | None = None  # what loading repaired, for the user
         self._results: dict[str, object] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.is_file():
             self._load(self.path)
         if fingerprint is not None:
-            self.claim(fingerprint)
+            self.claim(fingerprint, canaries)
 
     def _load(self, path: Path) -> None:
         raw = path.read_bytes()
@@ -73,6 +77,7 @@ class ResultCache:
             record = self._parse(line.encode())
             if number == 1 and record is not None and "fingerprint" in record:
                 self.fingerprint = record["fingerprint"]
+                self.canaries = record.get("canaries")
             elif record is not None and "key" in record and "result" in record:
                 self._results[record["key"]] = record["result"]
             else:
@@ -89,27 +94,54 @@ class ResultCache:
             return None
         return record if isinstance(record, dict) else None
 
-    def claim(self, fingerprint: dict) -> None:
-        """Use this cache for `fingerprint`: write the header into a new file, or check the file's.
-        EndpointError when the file was written for something else (or before fingerprints)."""
+    def check(self, fingerprint: dict) -> None:
+        """EndpointError when the file was written for another fingerprint (or before fingerprints):
+        cheap, so a wrong cache is refused before anything is sent."""
         if self.fingerprint is None and self._results:
             raise EndpointError(
                 f"results cache {self.path} has no fingerprint (written by an older phasekv): its answers cannot be "
                 f"matched to a server; {START_FRESH}"
             )
+        if self.fingerprint is not None and fingerprint_id(self.fingerprint) != fingerprint_id(fingerprint):
+            differ = sorted(k for k in fingerprint.keys() | self.fingerprint.keys()
+                            if self.fingerprint.get(k) != fingerprint.get(k))  # fmt: skip
+            raise EndpointError(
+                f"results cache {self.path} holds answers of another server or model (differs in: "
+                f"{', '.join(differ)}); refusing to mix them: {START_FRESH}"
+            )
+
+    def claim(self, fingerprint: dict, canaries: dict | None = None, tolerance: float = DEFAULT_TOLERANCE) -> float:
+        """Use this cache for `fingerprint` and the server's `canaries` answers: write the header into a
+        new file, or check the file's (see `check`; the canaries must agree within `tolerance` nats).
+        Returns the largest canary difference (0 for a new cache). EndpointError when refused."""
+        self.check(fingerprint)
         if self.fingerprint is not None:
-            if fingerprint_id(self.fingerprint) != fingerprint_id(fingerprint):
-                differ = sorted(k for k in fingerprint.keys() | self.fingerprint.keys()
-                                if self.fingerprint.get(k) != fingerprint.get(k))  # fmt: skip
+            if canaries is None:
+                return 0.0
+            if self.canaries is None and self._results:
                 raise EndpointError(
-                    f"results cache {self.path} holds answers of another server or model (differs in: "
-                    f"{', '.join(differ)}); refusing to mix them: {START_FRESH}"
+                    f"results cache {self.path} has no canary answers (written by an older phasekv): its answers "
+                    f"cannot be matched to the weights behind the server; {START_FRESH}"
                 )
-            return
-        self.fingerprint = fingerprint
+            if self.canaries is not None:
+                difference = canary_difference(self.canaries, canaries)
+                if not difference <= tolerance:
+                    raise EndpointError(
+                        f"results cache {self.path} holds answers of other weights: the server answers the canary "
+                        f"prompts differently now (by {difference:.3g} nats, tolerance {tolerance:g}; the model "
+                        f"card did not change); {START_FRESH}, or raise --canary-tolerance for a nondeterministic "
+                        "server"
+                    )
+                return difference
+        self.fingerprint, self.canaries = fingerprint, canaries
         if self.path is not None:
             header = {"fingerprint": fingerprint, "fingerprint_id": fingerprint_id(fingerprint)}
-            self._append(json.dumps(header) + "\n")
+            if canaries is not None:
+                header["canaries"] = canaries
+            # the file holds no answers here (else it was refused or returned above): a header alone is rewritten
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(header) + "\n")
+        return 0.0
 
     def __len__(self) -> int:
         return len(self._results)

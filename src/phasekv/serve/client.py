@@ -23,7 +23,9 @@ the server's prompt token count is checked. Token ids in legacy answers are read
 `token_id:<id>` keys (`return_tokens_as_token_ids`); text keys are mapped back through the
 tokenizer only where the mapping is unique. Requests run `concurrency` at a time; every answer is
 appended to the results cache as it arrives (see `cache`), which is keyed on a fingerprint of what
-answers (`fingerprint`). Ctrl-C cancels what has not started, keeps what arrived, and raises
+answers (`fingerprint`) and on the server's answers to a few canary prompts, asked anew at the start
+of every audit (see `canary`), so other weights behind an unchanged model card are not mistaken for
+the ones that wrote the cache. Ctrl-C cancels what has not started, keeps what arrived, and raises
 `AuditInterrupted`.
 """
 
@@ -41,6 +43,7 @@ import torch
 
 from ..scoring import AnswerScores, ScorerError
 from .cache import ResultCache, fingerprint_id, request_key
+from .canary import CANARY_TOP, DEFAULT_TOLERANCE, canary_prompts
 from .errors import AuditInterrupted, EchoIgnored, EndpointError
 from .local import load_tokenizer, local_stride, text_prompt, tokenizer_hash
 from .transport import Transport
@@ -80,9 +83,12 @@ class EndpointScorer:
         api_key: str | None = None,
         echo: bool | None = None,
         top_k: int = 20,
+        canary_tolerance: float = DEFAULT_TOLERANCE,
     ):
         if concurrency < 1 or top_k < 1:
             raise ScorerError(f"concurrency and top_k must be >= 1, got {concurrency} and {top_k}")
+        if not canary_tolerance >= 0:
+            raise ScorerError(f"canary_tolerance must be >= 0 nats, got {canary_tolerance}")
         self.tokenizer = load_tokenizer(tokenizer_dir)
         key = api_key if api_key is not None else api_key_from_environment()
         self.transport = Transport(url, timeout=timeout, retries=retries, backoff=backoff, api_key=key)
@@ -98,18 +104,20 @@ class EndpointScorer:
             self.compression_stride = extension["compression_stride"]
         else:
             self.compression_stride = local_stride(tokenizer_dir)
+        self._text_ids: dict[str, int | None] | None = None
         self.fingerprint = self._fingerprint()
         if callable(cache):
             cache = cache(served_model, fingerprint_id(self.fingerprint))
-        if isinstance(cache, ResultCache):
-            cache.claim(self.fingerprint)
-        self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache, self.fingerprint)
+        self.cache = cache if isinstance(cache, ResultCache) else ResultCache(cache)
+        self.cache.check(self.fingerprint)  # a cache of another card or tokenizer is refused before sending
+        self.canary_tolerance = canary_tolerance
+        self.canaries = self._canaries()
+        self.canary_difference = self.cache.claim(self.fingerprint, self.canaries, canary_tolerance)
         self._sent: set[str] = set()  # keys of the requests this session sent
         self._from_cache: set[str] = set()  # keys of the requests this session found in the cache
         self.logprobs_outside_top_k = 0
         self._echo = echo
         self._counts_lock = threading.Lock()
-        self._text_ids: dict[str, int | None] | None = None
 
     def _model_card(self) -> dict:
         body = self.transport.get(MODELS_PATH)
@@ -131,6 +139,19 @@ class EndpointScorer:
             "tokenizer_sha256": tokenizer_hash(self.tokenizer),
             "request_options": {"text_prompts": self.text_prompts, "top_k": self.top_k},
         }
+
+    def _canaries(self) -> dict:
+        """The server's top CANARY_TOP log-probs after each canary prompt, sent now (never from a cache)."""
+
+        def sendable(ids: list[int]) -> bool:
+            try:
+                text_prompt(self.tokenizer, ids)
+            except EndpointError:
+                return False
+            return True
+
+        prompts = canary_prompts(self.tokenizer, self.vocab_size, sendable if self.text_prompts else None)
+        return {"prompts": prompts, "top": [self._send_top(ids, CANARY_TOP) for ids in prompts]}
 
     @property
     def answers(self) -> dict[str, int]:
@@ -163,6 +184,11 @@ class EndpointScorer:
             "retries": self.transport.retries,
             "cache": None if self.cache.path is None else str(self.cache.path),
             "fingerprint_id": fingerprint_id(self.fingerprint),
+            "canaries": {
+                "prompts": len(self.canaries["prompts"]),
+                "largest_difference_nats": self.canary_difference,
+                "tolerance_nats": self.canary_tolerance,
+            },
             "answers": self.answers,
             "server_model": self.card,
         }

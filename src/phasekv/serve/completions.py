@@ -7,10 +7,13 @@ generated text ends before the first one, finish_reason "stop"), `echo` (prepend
 its log-probs when `logprobs` is set), `logprobs` k (top-k per token, up to the whole vocabulary),
 `temperature` (absent or 0: decoding is greedy), `n` / `best_of` (1), `stream` (false) and
 `return_tokens_as_token_ids` (see `wire`). `logit_bias` and `suffix` are refused (HTTP 400 naming
-the field) rather than ignored. Text prompts are tokenised without special tokens. Every echoed
-prompt token after the first carries its log-prob given the tokens before it; every generated token
-is the full-vocabulary argmax. Top-k lists are ordered by log-prob with ties broken by the lower
-token id (= torch's argmax). `text_offset[i]` is where token i's text starts in the returned text.
+the field) rather than ignored. `Limits` bound what one request may cost: a prompt's length, the
+number of prompts, and the log-prob entries (`logprobs` x tokens with top lists) of the response;
+past any of them the request is refused with HTTP 400 naming the limit and its flag. Text prompts
+are tokenised without special tokens. Every echoed prompt token after the first carries its log-prob
+given the tokens before it; every generated token is the full-vocabulary argmax. Top-k lists are
+ordered by log-prob with ties broken by the lower token id (= torch's argmax). `text_offset[i]` is
+where token i's text starts in the returned text.
 """
 
 from __future__ import annotations
@@ -26,7 +29,26 @@ from .errors import RequestError
 from .wire import token_key
 
 DEFAULT_MAX_NEW_TOKENS = 2048
+DEFAULT_MAX_PROMPT_TOKENS = 8192  # for models that declare no context length (phasekv's RoPE models)
+DEFAULT_MAX_PROMPTS = 64
+# ~25 bytes of JSON each: a response of at most ~50 MB, while a whole-vocabulary row of a 150k-token model passes
+DEFAULT_MAX_LOGPROB_ENTRIES = 2_000_000
 UNSUPPORTED_FIELDS = ("logit_bias", "suffix")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for (each refused past its cap with a 400 naming the flag that sets it)."""
+
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
+    max_prompts: int = DEFAULT_MAX_PROMPTS
+    max_logprob_entries: int = DEFAULT_MAX_LOGPROB_ENTRIES
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "max_prompt_tokens", "max_prompts", "max_logprob_entries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -42,9 +64,11 @@ class CompletionRequest:
 
 
 def parse_request(
-    body: object, served_model: str, tokenizer, vocab_size: int, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    body: object, served_model: str, tokenizer, vocab_size: int, limits: Limits | int = DEFAULT_MAX_NEW_TOKENS
 ) -> CompletionRequest:
-    """Validate a decoded JSON body; raises RequestError (400, or 404 for another model)."""
+    """Validate a decoded JSON body against `limits` (an int: the max_tokens cap alone); raises
+    RequestError (400, or 404 for another model)."""
+    limits = limits if isinstance(limits, Limits) else Limits(max_new_tokens=limits)
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
     model = body.get("model")
@@ -60,14 +84,30 @@ def parse_request(
             raise RequestError(400, f"{field} must be 1")
     if body.get("temperature") not in (None, 0, 0.0):
         raise RequestError(400, "only greedy decoding is served: temperature must be 0 or absent")
-    max_tokens = _int_field(body, "max_tokens", 16, 0, max_new_tokens, "; the cap is phasekv serve --max-tokens")
+    max_tokens = _int_field(body, "max_tokens", 16, 0, limits.max_new_tokens, "; the cap is phasekv serve --max-tokens")
     logprobs = None if body.get("logprobs") is None else _int_field(body, "logprobs", 0, 0, vocab_size)
-    prompts = [_prompt_ids(p, tokenizer, vocab_size) for p in _prompt_list(body.get("prompt"))]
+    echo = bool(body.get("echo", False))
+    listed = _prompt_list(body.get("prompt"))
+    if len(listed) > limits.max_prompts:
+        raise RequestError(
+            400, f"{len(listed)} prompts in one request; this server takes at most {limits.max_prompts} "
+            "(phasekv serve --max-prompts)"
+        )  # fmt: skip
+    prompts = [_prompt_ids(p, tokenizer, vocab_size, limits.max_prompt_tokens) for p in listed]
+    if logprobs:
+        # every generated token and (with echo) every prompt token carries a top list of `logprobs` entries
+        entries = logprobs * sum((len(ids) if echo else 0) + max_tokens for ids in prompts)
+        if entries > limits.max_logprob_entries:
+            raise RequestError(
+                400, f"logprobs x tokens = {entries} log-prob entries in the response; this server's limit is "
+                f"{limits.max_logprob_entries} (phasekv serve --max-logprob-entries): ask for fewer logprobs, "
+                "fewer tokens or no echo"
+            )  # fmt: skip
     return CompletionRequest(
         prompts=prompts,
         max_tokens=max_tokens,
         stop=_stop_strings(body.get("stop")),
-        echo=bool(body.get("echo", False)),
+        echo=echo,
         logprobs=logprobs,
         token_ids=bool(body.get("return_tokens_as_token_ids", False)),
     )
@@ -99,8 +139,10 @@ def _prompt_list(prompt: object) -> list:
     raise RequestError(400, "prompt must be a non-empty string, list of token ids, or list of those")
 
 
-def _prompt_ids(prompt: object, tokenizer, vocab_size: int) -> list[int]:
+def _prompt_ids(prompt: object, tokenizer, vocab_size: int, max_tokens: int) -> list[int]:
     if isinstance(prompt, str):
+        if len(prompt) > 64 * max_tokens:  # no token is that long: refused before tokenising it
+            raise RequestError(400, _too_long(f"{len(prompt)} characters", max_tokens))
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         ids = prompt
@@ -108,9 +150,15 @@ def _prompt_ids(prompt: object, tokenizer, vocab_size: int) -> list[int]:
         raise RequestError(400, "each prompt must be a string or a list of integer token ids")
     if not ids:
         raise RequestError(400, "a prompt is empty")
+    if len(ids) > max_tokens:
+        raise RequestError(400, _too_long(f"{len(ids)} tokens", max_tokens))
     if not all(0 <= t < vocab_size for t in ids):
         raise RequestError(400, f"token ids must lie in [0, {vocab_size})")
     return list(ids)
+
+
+def _too_long(size: str, max_tokens: int) -> str:
+    return f"a prompt of {size} is too long: this server takes at most {max_tokens} (phasekv serve --max-prompt-tokens)"
 
 
 def complete(scorer: Scorer, served_model: str, request: CompletionRequest) -> dict:

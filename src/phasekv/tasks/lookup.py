@@ -44,7 +44,8 @@ class LookupOptions:
     """Options of a lookup run (JSON-serialisable through `dataclasses.asdict`).
 
     `padding` is the total number of pad tokens per prompt (None: the design span plus a quarter
-    of the records, so the target record varies over the middle half of the list);
+    of the records, so the target record varies over the middle half of the list, and at least what
+    the design needs, see `default_padding`);
     `placements_per_mapping` None picks the fewest that make the groups exact. `held_out_seed`
     None draws names from any pairs; an integer draws every (animal, name) pair from the pairs
     `HeldOutPairs(held_out_seed, held_out_modulus)` holds out of training (both splits).
@@ -161,7 +162,7 @@ def make_lookup(
     design = placement.moment_matched_design(o.modulus, o.spread_blocks)
     per_mapping = o.placements_per_mapping or placement.placements_needed(o.n_mappings, design.size)
     rec_len = form.record_length
-    padding = design.span + rec_len * (o.n_records // 4) if o.padding is None else o.padding
+    padding = default_padding(design.span, rec_len, o.n_records) if o.padding is None else o.padding
     start = len(prefix_ids)
     key_start = start + form.key_offset  # where record 0's key sits when no padding precedes it
     origin, k_min, k_max = layout.target_window(
@@ -225,6 +226,12 @@ def _format(source: TaskVocab | PromptFormat, options: LookupOptions) -> PromptF
     if options.template != "paper":
         raise ValueError(f"the {options.template!r} template must be compiled for the tokenizer: use lookup_format")
     return paper_format(source, "lookup", options.record_separator)
+
+
+def default_padding(span: int, record_length: int, n_records: int) -> int:
+    """The design span plus a quarter of the records, and never less than every design position needs
+    (the span and one record less a token): a list of fewer than 4 records still reaches them all."""
+    return span + max(record_length * (n_records // 4), record_length - 1)
 
 
 def _padding_ids(form: PromptFormat, options: LookupOptions, unit: int, padding: int) -> int | np.ndarray:

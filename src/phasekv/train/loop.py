@@ -243,10 +243,25 @@ def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progr
     try:
         source = build_source(config)
         config.check_model(config.model_config(source.vocab_size))  # before anything is written
+        trainer = _Trainer(config, run_dir, runtime, source)  # checks how batches split over processes
+        _check_batches(trainer)
         _prepare_run_dir(run_dir, config, resume, runtime, source)
-        return _run(_Trainer(config, run_dir, runtime, source), resume, progress)
+        return _run(trainer, resume, progress)
     finally:
         runtime.close()
+
+
+def _check_batches(trainer: _Trainer) -> None:
+    """Draw this process's first and last training batch and the first validation batch, so data that
+    cannot be made (a sequence too short for a record) fails before the run folder is written: a
+    corrected command can then start in the same folder."""
+    check_fits = getattr(trainer.source, "check_fits", None)  # the mixture: every template, not one draw
+    if check_fits is not None:
+        check_fits()
+    last = trainer.config.steps - 1
+    for split, step in (("train", 0), ("train", last), ("val", 0)):
+        for part in trainer.slices[:1]:
+            trainer.source.batch(split, step, part)
 
 
 def _run(trainer: _Trainer, resume: bool, progress: bool) -> TrainResult:

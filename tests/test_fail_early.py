@@ -1,0 +1,81 @@
+"""Commands that write check where they write before any work, and a refused `train` leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from phasekv.cli import app
+from phasekv.files import check_output
+
+
+def _no_model(*_args, **_kwargs):
+    raise AssertionError("the model was loaded before the output path was checked")
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "afile"
+    path.write_text("not a folder")
+    return path
+
+
+def test_check_output_accepts_what_can_be_made_and_refuses_the_rest(tmp_path, a_file):
+    assert check_output(tmp_path / "new" / "deeper" / "r.json") == tmp_path / "new" / "deeper" / "r.json"
+    assert check_output(tmp_path / "new", directory=True) == tmp_path / "new"
+    assert not (tmp_path / "new").exists()  # nothing is created
+    with pytest.raises(ValueError, match="afile is a file, so no file can be made under it"):
+        check_output(a_file / "r.json")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        check_output(a_file, directory=True)
+    with pytest.raises(ValueError, match="is a folder: give a file name"):
+        check_output(tmp_path)
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ValueError, match="is not writable"):
+            check_output(locked / "r.json")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "lookup", "{model}", "--records", "4", "--out", "{bad}/r.json"],
+        ["eval", "needle", "{model}", "--out", "{bad}/r.json"],
+        ["eval", "flip", "{model}", "--out", "{bad}/r.json"],
+        ["eval", "lookup", "{model}", "--dump-prompts", "{bad}/p.jsonl"],
+        ["knockout", "{model}", "--out", "{bad}/k"],
+        ["gates", "{model}", "--out", "{bad}"],
+        ["cycle", "{model}", "--out", "{bad}/c"],
+        ["theory", "theorem1", "--out", "{bad}/t.json"],
+        ["theory", "sweep", "--out", "{bad}/t.json"],
+        ["train", "--out", "{bad}/run", "--steps", "3"],
+        ["reproduce", "--out", "{bad}/runs", "--profile", "quick"],
+    ],
+)
+def test_a_bad_output_path_fails_before_the_model_is_loaded(command, phasekv_dir, a_file, monkeypatch):
+    monkeypatch.setattr("phasekv.scoring.load_scorer", _no_model)
+    monkeypatch.setattr("phasekv.model.load_checkpoint", _no_model)
+    monkeypatch.setattr("phasekv.train.loop.train", _no_model)
+    monkeypatch.setattr("phasekv.reproduce.reproduce", _no_model)
+    args = [arg.format(model=phasekv_dir, bad=a_file) for arg in command]
+    run = CliRunner().invoke(app, args)
+    assert run.exit_code == 2, run.output
+    assert "afile" in run.output and ("is a file" in run.output)
+    assert len(run.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [["--batch-size", "2", "--seq-len", "32"], ["--batch-size", "3", "--accum-steps", "2", "--seq-len", "64"]],
+)
+def test_a_refused_train_leaves_nothing_so_the_corrected_command_runs(tmp_path, refused):
+    out = tmp_path / "D"
+    base = ["train", "--out", str(out), "--steps", "3", "--no-progress", "--val-batches", "1"]
+    run = CliRunner().invoke(app, [*base, *refused])
+    assert run.exit_code != 0 and not out.exists(), run.output
+    run = CliRunner().invoke(app, [*base, "--batch-size", "2", "--seq-len", "64"])
+    assert run.exit_code == 0, run.output
+    assert (out / "checkpoints" / "final").exists()

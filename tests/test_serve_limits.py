@@ -1,0 +1,178 @@
+"""`phasekv serve` under hostile or heavy use: one request cannot take its memory or time, a crowd is
+answered in full, slow and half-open clients are cut at the read timeout, and every malformed request
+gets a JSON error (all on 127.0.0.1, with bounded loops)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from phasekv.scoring import load_scorer
+from phasekv.serve.completions import Limits
+from phasekv.serve.server import DEFAULT_BACKLOG
+from test_serve import serving
+
+
+@pytest.fixture(scope="module")
+def scorer(qwen_dir):
+    return load_scorer(qwen_dir)
+
+
+def post(url: str, body: dict, timeout: float = 60.0) -> tuple[int, dict]:
+    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def raw(server, data: bytes, timeout: float = 10.0) -> tuple[int, dict]:
+    """Send `data` as it is and read the whole answer: (status, JSON body)."""
+    with socket.create_connection(server.server_address[:2], timeout=timeout) as s:
+        s.sendall(data)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    if not answer.startswith(b"HTTP/"):  # an HTTP/0.9-style request line: the answer has no status line
+        body = json.loads(answer)
+        return body["error"]["code"], body
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def request_bytes(method: str, body: bytes, length: str | None = None) -> bytes:
+    length = str(len(body)) if length is None else length
+    return f"{method} /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode() + body
+
+
+def test_one_request_cannot_take_the_servers_memory_or_time(scorer):
+    with serving(scorer) as server:
+        start = time.perf_counter()
+        status, body = post(server.url, {"prompt": [5] * 20_000, "max_tokens": 0, "echo": True, "logprobs": 841})
+        assert status == 400 and "--max-logprob-entries" in body["error"]["message"]
+        assert "16820000" in body["error"]["message"]  # logprobs x tokens, named
+        status, body = post(server.url, {"prompt": [5] * 200_000, "max_tokens": 1})
+        assert status == 400 and "--max-prompt-tokens" in body["error"]["message"]
+        assert "at most 32768" in body["error"]["message"]  # the model's context (max_position_embeddings)
+        status, body = post(server.url, {"prompt": "cat " * 3_000_000, "max_tokens": 1})
+        assert status == 400 and "--max-prompt-tokens" in body["error"]["message"]
+        status, body = post(server.url, {"prompt": [[5, 6]] * 65, "max_tokens": 1})
+        assert status == 400 and "--max-prompts" in body["error"]["message"]
+        assert time.perf_counter() - start < 10  # refused before any scoring
+        assert post(server.url, {"prompt": [5, 6, 7], "max_tokens": 0, "echo": True, "logprobs": 841})[0] == 200
+    with serving(scorer, limits=Limits(max_prompt_tokens=10, max_logprob_entries=20)) as server:
+        assert post(server.url, {"prompt": [5] * 10, "max_tokens": 1})[0] == 200
+        status, body = post(server.url, {"prompt": [5] * 11, "max_tokens": 1})
+        assert status == 400 and "at most 10" in body["error"]["message"]
+        status, body = post(server.url, {"prompt": [5] * 10, "max_tokens": 1, "echo": True, "logprobs": 2})
+        assert status == 400 and "limit is 20" in body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "message"),
+    [
+        (request_bytes("POST", b"{}", "abc"), 400, "Content-Length must be a non-negative integer"),
+        (request_bytes("POST", b"{}", "-1"), 400, "Content-Length must be a non-negative integer"),
+        (request_bytes("POST", b"[" * 100_000 + b"]" * 100_000), 400, "nested too deeply"),
+        (request_bytes("POST", b"prompt=cat"), 400, "not JSON"),
+        (request_bytes("POST", b"\xff\xfe"), 400, "not JSON"),
+        (request_bytes("POST", b'{"prompt": [[[[[[5]]]]]]}'), 400, "each prompt must be"),
+        (request_bytes("POST", b"{}", str(10**12)), 413, "exceeds"),
+        (request_bytes("PUT", b"{}"), 405, "method PUT is not allowed"),
+        (request_bytes("DELETE", b""), 405, "method DELETE is not allowed"),
+        (request_bytes("BREW", b""), 501, "Unsupported method"),
+        (b"GARBAGE\r\n\r\n", 400, "Bad request"),
+        (b"GET /v1/models HTTP/1.1 extra\r\n\r\n", 400, "Bad request"),
+    ],
+)
+def test_every_malformed_request_gets_a_json_error(scorer, data, status, message):
+    with serving(scorer) as server:
+        start = time.perf_counter()
+        got, body = raw(server, data)
+        assert got == status and message in body["error"]["message"] and body["error"]["code"] == status
+        assert time.perf_counter() - start < 5  # answered at once, not after a timeout
+        assert post(server.url, {"prompt": [5, 6], "max_tokens": 1})[0] == 200  # and the server still serves
+
+
+def test_slow_and_half_open_clients_are_cut_at_the_read_timeout(scorer):
+    """One worker: a client that never sends, one that trickles its headers, and one that sends half its
+    body each hold it at most the read timeout; a request after them is then answered."""
+    timeout = 0.5
+    with serving(scorer, workers=1, read_timeout=timeout) as server:
+        address = server.server_address[:2]
+        half_open = socket.create_connection(address)  # sends nothing
+        start = time.perf_counter()
+        assert half_open.recv(1024) == b""  # closed by the server
+        assert timeout * 0.8 < time.perf_counter() - start < timeout + 2
+        half_open.close()
+        cut: list = []
+
+        def trickle() -> None:  # a byte every 0.1 s for 3 s: each read is quick, the request never ends
+            with socket.create_connection(address, timeout=10) as slow:
+                for byte in request_bytes("POST", b"{}" * 50)[:30]:
+                    try:
+                        slow.sendall(bytes([byte]))
+                    except OSError:
+                        break
+                    time.sleep(0.1)
+                try:
+                    cut.append(slow.recv(1024) == b"")
+                except OSError:
+                    cut.append(True)
+
+        slow = threading.Thread(target=trickle)
+        slow.start()
+        time.sleep(0.1)  # the slow client holds the only worker now
+        start = time.perf_counter()
+        assert post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=10)[0] == 200
+        assert time.perf_counter() - start < timeout + 1.0  # not after the 3 s of trickling
+        slow.join(timeout=20)
+        assert cut == [True]
+        start = time.perf_counter()
+        status, body = raw(server, request_bytes("POST", b'{"prompt": [5, 6]', "100"))  # the body stops short
+        assert status == 408 and "not read within 0.5 s" in body["error"]["message"]
+        assert time.perf_counter() - start < timeout + 2
+        start = time.perf_counter()
+        status, _ = raw(server, request_bytes("POST", b"{}", "-1"))
+        assert status == 400 and time.perf_counter() - start < 2
+        assert post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=5)[0] == 200
+
+
+def test_a_crowd_of_64_clients_is_answered_in_full_as_if_alone(scorer):
+    n = 64
+    bodies = [
+        {"prompt": [5 + i % 7, 6 + i % 11, 7 + i], "max_tokens": 2, "echo": True, "logprobs": 3} for i in range(n)
+    ]
+    with serving(scorer) as server:
+        assert server.request_queue_size == DEFAULT_BACKLOG >= n
+        alone = [post(server.url, body) for body in bodies]
+        answers: list = [None] * n
+        errors: list = []
+        barrier = threading.Barrier(n)
+
+        def client(i: int) -> None:
+            barrier.wait(timeout=30)
+            try:
+                answers[i] = post(server.url, bodies[i])
+            except OSError as err:  # a reset or refused connection
+                errors.append(repr(err))
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(timeout=120)
+        workers = [t for t in threading.enumerate() if t.name.startswith("phasekv-serve")]
+    assert not errors and all(answer is not None for answer in answers)
+    assert len(workers) <= server.workers
+    for (status, crowd), (status_alone, single) in zip(answers, alone, strict=True):
+        assert status == status_alone == 200
+        assert crowd["choices"] == single["choices"] and crowd["usage"] == single["usage"]
