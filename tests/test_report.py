@@ -204,8 +204,65 @@ def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path)
     data = json.loads(knock.read_text())
     del data["targets"][1]["change_by_phase"]
     knock.write_text(json.dumps(data))
-    with pytest.raises(ReportInputError, match=re.escape(str(knock)) + r".*targets.1.change_by_phase: Field required"):
+    with pytest.raises(
+        ReportInputError, match=re.escape(str(knock)) + r".*targets\[1\].change_by_phase: Field required"
+    ):
         load_results(knock.parent)
+
+
+def test_the_report_refuses_a_result_with_impossible_accuracies(results, tmp_path):
+    """A hand-edited lookup result with accuracies up to 4000% and a mean of -5 is not drawn as a measurement."""
+    app = typer.Typer()
+    app.command()(report_command)
+    subset = _copy(results, tmp_path, "results")
+    path = subset / "results" / "w8s8-1kv.json"
+    data = json.loads(path.read_text())
+    data["summary"]["accuracy"] = [0.1, 0.2, 40.0, 0.3, 0.0, 0.5, 0.1, 0.2]
+    data["summary"]["mean"] = -5.0
+    path.write_text(json.dumps(data))
+    res = CliRunner().invoke(app, [str(subset), "--out", str(tmp_path / "r.html"), "--no-pngs"])
+    assert res.exit_code == 1 and not (tmp_path / "r.html").exists()
+    assert "w8s8-1kv.json" in res.output and "summary.accuracy[2]: 40.0 is outside [0, 1]" in res.output, res.output
+    assert "summary.mean: -5.0 is outside [0, 1]" in res.output
+
+
+@pytest.mark.parametrize(
+    ("part", "change", "message"),
+    [
+        (
+            "analysis/knockout.json",
+            lambda d: d["clean"]["accuracy_by_phase"].__setitem__(1, 1.2),
+            r"clean.accuracy_by_phase\[1\]: 1.2 is outside \[0, 1\]",
+        ),
+        (
+            "analysis/knockout.json",
+            lambda d: d["targets"][0]["change_by_residue"].__setitem__(0, -3.0),
+            r"targets\[0\].change_by_residue\[0\]: -3.0 is outside \[-1, 1\]",
+        ),
+        (
+            "analysis/cycle.json",
+            lambda d: d["cycles"][1]["band"][0].__setitem__(1, 2.0),
+            r"cycles\[1\].band\[0\]\[1\]: 2.0 is outside \[0, 1\]",
+        ),
+        (
+            "analysis/gates.json",
+            lambda d: d["rows"][0]["phase_share"].__setitem__(0, -0.5),
+            r"rows\[0\].phase_share\[0\]: -0.5 is outside \[0, 8\]",
+        ),
+        (
+            "designs.json",
+            lambda d: d["designs"][1]["gap"].__setitem__(0, 150.0),
+            r"designs\[1\].gap\[0\]: 150.0 is outside \[0, 100\]",
+        ),
+    ],
+)
+def test_every_study_refuses_values_out_of_their_range(results, tmp_path, part, change, message):
+    path = _copy(results, tmp_path, part) / part
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportInputError, match=re.escape(str(path)) + ".*" + message):
+        load_results(path.parent)
 
 
 # ---------- the page ----------

@@ -77,3 +77,40 @@ def test_unreadable_files_are_clear_errors(tmp_path):
         ProbeResult.load(tmp_path / "cut.json")
     with pytest.raises(ResultFileError, match="missing.json: cannot be read"):
         ProbeResult.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["summary"]["accuracy"].__setitem__(3, 40.0), r"summary.accuracy\[3\]: 40.0 is outside \[0, 1\]"),
+        (lambda d: d["summary"].__setitem__("mean", -5.0), r"summary.mean: -5.0 is outside \[0, 1\]"),
+        (lambda d: d["summary"]["ci_high"].__setitem__(0, 1.5), r"summary.ci_high\[0\]: 1.5 is outside \[0, 1\]"),
+        (lambda d: d["summary"]["counts"].__setitem__(1, -2), r"summary.counts\[1\]: -2 is outside \[0, inf\]"),
+        (lambda d: d["summary"].__setitem__("gap_points", 250.0), r"summary.gap_points: 250.0 is outside \[0, 100\]"),
+        (lambda d: d["cell_accuracy"][0].__setitem__(2, 7.0), r"cell_accuracy\[0\]\[2\]: 7.0 is outside \[0, 1\]"),
+        (lambda d: d["summary"].__setitem__("mean", d["summary"]["mean"] + 0.2), "summary.mean: .* does not equal"),
+        (lambda d: d.__setitem__("n_prompts", -1), r"n_prompts: -1 is outside \[0, inf\]"),
+    ],
+)
+def test_values_out_of_range_or_disagreeing_with_their_cells_are_refused(lookup_file, tmp_path, change, message):
+    data = json.loads(lookup_file.read_text())
+    change(data)
+    path = tmp_path / "lookup.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultFileError, match=f"{path}: .*{message}"):
+        ProbeResult.load(path)
+
+
+def test_an_accuracy_that_disagrees_with_its_cells_is_refused(lookup_file, tmp_path):
+    """Edited consistently in the summary (accuracy, mean, worst, best, gap, successes) but not in the cells."""
+    data = json.loads(lookup_file.read_text())
+    s = data["summary"]
+    s["accuracy"] = [min(1.0, a + 0.25) for a in s["accuracy"]]
+    s["successes"] = [a * n for a, n in zip(s["accuracy"], s["counts"], strict=True)]
+    s["mean"], s["worst"], s["best"] = sum(s["accuracy"]) / 6, min(s["accuracy"]), max(s["accuracy"])
+    s["gap_points"] = 100 * (s["best"] - s["worst"])
+    s["ci_high"] = [1.0] * 6
+    path = tmp_path / "lookup.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultFileError, match=r"summary.accuracy\[0\]: .* does not equal the mean of its cells"):
+        ProbeResult.load(path)

@@ -4,19 +4,97 @@ untyped rest kept as it is, and writing back as the same JSON."""
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ..files import write_text_atomic
 from .text import results_json
 
 Numbers = list[float | None]  # None where a number is undefined (e.g. a relative change from 0)
+TOLERANCE = 1e-4  # how far a stored statistic may sit from what its parts give (files round to ~6 digits)
 
 
 class ResultFileError(ValueError):
     """A result file that cannot be used; the message names the file and the field."""
+
+
+class FieldProblems(ValueError):
+    """Raised by a result's validator: each problem is (field path inside the validated part, message), so
+    the error names the whole path, e.g. ``summary.accuracy[3]: 40.0 is outside [0, 1]``."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+        self.problems = problems
+
+
+def _bound(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:g}"
+
+
+def outside(value: float, low: float, high: float) -> str | None:
+    """The message for a number outside [low, high] (NaN is outside everything), else None."""
+    if low <= float(value) <= high:
+        return None
+    return f"{value!r} is outside [{_bound(low)}, {_bound(high)}]"
+
+
+def range_problems(field: str, values: Any, low: float, high: float) -> Iterator[tuple[str, str]]:
+    """(path, message) for every number in `values` (a number, or nested lists; None skipped) outside [low, high]."""
+    if values is None or isinstance(values, bool):
+        return
+    if isinstance(values, int | float):
+        message = outside(values, low, high)
+        if message:
+            yield field, message
+        return
+    if isinstance(values, Iterable) and not isinstance(values, str | dict):
+        for i, value in enumerate(values):
+            yield from range_problems(f"{field}[{i}]", value, low, high)
+
+
+def within(low: float, high: float):
+    """An annotation bounding a number to [low, high], e.g. ``Annotated[float, within(0, 1)]``."""
+
+    def check(value):
+        message = None if value is None else outside(value, low, high)
+        if message:
+            raise PydanticCustomError("outside_range", message)
+        return value
+
+    return AfterValidator(check)
+
+
+Proportion = Annotated[float, within(0.0, 1.0)]  # an accuracy, a share, an agreement rate
+Points = Annotated[float, within(0.0, 100.0)]  # a gap or difference of accuracies in percentage points
+Change = Annotated[float, within(-1.0, 1.0)]  # a difference of two proportions
+Count = Annotated[int, within(0, math.inf)]
+NonNegative = Annotated[float, within(0.0, math.inf)]
+Proportions = list[Proportion | None]
+Changes = list[Change | None]
+
+
+def _path(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _problems(err: ValidationError) -> list[str]:
+    found = []
+    for e in err.errors():
+        where = _path(e["loc"])
+        error = (e.get("ctx") or {}).get("error")
+        if isinstance(error, FieldProblems):
+            found += [f"{where + '.' if where else ''}{field}: {message}" for field, message in error.problems]
+        else:
+            found.append(f"{where or 'result'}: {e['msg']}")
+    return found
 
 
 class Typed(BaseModel):
@@ -59,10 +137,9 @@ class TypedResult(Typed):
         try:
             return cls.model_validate(data)
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'result'}: {e['msg']}" for e in err.errors()[:3]
-            )
-            more = f" (and {err.error_count() - 3} more)" if err.error_count() > 3 else ""
+            found = _problems(err)
+            problems = "; ".join(found[:3])
+            more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
             raise ResultFileError(f"{where}: not a usable {cls.__name__}: {problems}{more}") from None
 
     @classmethod

@@ -3,18 +3,18 @@ parallel forward, overall and by phase (position mod S). Statistics over no fini
 
 from __future__ import annotations
 
-from phasekv.results.base import Typed, TypedResult
+from phasekv.results.base import Count, NonNegative, Proportion, Typed, TypedResult
 
 
 class PhaseErrors(Typed):
-    phase: int
-    positions: int
-    max_abs_delta: float | None
-    mean_abs_delta: float | None
-    max_kl: float | None
-    mean_kl: float | None
-    top1_agreement: float | None
-    beyond_tolerance: int
+    phase: Count
+    positions: Count
+    max_abs_delta: NonNegative | None
+    mean_abs_delta: NonNegative | None
+    max_kl: NonNegative | None
+    mean_kl: NonNegative | None
+    top1_agreement: Proportion | None
+    beyond_tolerance: Count
 
 
 class Concentration(Typed):
@@ -26,15 +26,15 @@ class Concentration(Typed):
 
 
 class ModeErrors(Typed):
-    positions: int
-    max_abs_delta: float | None
-    mean_abs_delta: float | None
-    max_kl: float | None
-    mean_kl: float | None
-    top1_agreement: float | None
-    beyond_tolerance: int
-    first_failure: int | None
-    first_failure_phase: int | None
+    positions: Count
+    max_abs_delta: NonNegative | None
+    mean_abs_delta: NonNegative | None
+    max_kl: NonNegative | None
+    mean_kl: NonNegative | None
+    top1_agreement: Proportion | None
+    beyond_tolerance: Count
+    first_failure: Count | None
+    first_failure_phase: Count | None
     conforms: bool
     by_phase: list[PhaseErrors]
     concentration: Concentration
@@ -53,7 +53,7 @@ class ConformanceResult(TypedResult):
     label: str
     reference_mode: str
     stride: StrideSource
-    tolerance: float
+    tolerance: NonNegative
     modes: dict[str, ModeErrors]
     undefined_modes: dict[str, str]
     errored_modes: dict[str, str]  # modes that raised (message): they do not conform

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-from phasekv.results.base import Numbers, Typed, TypedResult
+import math
+from typing import Annotated
+
+from phasekv.results.base import Changes, Proportions, Typed, TypedResult, within
+
+R2 = Annotated[float, within(-math.inf, 1.0)]  # a fit can be worse than the mean (below 0), never above 1
 
 
 class CycleBase(Typed):
-    accuracy_by_phase: Numbers
-    band: list[Numbers]
+    accuracy_by_phase: Proportions
+    band: list[Proportions]
 
 
 class Cycle(Typed):
     delta: int
-    accuracy_by_phase: Numbers
-    band: list[Numbers]
-    observed_change: Numbers
-    predicted_change: Numbers
-    r2: float | None
+    accuracy_by_phase: Proportions
+    band: list[Proportions]
+    observed_change: Changes
+    predicted_change: Changes
+    r2: R2 | None
 
 
 class CycleGrid(Typed):
-    r2: Numbers
+    r2: list[R2 | None]
 
 
 class CycleResult(TypedResult):

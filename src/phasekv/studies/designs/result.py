@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from phasekv.results.base import Points, Typed, TypedResult
 
-from phasekv.results.base import TypedResult
+
+class DesignRow(Typed):
+    """One design: per seed, its mean and worst accuracy and its gap, in percentage points."""
+
+    design: str
+    mean: list[Points | None]
+    worst: list[Points | None]
+    gap: list[Points | None]
 
 
 class DesignsResult(TypedResult):
@@ -12,4 +19,4 @@ class DesignsResult(TypedResult):
 
     schema_prefix = "phasekv.analysis.designs/"
 
-    designs: list[dict[str, Any]]
+    designs: list[DesignRow]

@@ -3,18 +3,27 @@ trajectories over training (`phasekv gates --trajectory`, or a training run's ga
 
 from __future__ import annotations
 
-from phasekv.results.base import Numbers, Typed, TypedResult
+from pydantic import model_validator
+
+from phasekv.results.base import Count, FieldProblems, Numbers, Typed, TypedResult, range_problems
 
 
 class GateRow(Typed):
-    layer: int
-    kv_head: int | None
+    layer: Count
+    kv_head: Count | None
     branch: str
-    window: int
-    stride: int
+    window: Count
+    stride: Count
     static_offsets: float | None
     per_window_offsets: float | None
-    phase_share: Numbers
+    phase_share: Numbers  # the gate's mean weight per phase times S: 1 is a uniform share, S all of it
+
+    @model_validator(mode="after")
+    def _check(self) -> GateRow:
+        problems = list(range_problems("phase_share", self.phase_share, 0.0, float(self.stride)))
+        if problems:
+            raise FieldProblems(problems)
+        return self
 
 
 class GatesResult(TypedResult):

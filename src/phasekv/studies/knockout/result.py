@@ -3,22 +3,27 @@ where the clean accuracy is 0) are `None`."""
 
 from __future__ import annotations
 
-from phasekv.results.base import Numbers, Typed, TypedResult
+import math
+from typing import Annotated
+
+from phasekv.results.base import Changes, Count, Proportions, Typed, TypedResult, within
 from phasekv.studies.probe.result import StrideChoice
+
+RelativeChanges = list[Annotated[float, within(-100.0, math.inf)] | None]  # in %: a knockout can lose all, no more
 
 
 class KnockoutTarget(Typed):
-    layer: int
-    kv_head: int | None
-    relative_change_by_phase: Numbers
-    relative_change_by_residue: Numbers
-    change_by_phase: Numbers
-    change_by_residue: Numbers
+    layer: Count
+    kv_head: Count | None
+    relative_change_by_phase: RelativeChanges
+    relative_change_by_residue: RelativeChanges
+    change_by_phase: Changes
+    change_by_residue: Changes
 
 
 class CleanAccuracy(Typed):
-    accuracy_by_phase: Numbers
-    accuracy_by_residue: Numbers
+    accuracy_by_phase: Proportions
+    accuracy_by_residue: Proportions
 
 
 class KnockoutResult(TypedResult):

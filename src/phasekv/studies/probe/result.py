@@ -14,11 +14,12 @@ files of earlier runs load as they are.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from phasekv.results.base import Typed, TypedResult
+from phasekv.results.base import TOLERANCE, FieldProblems, Typed, TypedResult, outside, range_problems
 from phasekv.stats.summary import ResidueSummary
 
 PROBE_SCHEMA = "phasekv.eval/1"
@@ -65,7 +66,68 @@ class ProbeResult(TypedResult):
             raise ValueError(
                 "summary: accuracy, ci_low and ci_high must be lists of one length >= 2, equal to summary.modulus"
             )
+        problems = list(self._value_problems())
+        if problems:
+            raise FieldProblems(problems)
         return self
+
+    def _value_problems(self):
+        """Values out of their range, or statistics that disagree with the numbers they are computed from: a
+        hand-edited or corrupted file must not be drawn as a measurement."""
+        s = self.summary
+        if self.n_prompts < 0:
+            yield "n_prompts", outside(self.n_prompts, 0, math.inf)
+        for name in ("accuracy", "ci_low", "ci_high", "mean", "worst", "best"):
+            yield from range_problems(f"summary.{name}", getattr(s, name), 0.0, 1.0)
+        for name in ("counts", "successes"):
+            yield from range_problems(f"summary.{name}", getattr(s, name), 0.0, math.inf)
+        for name in ("gap_points", "period_difference_points"):
+            yield from range_problems(f"summary.{name}", getattr(s, name), 0.0, 100.0)
+        yield from range_problems("summary.uniformity.p_value", s.uniformity.p_value, 0.0, 1.0)
+        for i, (low, high) in enumerate(zip(s.ci_low, s.ci_high, strict=True)):
+            if low > high + TOLERANCE:
+                yield f"summary.ci_low[{i}]", f"{low!r} is above ci_high[{i}] = {high!r}"
+        if len(s.counts) == len(s.successes) == len(s.accuracy):
+            for i, (k, n, a) in enumerate(zip(s.successes, s.counts, s.accuracy, strict=True)):
+                if k > n:
+                    yield f"summary.successes[{i}]", f"{k!r} is more than counts[{i}] = {n!r}"
+                elif n > 0 and abs(k / n - a) > TOLERANCE:
+                    yield f"summary.accuracy[{i}]", f"{a!r} is not successes / counts = {k / n:.6g}"
+        else:
+            yield "summary.counts", "counts, successes and accuracy must have one length"
+        if all(0.0 <= a <= 1.0 for a in s.accuracy):
+            yield from _agrees("summary.mean", s.mean, sum(s.accuracy) / len(s.accuracy), "the mean of accuracy")
+            yield from _agrees("summary.worst", s.worst, min(s.accuracy), "the lowest accuracy")
+            yield from _agrees("summary.best", s.best, max(s.accuracy), "the highest accuracy")
+            gap = 100.0 * (max(s.accuracy) - min(s.accuracy))
+            yield from _agrees("summary.gap_points", s.gap_points, gap, "100 (best - worst)", 100 * TOLERANCE)
+        fold = s.fold or {}
+        yield from range_problems("summary.fold.accuracy", fold.get("accuracy"), 0.0, 1.0)
+        for name in ("counts", "successes"):
+            yield from range_problems(f"summary.fold.{name}", fold.get(name), 0.0, math.inf)
+        methods = s.stat_interval_methods or {}
+        for name, interval in (s.stat_intervals or {}).items():
+            # percentile intervals are quantiles of the statistic, so they share its range; basic intervals
+            # (2 x estimate - quantile) can leave it and are not checked
+            if methods.get(name) == "percentile":
+                high = 1.0 if name in ("mean", "worst", "best") else 100.0
+                yield from range_problems(f"summary.stat_intervals.{name}", interval, 0.0, high)
+        yield from self._cell_problems()
+
+    def _cell_problems(self):
+        cells = self.extra("cell_accuracy")
+        if cells is None:
+            return
+        yield from range_problems("cell_accuracy", cells, 0.0, 1.0)
+        m = len(self.summary.accuracy)
+        if not cells or any(not isinstance(row, list) or len(row) != m for row in cells):
+            yield "cell_accuracy", f"must be a non-empty list of rows of {m} cells (one per residue)"
+            return
+        for r in range(m):
+            column = [row[r] for row in cells]
+            if all(isinstance(c, int | float) and 0.0 <= c <= 1.0 for c in column):
+                given = sum(column) / len(column)
+                yield from _agrees(f"summary.accuracy[{r}]", self.summary.accuracy[r], given, "the mean of its cells")
 
     @property
     def schema_version(self) -> int:
@@ -92,6 +154,11 @@ class ProbeResult(TypedResult):
         if "mean" not in intervals or not self.n_records:
             return None
         return intervals["mean"][0] > 2.0 / self.n_records
+
+
+def _agrees(field: str, value: float, expected: float, what: str, tolerance: float = TOLERANCE):
+    if not abs(value - expected) <= tolerance:
+        yield field, f"{value!r} does not equal {what} ({expected:.6g})"
 
 
 def learned(result: dict | ProbeResult) -> bool:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasekv.results.base import Numbers, Typed, TypedResult
+from phasekv.results.base import Count, Numbers, Typed, TypedResult
 
 
 class TheoryParams(Typed):
-    chunk_size: int
-    n_heads: int
+    chunk_size: Count
+    n_heads: Count
 
 
 class GateTraining(Typed):
@@ -33,7 +33,7 @@ class Theorem2Result(TypedResult):
 
 
 class Theorem1Summary(Typed):
-    n_starts: int
+    n_starts: Count
     best_loss: float
 
 
