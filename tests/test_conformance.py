@@ -181,3 +181,44 @@ def test_the_result_loads_in_the_report(tmp_path):
     assert "conformance" in out.sections
     page = out.html.read_text()
     assert "sec-conformance" in page and "decode: from position 7 (phase 7)" in page
+
+
+def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_and_its_results_load_in_the_report(
+    tmp_path, monkeypatch
+):
+    """`phasekv conformance` as a user runs it: a tiny preset conforms (exit 0); the same preset with a decode
+    path that never reads the first window's entry does not (exit 1, decode named from position W-1); both
+    JSON files load in `phasekv report`, which draws the conformance section."""
+    from typer.testing import CliRunner
+
+    from phasekv.attention.layer import Attention
+    from phasekv.cli import app
+
+    runner = CliRunner()
+    args = ["conformance", "preset:w8s8-1kv", "--length", "24", "--prompts", "1", "--modes", "parallel,decode,split@3"]
+    ok = runner.invoke(app, [*args, "--out", str(tmp_path / "results"), "--name", "correct"])
+    assert ok.exit_code == 0, ok.output
+    assert "\nconforms\n" in ok.output and (tmp_path / "results" / "correct.png").is_file()
+
+    memory = Attention._memory
+
+    def skips_the_first_window(self, x, start, state):
+        mem = memory(self, x, start, state)
+        if x.shape[1] == 1 and mem.num_entries:
+            mem.entry_end = mem.entry_end.clone()
+            mem.entry_end[0] = 10**9
+        return mem
+
+    monkeypatch.setattr(Attention, "_memory", skips_the_first_window)
+    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "results"), "--name", "buggy"])
+    monkeypatch.undo()
+    assert bad.exit_code == 1, bad.output
+    assert "does not conform: decode" in bad.output and "from position 7 (phase 7)" in bad.output
+    written = json.loads((tmp_path / "results" / "buggy.json").read_text())
+    assert written["failing_modes"] == ["decode"] and written["modes"]["decode"]["first_failure"] == W - 1
+
+    page = tmp_path / "report.html"
+    report = runner.invoke(app, ["report", str(tmp_path / "results"), "--out", str(page), "--no-pngs"])
+    assert report.exit_code == 0, report.output
+    html = page.read_text()
+    assert "sec-conformance" in html and "decode: from position 7 (phase 7)" in html
