@@ -13,7 +13,7 @@ from conftest import randomize
 from phasekv.compress.windows import WindowGeometry
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.studies.conformance.result import ConformanceResult
-from phasekv.studies.conformance.run import ConformanceOptions, PhaseKVRunner, run_conformance
+from phasekv.studies.conformance.run import ConformanceOptions, PhaseKVRunner, prompts, run_conformance
 
 W = S = 8  # w8s8-1kv
 OPTIONS = ConformanceOptions(length=40, prompts=2, seed=1)
@@ -222,3 +222,59 @@ def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_and_its_results
     assert report.exit_code == 0, report.output
     html = page.read_text()
     assert "sec-conformance" in html and "decode: from position 7 (phase 7)" in html
+
+
+def _transformers_has_deepseek_v4() -> bool:
+    try:
+        import transformers.models.deepseek_v4.modeling_deepseek_v4  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _transformers_has_deepseek_v4(), reason="the installed transformers has no deepseek_v4")
+@pytest.mark.parametrize(("layer", "topk"), [("dsv4-hca", None), ("dsv4-csa", 12)])
+def test_phasekv_layers_against_transformers_through_the_command(tmp_path, layer, topk):
+    """Each side in every mode (transformers' with its own caches) against the other's parallel forward; with a
+    top-k of at least the number of entries the indexer has nothing to choose, so the layers agree everywhere."""
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+
+    args = ["conformance", "--layers-vs-transformers", layer, "--length", "40", "--out", str(tmp_path)]
+    res = CliRunner().invoke(app, args + ([] if topk is None else ["--index-topk", str(topk)]))
+    assert res.exit_code == 0, res.output
+    for side in ("phasekv", "transformers"):
+        result = ConformanceResult.load(tmp_path / f"conformance-{side}.json")
+        assert result.conforms and result.extra("compared") == "layer output"
+        assert {"parallel", "decode", "split@0", "fork", "right-padded"} <= set(result.modes)
+        assert all(m.top1_agreement is None and m.max_kl is None for m in result.modes.values())
+        assert result.modes["parallel"].max_abs_delta < 1e-4
+
+
+@pytest.mark.skipif(not _transformers_has_deepseek_v4(), reason="the installed transformers has no deepseek_v4")
+def test_csa_layers_differ_where_index_scores_tie_at_the_top_k_cut():
+    """With top-k 3, phasekv's and transformers' CSA layers each conform to their own parallel forward, but on
+    one forked continuation they read different entries at position 33: three entries score exactly 0 (ReLU)
+    for the last slot; phasekv takes the lowest row, transformers' torch.topk another."""
+    from phasekv.studies.conformance.dsv4_layers import layer_runners
+
+    ours, theirs = layer_runners("csa")
+    options = ConformanceOptions(length=48, prompts=2, seed=0, modes=("parallel", "decode", "fork"))
+    for candidate in (ours, theirs):
+        assert run_conformance(candidate, options)["conforms"]  # each against its own parallel forward
+    across = run_conformance(ours, options, reference=theirs)
+    assert across["failing_modes"] == ["fork"] and across["modes"]["fork"]["first_failure"] == 33
+    # the continuation run_mode forks off (prefix 19 of 48 tokens, other tokens from seed + 1)
+    prefix, ids = 19, prompts(options, ours.vocab_size)
+    others = torch.randint(0, ours.vocab_size, (2, 48 - prefix), generator=torch.Generator().manual_seed(1))
+    forked = torch.cat([ids[:, :prefix], others], dim=1)
+    seen = {}
+    hook = ours.layer.indexer.hook_index_scores.register_forward_hook(lambda _m, _i, out: seen.update(scores=out))
+    apart = (ours.parallel(forked) - theirs.parallel(forked)).abs().amax(-1)  # [2, T]
+    hook.remove()
+    row = int(apart[:, 33].argmax())
+    assert apart[row, :33].max() < 1e-4 < apart[row, 33]
+    scores = seen["scores"][row, 33]
+    cut = scores.topk(3).values[-1]
+    assert cut == 0 and int((scores == cut).sum()) > 3 - int((scores > cut).sum())  # more zeros than slots

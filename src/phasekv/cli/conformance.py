@@ -49,6 +49,16 @@ def conformance_command(
     ),
     modes: str = typer.Option(None, "--modes", help="only these modes, comma-separated (e.g. parallel,decode,fork)"),
     dtype: str = typer.Option(DEFAULTS.dtype, "--dtype", help="float32, float64 or bfloat16 (local models)"),
+    layers_vs_transformers: str = typer.Option(
+        None,
+        "--layers-vs-transformers",
+        help="instead of MODEL: one phasekv DeepSeek-V4 attention layer (dsv4-sliding, dsv4-csa, dsv4-hca) and "
+        "transformers' DeepseekV4Attention with the same weights, each in every mode against the other's parallel "
+        "forward, on the same hidden states",
+    ),
+    index_topk: int = typer.Option(
+        None, "--index-topk", min=1, help="with --layers-vs-transformers dsv4-csa: the indexer's top-k (default 3)"
+    ),
     endpoint: dict = ENDPOINT,
     out: Path = typer.Option(Path("conformance"), "--out", help="directory for the JSON and PNG"),
     name: str = typer.Option("conformance", "--name", help="file stem of the JSON and PNG"),
@@ -60,6 +70,9 @@ def conformance_command(
     from phasekv.studies.conformance.run import EndpointRunner, format_conformance, load_runner, run_conformance
 
     with one_line_errors("conformance"):
+        from phasekv.files import check_output
+
+        check_output(out, directory=True)  # a bad path fails now, not after every mode ran
         options = ConformanceOptions(
             length=length,
             prompts=prompts,
@@ -70,7 +83,18 @@ def conformance_command(
             modes=None if modes is None else tuple(m.strip() for m in modes.split(",") if m.strip()),
             dtype=dtype,
         )
-        if endpoint["url"] is not None:
+        if layers_vs_transformers is not None:
+            if model is not None or reference is not None or endpoint["url"] is not None:
+                raise ValueError("--layers-vs-transformers builds both sides: give no MODEL, --reference or --endpoint")
+            from phasekv.studies.conformance.dsv4_layers import DEFAULT_TOP_K, layer_kind, layer_runners
+
+            ours, theirs = layer_runners(
+                layer_kind(layers_vs_transformers), seed, _dtype(dtype), top_k=index_topk or DEFAULT_TOP_K
+            )
+            runs = [(ours, theirs, f"{name}-phasekv"), (theirs, ours, f"{name}-transformers")]
+        elif index_topk is not None:
+            raise ValueError("--index-topk applies to --layers-vs-transformers dsv4-csa only")
+        elif endpoint["url"] is not None:
             from phasekv.cli.scoring import endpoint_scorer_from_options
 
             ref_spec = reference or model
@@ -78,14 +102,26 @@ def conformance_command(
                 raise ValueError("--endpoint needs a local reference: MODEL or --reference")
             tokenizer = endpoint["tokenizer"] or (None if ref_spec.startswith("preset:") else Path(ref_spec))
             candidate = EndpointRunner(endpoint_scorer_from_options(**{**endpoint, "tokenizer": tokenizer}))
-            ref = load_runner(ref_spec, dtype, seed)
+            runs = [(candidate, load_runner(ref_spec, dtype, seed), name)]
         else:
             if model is None:
-                raise ValueError("give MODEL (the candidate) or --endpoint URL")
+                raise ValueError("give MODEL (the candidate), --endpoint URL or --layers-vs-transformers LAYER")
             candidate = load_runner(model, dtype, seed)
-            ref = None if reference is None else load_runner(reference, dtype, seed)
-        result = run_conformance(candidate, options, reference=ref)
-        typer.echo(format_conformance(result))
-        json_path = write_results(result, out / f"{name}.json")
-        typer.echo(f"wrote {json_path} and {plot_conformance(result, out / f'{name}.png')}")
-    raise typer.Exit(0 if result["conforms"] else 1)
+            runs = [(candidate, None if reference is None else load_runner(reference, dtype, seed), name)]
+        conforms = True
+        for candidate, ref, stem in runs:
+            result = run_conformance(candidate, options, reference=ref)
+            typer.echo(format_conformance(result))
+            json_path = write_results(result, out / f"{stem}.json")
+            typer.echo(f"wrote {json_path} and {plot_conformance(result, out / f'{stem}.png')}")
+            conforms &= result["conforms"]
+    raise typer.Exit(0 if conforms else 1)
+
+
+def _dtype(name: str):
+    import torch
+
+    dtypes = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+    if name not in dtypes:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(dtypes)}")
+    return dtypes[name]

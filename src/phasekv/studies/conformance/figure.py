@@ -44,6 +44,8 @@ def run_block(data: dict, name: str) -> dict:
         "conforms": data["conforms"],
         "modes": modes,
         "undefined": data.get("undefined_modes") or {},
+        # one attention layer's outputs (largest channel difference) instead of next-token log-probs
+        "quantity": "output" if data.get("compared") == "layer output" else "log-prob",
     }
 
 
@@ -83,15 +85,15 @@ def spec(run: dict) -> dict:
     x = alt.X("phase:O", title=f"phase: position mod {run['stride']}", axis=alt.Axis(labelAngle=0))
     colour = alt.Color(
         "error:Q",
-        title="max |Δ log-prob|",
+        title=f"max |Δ {run.get('quantity', 'log-prob')}|",
         scale=alt.Scale(type="log", scheme="orangered", domain=[FLOOR, 1]),
         legend=alt.Legend(format=".0e"),
     )
     tooltip = [
         "mode:N",
         "phase:O",
-        alt.Tooltip("error:Q", format=".2e", title="max |Δ log-prob|"),
-        alt.Tooltip("mean:Q", format=".2e", title="mean |Δ log-prob|"),
+        alt.Tooltip("error:Q", format=".2e", title=f"max |Δ {run.get('quantity', 'log-prob')}|"),
+        alt.Tooltip("mean:Q", format=".2e", title=f"mean |Δ {run.get('quantity', 'log-prob')}|"),
         alt.Tooltip("kl:Q", format=".2e", title="max KL"),
         alt.Tooltip("top1:Q", format=".3f", title="top-1 agreement"),
         alt.Tooltip("bad:Q", title="positions beyond tolerance"),

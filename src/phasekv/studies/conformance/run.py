@@ -33,6 +33,9 @@ import torch
 
 from .options import SCHEMA, ConformanceOptions
 
+LOG_PROBS = "next-token log-prob"
+HIDDEN = "layer output"  # one attention layer: rows hold its output vectors, compared channel by channel
+
 __all__ = ["ConformanceOptions", "run_conformance"]
 
 
@@ -70,6 +73,10 @@ class LocalRunner:
     name = "model"
     stride: int | None = None
     left_padding: str | None = "not defined"
+    output = LOG_PROBS  # what each position's row holds, so what `compare` measures
+
+    def readout(self, out: torch.Tensor) -> torch.Tensor:
+        return _log_probs(out)
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -88,14 +95,14 @@ class LocalRunner:
 
     @torch.no_grad()
     def parallel(self, ids: torch.Tensor) -> torch.Tensor:
-        return _log_probs(self.logits(ids))
+        return self.readout(self.logits(ids))
 
     @torch.no_grad()
     def chunked(self, ids: torch.Tensor, bounds: Sequence[int]) -> torch.Tensor:
         """Log-probs of ids [B, T] fed through one cache in the chunks [bounds[i], bounds[i+1])."""
         cache = self.new_cache()
         parts = [self.step(ids[:, a:b], cache) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-        return _log_probs(torch.cat(parts, dim=1))
+        return self.readout(torch.cat(parts, dim=1))
 
     @torch.no_grad()
     def forked(self, ids: torch.Tensor, prefix: int, others: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,8 +111,8 @@ class LocalRunner:
         cache = self.new_cache()
         self.step(ids[:, :prefix], cache)
         copy_ = self.fork_cache(cache)
-        own = _log_probs(self.step(ids[:, prefix:], cache))
-        other = _log_probs(self.step(others, copy_))
+        own = self.readout(self.step(ids[:, prefix:], cache))
+        other = self.readout(self.step(others, copy_))
         return own, other
 
 
@@ -145,7 +152,7 @@ class PhaseKVRunner(LocalRunner):
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         for i, row in enumerate(rows):
             ids[i, : len(row)] = torch.tensor(row)
-        out = _log_probs(self.model(ids))
+        out = self.readout(self.model(ids))
         return [out[i, : len(row)] for i, row in enumerate(rows)]
 
     def describe(self) -> dict:
@@ -188,7 +195,9 @@ class HFRunner(LocalRunner):
             ids[i, lo : lo + len(row)] = torch.tensor(row)
             mask[i, lo : lo + len(row)] = 1
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        out = _log_probs(self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits)
+        out = self.readout(
+            self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
+        )
         result = []
         for i, row in enumerate(rows):
             lo = width - len(row) if side == "left" else 0
@@ -204,6 +213,7 @@ class EndpointRunner:
     and the top-1 at each position; no full distributions, so no KL)."""
 
     kind = "endpoint"
+    output = LOG_PROBS
 
     def __init__(self, scorer):
         self.scorer, self.name = scorer, f"{scorer.served_model} at {scorer.transport.url}"
@@ -306,16 +316,24 @@ class Compared:
     agree: list[bool] = field(default_factory=list)
 
 
-def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor]) -> Compared:
-    """Each row against the reference's log-probs [T, V] of its sequence, at positions with a next token."""
+def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], output: str = LOG_PROBS) -> Compared:
+    """Each row against the reference's log-probs [T, V] of its sequence, at positions with a next token; for
+    layer outputs [T, d], at every position, |delta| the largest over channels (no KL, no top-1)."""
     out = Compared()
     for i, row in enumerate(rows):
         ref = reference(row.tokens)
         size = len(row.full) if row.full is not None else len(row.next_lp)
-        last = min(row.first + size, len(row.tokens) - 1)  # position T-1 predicts no prompt token
+        last = row.first + size if output == HIDDEN else min(row.first + size, len(row.tokens) - 1)
         if last <= row.first:
             continue
         positions = torch.arange(row.first, last)
+        if output == HIDDEN:
+            diff = (ref[positions].double() - row.full[: last - row.first].double()).abs().amax(-1)
+            out.row += [i] * len(positions)
+            out.position += positions.tolist()
+            out.delta += diff.tolist()
+            out.kl += [math.nan] * len(positions)
+            continue
         nxt = torch.tensor(row.tokens)[positions + 1]
         ref_rows = ref[positions].double()
         ref_lp = ref_rows.gather(-1, nxt[:, None])[:, 0]
@@ -346,6 +364,10 @@ def _stat(values, how) -> float | None:
     return float(how(values)) if values else None
 
 
+def _agreement(agree) -> float | None:
+    return float(np.mean(agree)) if len(agree) else None  # None: nothing scored, or no top-1 (layer outputs)
+
+
 def summarise(compared: Compared, stride: int, tolerance: float) -> dict:
     """One mode's report: overall and per phase (t mod S) max/mean |delta log-prob|, max/mean KL, top-1
     agreement; the first position beyond tolerance; where the errors concentrate."""
@@ -363,7 +385,7 @@ def summarise(compared: Compared, stride: int, tolerance: float) -> dict:
                 "mean_abs_delta": _stat(delta[at], np.mean),
                 "max_kl": _stat(kl[at], max),
                 "mean_kl": _stat(kl[at], np.mean),
-                "top1_agreement": float(np.mean(np.asarray(compared.agree)[at])) if at.any() else None,
+                "top1_agreement": _agreement(np.asarray(compared.agree)[at] if compared.agree else []),
                 "beyond_tolerance": int(bad[at].sum()),
             }
         )
@@ -374,7 +396,7 @@ def summarise(compared: Compared, stride: int, tolerance: float) -> dict:
         "mean_abs_delta": _stat(delta, np.mean),
         "max_kl": _stat(kl, max),
         "mean_kl": _stat(kl, np.mean),
-        "top1_agreement": float(np.mean(compared.agree)) if compared.agree else None,
+        "top1_agreement": _agreement(compared.agree),
         "beyond_tolerance": int(bad.sum()),
         "first_failure": first,
         "first_failure_phase": None if first is None else first % stride,
@@ -434,6 +456,8 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
     ref_runner = reference if reference is not None else candidate
     if isinstance(ref_runner, EndpointRunner):
         raise ValueError("the reference must be a local model (its parallel forward): a served model is a candidate")
+    if candidate.output != ref_runner.output:
+        raise ValueError(f"cannot compare a candidate's {candidate.output} with a reference's {ref_runner.output}")
     stride, stride_source = resolve_stride(options, candidate, reference)
     vocab = min(candidate.vocab_size, ref_runner.vocab_size)
     ids = prompts(options, vocab)
@@ -457,7 +481,7 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         if outcome.undefined is not None:
             undefined[mode] = outcome.undefined
             continue
-        summary = summarise(compare(outcome.rows, reference_lp), stride, options.tolerance)
+        summary = summarise(compare(outcome.rows, reference_lp, candidate.output), stride, options.tolerance)
         modes[mode] = {**summary, "seconds": round(time.perf_counter() - started, 3)}
     conforms = all(m["conforms"] for m in modes.values()) and not errored
     return {
@@ -467,6 +491,7 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         "reference_mode": f"{'the candidate' if reference is None else 'the reference'}'s parallel forward",
         "label": candidate.name if reference is None else f"{candidate.name} vs {reference.name}",
         "stride": {"value": stride, "source": stride_source},
+        "compared": candidate.output,
         "options": asdict(options),
         "tolerance": options.tolerance,
         "modes": modes,
@@ -485,16 +510,22 @@ def format_conformance(result: dict) -> str:
         f"{result['stride']['source']}; tolerance {result['tolerance']:g})",
         f"{'mode':<14} {'max|dlp|':>9} {'mean|dlp|':>9} {'max KL':>9} {'top-1':>6} {'first':>5}  verdict",
     ]
+    if result.get("compared") == HIDDEN:
+        lines[0] += "; |d| is the largest difference of the layer's output over channels"
+        lines[1] = lines[1].replace("|dlp|", " |d| ")
 
     def g(v):
         return "-" if v is None else f"{v:.1e}"
+
+    def top1(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
 
     for mode, m in result["modes"].items():
         verdict = "ok" if m["conforms"] else "FAILS " + m["concentration"]["text"]
         first = "-" if m["first_failure"] is None else str(m["first_failure"])
         lines.append(
             f"{mode:<14} {g(m['max_abs_delta']):>9} {g(m['mean_abs_delta']):>9} {g(m['max_kl']):>9} "
-            f"{100 * (m['top1_agreement'] or 0):>5.1f}% {first:>5}  {verdict}"
+            f"{top1(m['top1_agreement']):>6} {first:>5}  {verdict}"
         )
     for mode, why in result["undefined_modes"].items():
         lines.append(f"{mode:<14} {why}")
@@ -542,10 +573,10 @@ def load_runner(spec: str, dtype: str = "float32", seed: int = 0):
 
 
 @torch.no_grad()
-def _jitter(model, seed: int) -> None:
+def _jitter(model, seed: int, std: float = 0.1) -> None:
     """Random weights that make every term matter: an untrained preset's zero biases and unit norms (the
     init) would hide bugs in what they multiply."""
     gen = torch.Generator().manual_seed(seed)
     for name, p in model.named_parameters():
-        noise = torch.randn(p.shape, generator=gen) * 0.1
+        noise = torch.randn(p.shape, generator=gen) * std
         p.copy_(1 + noise if "norm" in name else noise)
