@@ -21,7 +21,8 @@ CHUNK_PROMPTS = 4096  # identical prompts are scored once per chunk, so chunks s
 @dataclass(frozen=True)
 class PromptScores:
     """Per-prompt arrays, each [N] in prompt order: `correct`, `logprob` (answer, summed),
-    `residue`, `unit`, `placement`, `target_position` (t_K), `query_position`, and the layout
+    `residue`, `unit`, `placement`, `target_position` (t_K), `query_position`, `prompt_id` (equal for
+    identical prompts: the same tokens and answer, which a deterministic model answers once), and the layout
     checks `answer_follows_key` (the answer tokens sit right after the target key) and
     `query_repeats_key` (the prompt ends with the target key)."""
 
@@ -34,6 +35,7 @@ class PromptScores:
     query_position: np.ndarray
     answer_follows_key: np.ndarray
     query_repeats_key: np.ndarray
+    prompt_id: np.ndarray
 
     def records(self, unit: str) -> dict:
         """The per-prompt records of the results (`record.prompt_records`); `unit` names what a
@@ -87,6 +89,7 @@ def score_prompt_set(
     fields |= {name: np.zeros(n, dtype=np.int64) for name in ("target_position", "query_position")}
     checks = {name: np.zeros(n, dtype=bool) for name in ("answer_follows_key", "query_repeats_key")}
     correct, logprob = np.zeros(n, dtype=bool), np.zeros(n)
+    prompt_id, distinct = np.zeros(n, dtype=np.int64), {}
     bar = None
     if progress:
         bar = ScoringProgress(plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer)), desc)
@@ -99,10 +102,13 @@ def score_prompt_set(
                 fields[name][rows] = [getattr(p, name) for p in batch]
             checks["answer_follows_key"][rows] = [_answer_follows_key(p, key_length) for p in batch]
             checks["query_repeats_key"][rows] = [_query_repeats_key(p, key_length) for p in batch]
+            prompt_id[rows] = [
+                distinct.setdefault((tuple(p.input_ids), tuple(p.answer_ids)), len(distinct)) for p in batch
+            ]
     finally:
         if bar is not None:
             bar.close()
-    return PromptScores(correct=correct, logprob=logprob, **fields, **checks)
+    return PromptScores(correct=correct, logprob=logprob, **fields, **checks, prompt_id=prompt_id)
 
 
 def _answer_follows_key(p: Prompt, key_length: int) -> bool:

@@ -41,6 +41,12 @@ def phase_period(stride: int | None, model_stride: int | None, modulus: int) -> 
     return period if period >= 2 else modulus
 
 
+def chance_level(n_records: int) -> float:
+    """The accuracy a probe must clear to be judged: twice the rate of guessing one of the records' answers
+    (the same level decides whether a table calls a model learned)."""
+    return min(0.99, 2.0 / n_records)
+
+
 def summarize_units(
     scores: PromptScores,
     n_units: int,
@@ -52,11 +58,13 @@ def summarize_units(
     seed: int,
     n_resamples: int,
     unit: str = "mapping",
+    chance: float | None = None,
 ) -> tuple[np.ndarray, ResidueSummary, PhaseVerdict]:
     """(cells [n_units, M], the paired residue summary, the phase verdict) of one run.
 
     The summary resamples whole units and permutes residue labels within units
-    (`stats.summarize_mappings`); the verdict treats units as blocks (`stats.phase_verdict`).
+    (`stats.summarize_mappings`); the verdict resamples units, counts identical prompts once and states the
+    run's minimum detectable effect (`stats.phase_verdict`).
     """
     cells = unit_residue_cells(scores, n_units, modulus, placements)
     summary = summarize_mappings(
@@ -70,7 +78,15 @@ def summarize_units(
     )
     period = phase_period(stride, model_stride, modulus)
     verdict = phase_verdict(
-        scores.unit, scores.target_position, scores.correct, period, seed=seed, n_resamples=n_resamples
+        scores.unit,
+        scores.target_position,
+        scores.correct,
+        period,
+        seed=seed,
+        n_resamples=n_resamples,
+        prompt_ids=scores.prompt_id,
+        chance=chance,
+        mde=True,
     )
     return cells, summary, verdict
 
@@ -109,6 +125,7 @@ def run_unit_probe(
         seed=options.seed,
         n_resamples=n_resamples,
         unit=unit,
+        chance=chance_level(options.n_records),
     )
     position_stats, controls = position_controls(scores, options.modulus)
     return clock.envelope(

@@ -1,19 +1,37 @@
 """Residue-grouped accuracy statistics: Wilson and bootstrap intervals, spread, periodicity,
-uniformity tests, the phase verdict robust to smooth position effects, a JSON-ready summary and
-its printed table (numpy/scipy only)."""
+uniformity tests, the phase verdict robust to smooth position effects with its effect size and the
+design's minimum detectable effect, a JSON-ready summary and its printed table (numpy/scipy only)."""
 
 from .bootstrap import BootstrapIntervals, bootstrap_mappings, resample_accuracy
 from .format import format_summary, format_verdict
 from .intervals import wilson_interval
 from .periodicity import Fold, fold_by_stride, period_difference
 from .phase_test import PhaseDesign, PhaseTest, phase_test, placebo_periods
+from .power import detection_rate, minimum_detectable_effect
 from .residues import ResidueAccuracy, residue_accuracy
 from .spread import spread_stats
 from .summary import ResidueSummary, summarize_mappings, summarize_prompts
 from .uniformity import UniformityTest, chi_square_uniformity, permutation_uniformity
-from .verdict import PhaseVerdict, PositionTrend, phase_verdict, position_trend
+from .verdict import (
+    AT_CHANCE,
+    NO_EFFECT,
+    NOT_TESTABLE,
+    PHASE_SENSITIVE,
+    PhaseVerdict,
+    PositionTrend,
+    below_min_effect,
+    phase_verdict,
+    position_trend,
+)
 
 __all__ = [
+    "AT_CHANCE",
+    "NO_EFFECT",
+    "NOT_TESTABLE",
+    "PHASE_SENSITIVE",
+    "below_min_effect",
+    "detection_rate",
+    "minimum_detectable_effect",
     "BootstrapIntervals",
     "Fold",
     "PhaseDesign",

@@ -75,18 +75,37 @@ def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def format_mde(mde: dict | None) -> str:
+    """'minimum detectable effect 11.8 points (...)' from a verdict's ``mde`` record."""
+    if mde is None:
+        return "minimum detectable effect: not computed"
+    what = (
+        f"(a drop at one phase found with {100 * mde['power']:.0f}% power, {mde['simulations']} simulated runs on "
+        f"{mde['distinct_prompts']} distinct prompts)"
+    )
+    if mde["points"] is None:
+        return f"minimum detectable effect: none up to a drop to 0% {what}"
+    return f"minimum detectable effect {mde['points']:g} points {what}"
+
+
 def format_verdict(verdict: dict) -> str:
-    """One block of text for a `PhaseVerdict` dict: verdict, p-values at the stride and the placebos,
-    the phase profile's amplitude and the smooth trend."""
+    """One block of text for a `PhaseVerdict` dict: the verdict with its rule, the effect size with its
+    interval, the test at the stride and the placebos, the minimum detectable effect and the smooth trend."""
     test, trend = verdict["test"], verdict["trend"]
     placebo = ", ".join(f"P={p['period']}: p={_p(p['p_value'])}" for p in verdict["placebo"]) or "none"
     low, high = trend["ci"]
+    effect = f"phase amplitude {verdict['effect_points']:.1f} points"
+    if verdict.get("effect_ci"):
+        effect += " [{:.1f}, {:.1f}]".format(*verdict["effect_ci"])
+    df = test.get("df") or ["?", "?"]
     lines = [
-        f"phase verdict at period {verdict['period']}: {verdict['verdict'].upper()} "
-        f"(replication test p = {_p(verdict['p_value'])}, {test['n_windows']} windows of {test['window_length']} "
-        f"tokens, alpha {verdict['alpha']}); placebo periods: {placebo}",
-        f"phase profile amplitude {test['amplitude_points']:.1f} points; smooth trend "
-        f"{trend['slope_points_per_100_tokens']:+.1f} points per 100 tokens of t_K "
+        f"phase verdict at period {verdict['period']}: {verdict['verdict'].upper()} ({verdict.get('rule', '')})",
+        f"{effect}; test p = {_p(verdict['p_value'])} (phase frequencies against their neighbours: {df[0]} phase and "
+        f"{df[1]} neighbour terms, {test.get('n_distinct_prompts', '?')} distinct of {test.get('n_prompts', '?')} "
+        "prompts); "
+        f"placebo periods: {placebo}",
+        format_mde(verdict.get("mde")),
+        f"smooth trend {trend['slope_points_per_100_tokens']:+.1f} points per 100 tokens of t_K "
         f"[{low:+.1f}, {high:+.1f}] over t_K {trend['first_position']}..{trend['last_position']}",
     ]
     if verdict.get("note"):

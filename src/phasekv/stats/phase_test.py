@@ -1,106 +1,182 @@
-r"""A phase test that a smooth effect of position cannot fool: replication across periods.
+r"""A phase test that a smooth effect of position cannot fool, at any sample size: the phase
+frequencies against their neighbours.
 
 Why. Residue groups that are matched in the mean and variance of the target position t_K are
-not matched in distribution (each group of the moment-matched design puts most of its weight on
-one position), so a model whose accuracy merely falls with t_K (a step, a slope, "lost in the
-middle") shows a residue pattern, and a uniformity test across residues calls it periodic. A
-phase effect differs from such an effect in one way that no design choice can fake: it repeats
-in *every* period of P consecutive positions, while a smooth effect is locally linear and a step
-happens once.
+not matched in distribution, so a model whose accuracy merely changes with t_K (a cliff, a
+slope, a U, recency) shows a residue pattern. Removing a straight line inside short windows is
+not enough either: curvature leaves the same residual in every window, and a test calibrated by
+the windows' own variability becomes surer of that false alarm as the data grow. What tells a
+phase effect apart from any effect of position is where it puts its power along the position
+axis: a pattern that repeats every P tokens lives *exactly* at the frequencies k/P
+(k = 1 .. P/2), while an effect that does not repeat spreads its power over a continuum of
+frequencies, so frequencies next to k/P carry as much of it as k/P itself.
 
-Statistic. Cut the positions into windows of L consecutive tokens (L the smallest multiple of P
-that is at least ``min_window``; windows aligned so that window starts are ≡ 0 mod P). Within each
-window, remove each unit's mean (a unit is a mapping or haystack: its difficulty is shared by all
-its prompts), pool the window's prompts by position, fit a straight line through the window's
-position means (weighted by counts) and keep the residuals e_t. Window k's phase profile is
-z_k[φ] = Σ_{t in k, t ≡ φ mod P} sqrt(n_t) e_t, centred over φ (only phase contrasts count).
-The statistic is the agreement of the profiles between different windows,
+Model. Per-prompt outcomes y (0/1, or fractions for expected accuracies) are pooled into cells
+(unit, position); a unit is a mapping or haystack, whose difficulty all its prompts share.
+Identical prompts (the same tokens: ``prompt_ids``) are one observation, however often a design
+repeats them. The cell means are fitted by weighted least squares (weights: distinct prompts) with
 
-    T = Σ_{k < k'} <z_k, z_k'> = (|Σ_k z_k|² − Σ_k |z_k|²) / 2.
+    each unit's own level and smooth curve (cubic B-splines of position, knots (2 + 1/pi) P apart)
+    + sinusoids at the phase frequencies k/P (P - 1 columns: the phase profile), and the same times
+      position (a phase effect whose size drifts along the span)
+    + sinusoids at neighbouring frequencies k/P ± j/D (j = 2 .. J + 1, D the span of positions).
 
-A phase effect adds the same profile to every window, so T grows with the number of window
-pairs; a linear trend leaves no residual; curvature within one window is negligible; a step
-disturbs the one window that holds it, whose products with the other windows have mean zero.
+Statistic. For each phase frequency, W_phase is the Wald statistic of its phase terms given all
+neighbours and W_near the Wald statistic of its own neighbours, both with the exact sampling
+covariance of independent Bernoulli outcomes (p(1-p) of the phase-free fit, floored away from 0 and
+1). Under "no phase effect" the two are independent chi-squares, so
+F_k = (W_phase / df) / (W_near / df_near) ~ F(df, df_near), and the p-values of the frequencies
+are combined by Fisher's method. A smooth effect that the splines do not absorb raises both in
+proportion to its power near k/P, so F stays near 1 however many prompts there are; a phase effect
+raises only W_phase, and its share grows with the data. The phase profile (accuracy at each phase
+minus the mean over phases) is read off the profile columns of the model without neighbours,
+bounded so that every phase's accuracy lies in [0, 100]%, and its amplitude (best minus worst
+phase) gets a basic bootstrap interval over units.
 
-Null distribution. Each window's profile is a function of that window's prompts only (unit means
-are taken within the window), and prompts are independent given the model, so the profiles are
-independent. Under "no phase effect" they are also symmetric about zero, except possibly
-one window holding a discontinuity. Flipping the sign of whole window profiles (T(ε) =
-Σ_{k<k'} ε_k ε_k' <z_k, z_k'>) then leaves the distribution of T unchanged, which calibrates it
-without assuming a shape for the position effect: p = #{ε: T(ε) ≥ T} / #ε over all 2^(K−1) sign
-patterns (ε and −ε give the same T), or over random patterns when K is large. With K windows the
-smallest p-value is 2^−(K−1), so the design must span at least ``MIN_WINDOWS`` windows of
-length L to reach p < 0.05; fewer makes the test "not testable", never a verdict.
-
-Every map from outcomes to profiles is linear, so `PhaseDesign` builds it once as a matrix and
-tests one outcome vector or a batch of simulated ones (the calibration in the tests) alike.
+Assumption, in one sentence: the test tolerates effects of position that are smooth on scales of
+about 2P tokens or longer, shared by the units or each unit's own (trends, U shapes, recency and
+primacy with tau >= 2P, transitions); effects with features at the scale of the period or shorter
+(walls or cliffs within a period, recency with tau < 2P, a pattern that repeats every P ± P^2/D
+tokens) are outside it and may be rejected, which the verdict's minimum effect then has to catch;
+with a span below ``MIN_PERIODS`` periods it is not testable.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy import stats as scipy_stats
+from scipy.interpolate import BSpline
 
-MIN_WINDOW = 6  # tokens: a window's straight-line fit keeps >= 4 residual degrees of freedom
-MIN_WINDOWS = 6  # 2^-(6-1) = 0.031 < 0.05: fewer windows can never reject at 5%
-MAX_EXACT_WINDOWS = 13  # up to 2^12 = 4096 sign patterns enumerated exactly; random beyond
-N_RANDOM_SIGNS = 4096
-_MIN_POSITIONS = 3  # a window needs three distinct positions for a line plus a residual
-
-
-def window_length(period: int, min_window: int = MIN_WINDOW) -> int:
-    """The smallest multiple of `period` that is at least `min_window` tokens."""
-    if period < 1:
-        raise ValueError(f"period must be >= 1, got {period}")
-    return period * -(-min_window // period)
-
-
-def placebo_periods(stride: int) -> list[int]:
-    """Two periods near `stride` that share no factor with it (stride - 1 and stride + 1 when
-    they are >= 2): a true stride-S effect should not replicate at them."""
-    candidates = [p for p in (stride - 1, stride + 1, stride + 2, stride + 3) if p >= 2 and np.gcd(p, stride) == 1]
-    return candidates[:2]
+KNOT_SPACING = 2 + 1 / np.pi  # periods between the knots of the smooth part
+MIN_PERIODS = 4  # the span must hold this many periods for neighbours to be told from the phase frequencies
+VARIANCE_FLOOR = 0.01  # fitted accuracies are kept in [0.01, 0.99] for the Bernoulli variance
+N_BOOTSTRAP = 1000
+NUMERICAL_ZERO = 1e-9  # a Wald statistic below this is rounding error
+METHOD = (
+    "phase frequencies against their neighbours: unit effects, a cubic in position and sinusoids at k/P and at "
+    "neighbouring frequencies fitted to distinct prompts; F = (Wald of the phase terms / (P-1)) / (Wald of the "
+    "neighbours / df), Bernoulli variance (phasekv.stats.phase_test)"
+)
 
 
 @dataclass(frozen=True)
 class PhaseTest:
-    """The replication test at one period (see the module docstring).
+    """The test at one period (see the module docstring).
 
-    ``profile_points[φ]``: estimated accuracy at phase φ minus the mean over phases, after the
-    local straight-line trends are removed (percentage points; the count-weighted mean of the
-    windows' residuals), ``profile_se_points`` its standard error across windows (None where
-    fewer than two windows hold the phase).
-    ``amplitude_points``: max - min of the profile. ``testable`` is False when fewer than
-    ``MIN_WINDOWS`` windows hold enough positions; then ``p_value`` is 1 and ``note`` says why.
+    ``profile_points[φ]``: accuracy at phase φ minus the mean over phases (percentage points, bounded so that
+    every phase's accuracy lies in [0, 100]); ``profile_se_points`` its standard error;
+    ``phase_accuracy_points[φ]`` the bounded accuracy at phase φ itself (the run's mean plus the phase's offset).
+    ``amplitude_points``: best minus worst phase, ``amplitude_ci`` its basic bootstrap interval over units
+    (a parametric bootstrap when the design has one unit). ``testable`` is False when the positions span
+    fewer than ``MIN_PERIODS`` periods; then ``p_value`` is 1 and ``note`` says why.
     """
 
     period: int
-    window_length: int
-    n_windows: int
     statistic: float
     p_value: float
-    n_sign_patterns: int
-    exact: bool
+    df: list[int]
     testable: bool
+    n_prompts: int
+    n_distinct_prompts: int
+    n_units: int
+    span: list[int]
+    neighbour_frequencies: list[float]
     profile_points: list[float]
-    profile_se_points: list[float | None]
+    profile_se_points: list[float]
+    phase_accuracy_points: list[float]
     amplitude_points: float
+    amplitude_ci: list[float] | None
+    mean: float
+    mean_ci: list[float] | None
+    confidence: float
+    n_bootstrap: int
+    bootstrap: str
+    method: str = METHOD
     note: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-class PhaseDesign:
-    """The linear map from per-prompt outcomes y [N] to window phase profiles z [K, P].
+def distinct_groups(prompt_ids, n: int) -> np.ndarray:
+    """Index of each prompt's distinct prompt [n]: equal ids are one prompt (None: all distinct)."""
+    if prompt_ids is None:
+        return np.arange(n)
+    ids = np.asarray(prompt_ids)
+    if ids.shape != (n,):
+        raise ValueError(f"prompt_ids must have one entry per prompt ({n}), got shape {ids.shape}")
+    return np.unique(ids, return_inverse=True)[1].ravel()
 
-    ``units`` [N] (mapping or haystack ids), ``positions`` [N] (t_K of each prompt): the design,
-    fixed before any outcome is seen, so simulated outcomes can be tested in a batch.
+
+def phase_frequencies(period: int) -> list[tuple[float, bool]]:
+    """(frequency k/P, whether it has a sine column) for k = 1 .. P/2: the P - 1 phase-contrast columns."""
+    return [(k / period, 2 * k != period) for k in range(1, period // 2 + 1)]
+
+
+def neighbours_per_frequency(period: int, span: int, n_neighbours: int | None = None) -> list[list[float]]:
+    """For each phase frequency k/P, its neighbours k/P ± j/span (j = 1 .. J) that lie strictly between the
+    smooth part (1.5/span) and 1/2 and at least half a step 1/span from every phase frequency and from each
+    other. J (None) grows with the periods in the span: 2 to 4."""
+    if n_neighbours is None:
+        n_neighbours = max(2, min(4, span // (2 * period) - 1))
+    step = 1.0 / span
+    targets = [f for f, _ in phase_frequencies(period)]
+    chosen: list[float] = []
+    groups = []
+    for f in targets:
+        group = []
+        for j in range(2, n_neighbours + 2):
+            for g in (f - j * step, f + j * step):
+                if not 1.5 * step <= g < 0.5 - 0.25 * step:
+                    continue
+                if min(abs(g - t) for t in targets) < 1.5 * step or any(abs(g - c) < 0.5 * step for c in chosen):
+                    continue
+                chosen.append(g)
+                group.append(g)
+        groups.append(sorted(group))
+    return groups
+
+
+def smooth_basis(positions: np.ndarray, span: tuple[int, int], period: int) -> np.ndarray:
+    """Cubic B-splines of position with knots ``KNOT_SPACING`` periods apart over the span, less one column
+    (the unit effects hold the constant): [n, columns].
+
+    Knots that are 2P apart would leave an approximation error that repeats every 2P, which has a harmonic
+    at 1/P; a spacing of (2 + 1/pi) P shares no harmonic with k/P for any small k."""
+    low, high = span[0] - 0.5, span[1] + 0.5
+    intervals = max(1, int(np.ceil((high - low) / (KNOT_SPACING * period))))
+    inner = np.linspace(low, high, intervals + 1)
+    knots = np.concatenate([[low] * 3, inner, [high] * 3])
+    basis = BSpline.design_matrix(np.clip(positions, low, high), knots, 3).toarray()
+    return basis[:, 1:]
+
+
+def _wald(estimate: np.ndarray, covariance: np.ndarray) -> np.ndarray:
+    """estimate' covariance^-1 estimate for a batch: [B, k], [B, k, k] -> [B]."""
+    return np.einsum("bk,bk->b", estimate, np.linalg.solve(covariance, estimate[..., None])[..., 0])
+
+
+def _sinusoids(positions: np.ndarray, frequencies, with_sine) -> np.ndarray:
+    columns = []
+    for f, sine in zip(frequencies, with_sine, strict=True):
+        angle = 2 * np.pi * f * positions
+        columns.append(np.cos(angle))
+        if sine:
+            columns.append(np.sin(angle))
+    return np.stack(columns, axis=1) if columns else np.zeros((positions.size, 0))
+
+
+class PhaseDesign:
+    """The fixed part of the test: cells, the regression columns and their Gram matrices.
+
+    ``units`` [N] (mapping or haystack ids), ``positions`` [N] (t_K of each prompt, integers),
+    ``prompt_ids`` [N] (optional: equal ids are identical prompts and count once). Fixed before any outcome
+    is seen, so simulated outcomes can be tested in a batch (`evaluate`).
     """
 
-    def __init__(self, units, positions, period: int, min_window: int = MIN_WINDOW):
+    def __init__(self, units, positions, period: int, prompt_ids=None, n_neighbours: int | None = None):
         units, positions = np.asarray(units), np.asarray(positions)
         if units.ndim != 1 or units.shape != positions.shape or units.size == 0:
             raise ValueError(
@@ -109,140 +185,301 @@ class PhaseDesign:
             )
         if not np.issubdtype(positions.dtype, np.integer):
             raise ValueError(f"positions must be integers (token indices), got dtype {positions.dtype}")
-        self.period, self.window_length = int(period), window_length(period, min_window)
-        self.n_prompts = units.size
-        origin = positions.min() - positions.min() % self.period
-        window = (positions - origin) // self.window_length
-        # blocks = (unit, window): removing block means keeps every window's profile its own
-        _, self._block_index = np.unique(np.stack([units, window]), axis=1, return_inverse=True)
-        rows, self.window_counts, self.residual_maps = [], [], []
-        for k in np.unique(window):
-            members = np.flatnonzero(window == k)
-            pos, slot = np.unique(positions[members], return_inverse=True)
-            if pos.size < _MIN_POSITIONS:
-                continue
-            counts = np.bincount(slot).astype(float)
-            mean_map = np.zeros((pos.size, self.n_prompts))  # position means from outcomes
-            mean_map[slot, members] = 1.0 / counts[slot]
-            residual = _line_residual_map(pos, counts) @ mean_map  # e_t = (I - H) ybar
-            fold = np.zeros((self.period, pos.size))
-            fold[pos % self.period, np.arange(pos.size)] = np.sqrt(counts)
-            fold -= fold.mean(axis=0, keepdims=True)  # phase contrasts only
-            rows.append(fold @ residual)
-            self.residual_maps.append((pos % self.period, counts, residual))
-            self.window_counts.append(int(counts.sum()))
-        self.n_windows = len(rows)
-        matrix = np.stack(rows) if rows else np.zeros((0, self.period, self.n_prompts))
-        # outcomes enter after removing block means: z = A (y - block mean) = (A - A M_b) y
-        sizes = np.bincount(self._block_index).astype(float)
-        block_sums = np.zeros(matrix.shape[:2] + (sizes.size,))
-        np.add.at(block_sums, (slice(None), slice(None), self._block_index), matrix)
-        self.matrix = matrix - (block_sums / sizes)[..., self._block_index]  # [K, P, N]
+        if int(period) != period or period < 2:
+            raise ValueError(f"the phase test needs an integer period >= 2, got {period!r}")
+        self.period, self.n_prompts = int(period), units.size
+        distinct = distinct_groups(prompt_ids, units.size)
+        first = np.unique(distinct, return_index=True)[1]
+        if np.any(units[first][distinct] != units) or np.any(positions[first][distinct] != positions):
+            raise ValueError("identical prompts (equal prompt_ids) must have the same unit and target position")
+        self._distinct, self.n_distinct = distinct, first.size
+        unit_ids, unit_index = np.unique(units[first], return_inverse=True)
+        self.n_units = unit_ids.size
+        # cells (unit, position) of distinct prompts, sorted by unit
+        keys = np.stack([unit_index.ravel(), positions[first]], axis=1)
+        cells, self._cell_of_distinct, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        self._cell_of_distinct = self._cell_of_distinct.ravel()
+        self.cell_unit, self.cell_position, self.cell_count = cells[:, 0], cells[:, 1], counts.astype(float)
+        low, high = int(positions.min()), int(positions.max())
+        self.span = (low, high)
+        width = high - low + 1
+        self.testable = width >= MIN_PERIODS * self.period and self.n_distinct > 0
+        targets = phase_frequencies(self.period)
+        near_groups = neighbours_per_frequency(self.period, width, n_neighbours) if self.testable else []
+        self.neighbours = [f for group in near_groups for f in group]
+        # column indices (within the phase block, within the neighbour block) of each phase frequency
+        # the phase block: P - 1 columns of the profile, then the same times position (a phase effect whose
+        # size drifts along the span puts sidebands at k/P +- 1/D; these columns hold them)
+        self.n_profile = self.period - 1
+        self.groups, phase_start, near_start = [], 0, 0
+        for (_, sine), group in zip(targets, near_groups, strict=False):
+            own = list(range(phase_start, phase_start + 1 + sine))
+            self.groups.append(
+                (own + [self.n_profile + i for i in own], list(range(near_start, near_start + 2 * len(group))))
+            )
+            phase_start, near_start = phase_start + 1 + sine, near_start + 2 * len(group)
+        if self.testable and any(not near for _, near in self.groups):
+            self.testable = False
+        t = self.cell_position.astype(float)
+        profile_columns = _sinusoids(t, [f for f, _ in targets], [s for _, s in targets])
+        drift = (t - (low + high) / 2) / max((high - low) / 2, 1.0)
+        phase = np.concatenate([profile_columns, profile_columns * drift[:, None]], axis=1)
+        near = _sinusoids(t, self.neighbours, [True] * len(self.neighbours))
+        self.n_phase, self.n_near = phase.shape[1], near.shape[1]
+        self.cell_weight = self.cell_count  # least-squares weight: distinct prompts per cell
+        self._unit_starts = np.flatnonzero(np.r_[True, np.diff(self.cell_unit) != 0])  # cells are sorted by unit
+        self._unit_counts = np.bincount(self.cell_unit, self.cell_count)
+        # each unit's own level and smooth curve (a constant and the B-splines of position, fitted per unit)
+        # enter by residualising every column within its unit: Frisch-Waugh
+        self._unit_fits = self._unit_projections(smooth_basis(t, self.span, self.period))
+        self.columns = np.concatenate([phase, near], axis=1)
+        self.columns = self.columns - self._unit_fit(self.columns)  # [C, d]
+        weighted = self.columns * self.cell_weight[:, None]
+        self.unit_gram = np.zeros((self.n_units, self.columns.shape[1], self.columns.shape[1]))
+        np.add.at(self.unit_gram, self.cell_unit, weighted[:, :, None] * self.columns[:, None, :])
+        self.gram = self.unit_gram.sum(axis=0)
+        self._resamples: dict = {}
+        self._outer = (self.columns[:, :, None] * self.columns[:, None, :]).reshape(self.columns.shape[0], -1)
+        # phase values from the phase columns: accuracy offset at phase r = rows @ coefficients
+        self.phase_rows = _sinusoids(
+            np.arange(self.period, dtype=float), [f for f, _ in targets], [s for _, s in targets]
+        )  # [P, P-1]
+        self.df = [self.n_phase, self.n_near]
 
-    @property
-    def testable(self) -> bool:
-        return self.n_windows >= MIN_WINDOWS
+    def _unit_projections(self, smooth: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+        """Per unit: (its cells, the weighted least-squares hat matrix of [1, smooth] on them [c_u, c_u])."""
+        ends = np.r_[self._unit_starts[1:], self.cell_unit.size]
+        fits = []
+        for start, end in zip(self._unit_starts, ends, strict=True):
+            basis = np.hstack([np.ones((end - start, 1)), smooth[start:end]])
+            w = self.cell_weight[start:end]
+            solve = np.linalg.pinv(basis.T @ (w[:, None] * basis)) @ (basis.T * w)
+            fits.append((slice(start, end), basis @ solve))
+        return fits
 
-    def profiles(self, outcomes) -> np.ndarray:
-        """z for outcomes [..., N] (0/1 or fractions): shape [..., K, P]."""
+    def _unit_fit(self, values: np.ndarray) -> np.ndarray:
+        """Each unit's level and smooth curve fitted to cell values [C] or [C, d]."""
+        out = np.empty_like(values, dtype=float)
+        for cells, hat in self._unit_fits:
+            out[cells] = hat @ values[cells]
+        return out
+
+    def _batch_unit_fit(self, values: np.ndarray) -> np.ndarray:
+        """The same for a batch of cell values [B, C]."""
+        out = np.empty_like(values, dtype=float)
+        for cells, hat in self._unit_fits:
+            out[:, cells] = values[:, cells] @ hat.T
+        return out
+
+    def null_cells(self, outcomes) -> np.ndarray:
+        """Fitted accuracy of every cell without the phase and neighbour terms (unit effects and the smooth part
+        only), in [0, 1]: the phase-free model of a run, on which its power is simulated."""
+        means = self.cell_sums(np.asarray(outcomes, dtype=float)) / self.cell_count
+        return np.clip(self._unit_fit(means), 0.0, 1.0)
+
+    def cell_sums(self, outcomes) -> np.ndarray:
+        """Outcomes [..., N] (0/1 or fractions in [0, 1]) -> sums over each cell's distinct prompts [..., C].
+
+        Identical prompts share one outcome: their mean is taken (a deterministic model gives them one)."""
         y = np.asarray(outcomes, dtype=float)
         if y.shape[-1] != self.n_prompts:
             raise ValueError(f"outcomes must have {self.n_prompts} entries on the last axis, got {y.shape}")
-        return np.einsum("kpn,...n->...kp", self.matrix, y)
+        if np.isnan(y).any() or np.any((y < 0) | (y > 1)):
+            raise ValueError("outcomes must be 0/1 or fractions in [0, 1]")
+        flat = y.reshape(-1, self.n_prompts)
+        per_distinct = np.zeros((flat.shape[0], self.n_distinct))
+        np.add.at(per_distinct.T, self._distinct, flat.T)
+        per_distinct /= np.bincount(self._distinct)
+        sums = np.zeros((flat.shape[0], self.cell_count.size))
+        np.add.at(sums.T, self._cell_of_distinct, per_distinct.T)
+        return sums.reshape(*y.shape[:-1], -1)
 
-    def sign_patterns(self, seed: int = 0) -> tuple[np.ndarray, bool]:
-        """(sign patterns [n, K] with the identity first, whether they are all 2^(K-1))."""
-        k = self.n_windows
-        if k <= 1:
-            return np.ones((1, k)), True
-        if k <= MAX_EXACT_WINDOWS:
-            rest = np.array(list(itertools.product((1.0, -1.0), repeat=k - 1))).reshape(-1, k - 1)
-            return np.hstack([np.ones((len(rest), 1)), rest]), True
-        signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(N_RANDOM_SIGNS + 1, k))
-        signs[0] = 1.0
-        return signs, False
+    def evaluate(self, sums: np.ndarray) -> dict[str, np.ndarray]:
+        """The test for cell sums [B, C]: F statistic, p-value, coefficients [B, d], phase profile [B, P]
+        (unbounded offsets, proportions) and its covariance diagonal, and the mean [B]."""
+        sums = np.atleast_2d(sums)
+        means = sums / self.cell_count
+        null_fit = self._batch_unit_fit(means)  # the phase-free model: each unit's level and smooth curve
+        rhs = (self.cell_weight * (means - null_fit)) @ self.columns  # X' W (ybar - null fit) [B, d]
+        coef = np.linalg.solve(self.gram, rhs.T).T
+        # the Bernoulli variance of the phase-free model, as a score test takes it
+        fitted = np.clip(null_fit, VARIANCE_FLOOR, 1 - VARIANCE_FLOOR)
+        inverse = np.linalg.inv(self.gram)
+        variance = self.cell_weight**2 * fitted * (1 - fitted) / self.cell_count  # of w * ybar per cell
+        d = self.columns.shape[1]
+        meat = (variance @ self._outer).reshape(-1, d, d)
+        cov = inverse @ meat @ inverse  # [B, d, d]
+        statistic, p_value, p_parts = self._frequency_tests(coef, cov)
+        # the effect size comes from the model without the neighbours: they calibrate the test, and leaving
+        # them in would only add their collinearity to the profile's noise
+        k = self.n_profile
+        reduced = np.linalg.solve(self.gram[:k, :k], rhs[:, :k].T).T
+        inverse_r = np.linalg.inv(self.gram[:k, :k])
+        v_phase = inverse_r @ meat[:, :k, :k] @ inverse_r
+        profile = reduced @ self.phase_rows.T  # [B, P]
+        profile_var = np.einsum("pi,bij,pj->bp", self.phase_rows, v_phase, self.phase_rows)
+        mean = sums.sum(axis=1) / self.cell_count.sum()
+        return {
+            "statistic": statistic,
+            "p_value": p_value,
+            "coef": reduced,
+            "profile": profile,
+            "profile_var": profile_var,
+            "mean": mean,
+            "frequency_p_values": p_parts,
+        }
 
-    def p_values(self, outcomes, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """(statistic T, p-value) for outcomes [..., N]; p = 1 where the design is not testable."""
-        z = self.profiles(outcomes)  # [..., K, P]
-        batch = z.shape[:-2]
-        z = z.reshape(-1, *z.shape[-2:])
-        signs, _ = self.sign_patterns(seed)
-        own = (z**2).sum(axis=(1, 2))
-        stats, p = np.empty(len(z)), np.ones(len(z))
-        chunk = max(1, (1 << 24) // max(1, len(signs) * z.shape[-1]))
-        for start in range(0, len(z), chunk):
-            block = z[start : start + chunk]
-            totals = np.einsum("sk,bkp->bsp", signs, block)
-            t = 0.5 * ((totals**2).sum(axis=2) - own[start : start + chunk, None])  # [b, patterns]
-            stats[start : start + chunk] = t[:, 0]
-            if self.testable:
-                tolerance = 1e-9 * np.maximum(1.0, np.abs(t[:, :1]))
-                p[start : start + chunk] = (t >= t[:, :1] - tolerance).mean(axis=1)
-        return stats.reshape(batch), p.reshape(batch)
+    def _frequency_tests(self, coef: np.ndarray, cov: np.ndarray):
+        """(Fisher statistic [B], p-value [B], per-frequency p-values [B, K]) from the full model's coefficients
+        and covariance; p = 1 when the design is not testable."""
+        if not self.testable:
+            ones = np.ones(len(coef))
+            return 0.0 * ones, ones, np.ones((len(coef), 0))
+        a, b = 0, self.n_phase
+        phase, near = coef[:, a:b], coef[:, b:]
+        v_pp, v_pn, v_nn = cov[:, a:b, a:b], cov[:, a:b, b:], cov[:, b:, b:]
+        gain = v_pn @ np.linalg.inv(v_nn)  # the part of the phase estimate its neighbours predict
+        adjusted = phase - np.einsum("bpn,bn->bp", gain, near)
+        v_adjusted = v_pp - gain @ np.swapaxes(v_pn, 1, 2)
+        # each phase frequency against its own neighbours: the power of a smooth effect changes along the
+        # frequency axis, so one pooled noise level would be too low near 1/P and too high near 1/2
+        p_parts = []
+        for phase_cols, near_cols in self.groups:
+            w_phase = _wald(adjusted[:, phase_cols], v_adjusted[:, phase_cols][:, :, phase_cols])
+            w_near = _wald(near[:, near_cols], v_nn[:, near_cols][:, :, near_cols])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = (w_phase / len(phase_cols)) / (w_near / len(near_cols))
+            # a phase part at the level of rounding error is no evidence, whatever its ratio to the neighbours'
+            ratio = np.where(np.isfinite(ratio) & (w_phase > NUMERICAL_ZERO), ratio, 0.0)
+            p_parts.append(scipy_stats.f.sf(ratio, len(phase_cols), len(near_cols)))
+        p_parts = np.clip(np.stack(p_parts, axis=1), 1e-300, 1.0)  # [B, K]
+        statistic = -2 * np.log(p_parts).sum(axis=1)  # Fisher's combination over the phase frequencies
+        return statistic, scipy_stats.chi2.sf(statistic, 2 * p_parts.shape[1]), p_parts
 
-    def test(self, outcomes, seed: int = 0) -> PhaseTest:
-        """The test for one outcome vector [N], with the estimated phase profile."""
+    def bootstrap(self, sums: np.ndarray, n_resamples: int = N_BOOTSTRAP, seed: int = 0):
+        """(amplitudes [B, R], means [B, R]) of resampled designs for cell sums [B, C]: units drawn with
+        replacement (a parametric resample of the cells when the design has one unit)."""
+        sums = np.atleast_2d(sums)
+        rng = np.random.default_rng(seed)
+        k = self.n_profile
+        if self.n_units >= 2:
+            weights, inverse = self._resampled_inverses(n_resamples, seed)
+            means = sums / self.cell_count
+            residual = self.cell_weight * (means - self._batch_unit_fit(means))  # [B, C]
+            coef = np.empty((len(sums), n_resamples, k))
+            unit_sums = np.add.reduceat(sums, self._unit_starts, axis=1)  # [B, U]
+            for start in range(0, len(sums), 16):
+                block = residual[start : start + 16]
+                per_unit = np.add.reduceat(block[:, :, None] * self.columns[None, :, :k], self._unit_starts, axis=1)
+                rhs = np.einsum("ru,bud->brd", weights, per_unit)
+                coef[start : start + 16] = np.einsum("rde,bre->brd", inverse, rhs)
+            mean = (weights @ unit_sums.T).T / (weights @ self._unit_counts)[None]
+        else:
+            fitted = np.clip(sums / self.cell_count, 0, 1)
+            coef, mean = [], []
+            for row in fitted:
+                draws = rng.binomial(self.cell_count.astype(int)[None], row[None], size=(n_resamples, row.size))
+                result = self.evaluate(draws.astype(float))
+                coef.append(result["coef"])
+                mean.append(result["mean"])
+            coef, mean = np.stack(coef), np.stack(mean)
+        profile = coef[..., :k] @ self.phase_rows.T  # [B, R, P]
+        return amplitude(profile, mean), mean
+
+    def _resampled_inverses(self, n_resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(unit multiplicities [R, U], inverse Gram matrices of the smooth and phase columns [R, k, k]) of
+        ``n_resamples`` unit resamples: fixed by the design and the seed, so they are computed once."""
+        key = (n_resamples, seed)
+        if key not in self._resamples:
+            rng = np.random.default_rng(seed)
+            draws = rng.integers(0, self.n_units, size=(n_resamples, self.n_units))
+            weights = np.stack([np.bincount(row, minlength=self.n_units) for row in draws]).astype(float)
+            k = self.n_profile
+            grams = np.einsum("ru,ude->rde", weights, self.unit_gram[:, :k, :k])
+            try:
+                inverse = np.linalg.inv(grams)
+            except np.linalg.LinAlgError:  # a resample whose units miss some positions altogether
+                inverse = np.linalg.pinv(grams)
+            self._resamples[key] = (weights, inverse)
+        return self._resamples[key]
+
+    def test(self, outcomes, seed: int = 0, n_resamples: int = N_BOOTSTRAP, confidence: float = 0.95) -> PhaseTest:
+        """The test for one outcome vector [N], with the bounded phase profile and its amplitude interval."""
         y = np.asarray(outcomes, dtype=float)
         if y.ndim != 1:
             raise ValueError(f"test takes one outcome vector [N], got shape {y.shape}")
-        if np.any((y < 0) | (y > 1)) or np.isnan(y).any():
-            raise ValueError("outcomes must be 0/1 or fractions in [0, 1]")
-        statistic, p_value = (float(v) for v in self.p_values(y, seed))
-        profile, se = self._profile(y)
-        signs, exact = self.sign_patterns(seed)
+        sums = self.cell_sums(y)[None]
+        result = {k: v[0] for k, v in self.evaluate(sums).items()}
+        mean = float(result["mean"])
+        bounded = bounded_profile(result["profile"], mean)
+        observed = float(bounded.max() - bounded.min())
+        amplitude_ci = mean_ci = None
+        if n_resamples:
+            boot_amplitude, boot_mean = (v[0] for v in self.bootstrap(sums, n_resamples, seed))
+            amplitude_ci = [100 * v for v in basic_interval(observed, boot_amplitude, confidence)]
+            tail = (1 - confidence) / 2
+            mean_ci = [float(v) for v in np.quantile(boot_mean, [tail, 1 - tail])]
         note = ""
         if not self.testable:
             note = (
-                f"not testable: the target positions span {self.n_windows} window(s) of {self.window_length} "
-                f"tokens with >= {_MIN_POSITIONS} positions, fewer than the {MIN_WINDOWS} needed to reach "
-                f"p < 0.05; widen the design (more spread blocks or a larger modulus)"
+                f"not testable: the target positions span {self.span[1] - self.span[0] + 1} tokens, fewer than "
+                f"{MIN_PERIODS} periods of {self.period}; widen the design (more spread blocks or a larger modulus)"
             )
         return PhaseTest(
             period=self.period,
-            window_length=self.window_length,
-            n_windows=self.n_windows,
-            statistic=statistic,
-            p_value=p_value,
-            n_sign_patterns=int(len(signs)),
-            exact=bool(exact),
-            testable=self.testable,
-            profile_points=[float(v) for v in 100 * profile],
-            profile_se_points=[None if np.isnan(v) else float(v) for v in 100 * se],
-            amplitude_points=float(100 * (profile.max() - profile.min())) if profile.size else 0.0,
+            statistic=float(result["statistic"]),
+            p_value=float(result["p_value"]),
+            df=[int(v) for v in self.df],
+            testable=bool(self.testable),
+            n_prompts=int(self.n_prompts),
+            n_distinct_prompts=int(self.n_distinct),
+            n_units=int(self.n_units),
+            span=[int(v) for v in self.span],
+            neighbour_frequencies=[round(float(f), 6) for f in self.neighbours],
+            profile_points=[float(v) for v in 100 * bounded],
+            phase_accuracy_points=[float(v) for v in 100 * np.clip(mean + result["profile"], 0.0, 1.0)],
+            profile_se_points=[float(v) for v in 100 * np.sqrt(np.maximum(result["profile_var"], 0))],
+            amplitude_points=100 * observed,
+            amplitude_ci=amplitude_ci,
+            mean=mean,
+            mean_ci=mean_ci,
+            confidence=float(confidence),
+            n_bootstrap=int(n_resamples),
+            bootstrap="units" if self.n_units >= 2 else "parametric (one unit)",
             note=note,
         )
 
-    def _profile(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Count-weighted mean over windows of the residual at each phase, centred; SE over windows."""
-        if not self.residual_maps:
-            return np.zeros(self.period), np.full(self.period, np.nan)
-        block_means = np.bincount(self._block_index, y) / np.bincount(self._block_index)
-        centred = y - block_means[self._block_index]
-        per_window = np.zeros((self.n_windows, self.period))
-        weights = np.zeros((self.n_windows, self.period))
-        for k, (phase, counts, residual) in enumerate(self.residual_maps):
-            np.add.at(per_window[k], phase, counts * (residual @ centred))
-            np.add.at(weights[k], phase, counts)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            window_profile = per_window / weights
-            window_profile -= np.nanmean(window_profile, axis=1, keepdims=True)
-            total = weights.sum(axis=0)
-            profile = np.nansum(np.where(weights > 0, window_profile * weights, 0.0), axis=0) / total
-            seen = (weights > 0).sum(axis=0)
-            deviations = np.where(weights > 0, window_profile - np.nansum(window_profile, axis=0) / seen, 0.0)
-            se = np.sqrt((deviations**2).sum(axis=0) / (seen - 1) / seen)  # NaN where one window saw it
-        return profile - profile.mean(), se
+
+def basic_interval(observed: float, draws: np.ndarray, confidence: float) -> list[float]:
+    """Basic (reverse percentile) bootstrap interval of an amplitude, clipped to [0, 1]: a max - min over
+    noisy phases is biased upwards, and so are its resamples; the basic interval subtracts that bias once."""
+    tail = (1 - confidence) / 2
+    q_low, q_high = np.quantile(draws, [tail, 1 - tail], axis=-1)
+    return [float(np.clip(2 * observed - q_high, 0, 1)), float(np.clip(2 * observed - q_low, 0, 1))]
 
 
-def _line_residual_map(positions: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """I - H for the count-weighted least-squares line through points at `positions`: [n, n]."""
-    x = np.stack([np.ones(positions.size), positions - positions.mean()], axis=1)
-    w = counts / counts.sum()
-    hat = x @ np.linalg.solve(x.T @ (w[:, None] * x), (w[:, None] * x).T)
-    return np.eye(positions.size) - hat
+def bounded_profile(profile: np.ndarray, mean) -> np.ndarray:
+    """Phase offsets [..., P] as accuracy at each phase minus their mean, with every phase's accuracy kept
+    in [0, 1] (a linear fit can put a weak phase below 0 when the mean is low)."""
+    accuracy = np.clip(np.asarray(mean)[..., None] + profile, 0.0, 1.0)
+    return accuracy - accuracy.mean(axis=-1, keepdims=True)
 
 
-def phase_test(units, positions, outcomes, period: int, seed: int = 0, min_window: int = MIN_WINDOW) -> PhaseTest:
-    """The replication phase test of one run (see the module docstring)."""
-    return PhaseDesign(units, positions, period, min_window).test(outcomes, seed)
+def amplitude(profile: np.ndarray, mean) -> np.ndarray:
+    """Best minus worst phase of the bounded profile (proportions)."""
+    bounded = bounded_profile(profile, mean)
+    return bounded.max(axis=-1) - bounded.min(axis=-1)
+
+
+def placebo_periods(stride: int) -> list[int]:
+    """Two periods near `stride` that share no factor with it (stride - 1 and stride + 1 when
+    they are >= 2): a true stride-S effect should not show at them."""
+    candidates = [p for p in (stride - 1, stride + 1, stride + 2, stride + 3) if p >= 2 and np.gcd(p, stride) == 1]
+    return candidates[:2]
+
+
+def phase_test(
+    units, positions, outcomes, period: int, seed: int = 0, prompt_ids=None, n_resamples: int = N_BOOTSTRAP
+) -> PhaseTest:
+    """The phase test of one run (see the module docstring)."""
+    return PhaseDesign(units, positions, period, prompt_ids).test(outcomes, seed, n_resamples)

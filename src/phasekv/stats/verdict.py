@@ -1,10 +1,17 @@
-"""The phase verdict of a probe run: the replication test at the stride, placebo periods beside
-it, and the smooth trend in target position that the test is robust to (reported, not tested).
+"""The phase verdict of a probe run: one rule and one wording, wherever a verdict is shown.
 
-The verdict reads "phase-sensitive" only when the replication test at the stride rejects at
-``alpha``; placebo periods (coprime to the stride) are reported so a reader can see whether the
-pattern is specific to the stride, and a note says so when a placebo rejects too. A design too
-narrow to test gives "not testable", never a verdict either way.
+Rule, in order:
+1. "not testable" when the target positions span too few periods for the test (`phase_test.MIN_PERIODS`);
+2. "not judged: at chance" when the mean accuracy's interval reaches the chance level (a model that has not
+   learned the task is flat for the wrong reason, and a pattern of 1% against 3% is not a weak spot);
+3. "phase-sensitive" when the phase test rejects at ``alpha`` **and** the lower end of the phase amplitude's
+   interval (best minus worst phase, accuracy points) is at least ``min_effect``;
+4. "phase effect below {min_effect} points" when the test rejects but the amplitude may be smaller;
+5. "no phase effect detected" otherwise; the run's minimum detectable effect (`power.minimum_detectable_effect`)
+   says what such a null could have missed.
+
+Placebo periods (coprime to the stride) are tested beside it, so a reader can see whether a pattern is
+specific to the stride; the smooth trend in target position is reported, not tested.
 """
 
 from __future__ import annotations
@@ -14,15 +21,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._checks import check_confidence
-from .phase_test import PhaseDesign, PhaseTest, placebo_periods
+from .phase_test import METHOD, PhaseDesign, PhaseTest, placebo_periods
+from .power import minimum_detectable_effect
 
 PHASE_SENSITIVE = "phase-sensitive"
 NO_EFFECT = "no phase effect detected"
 NOT_TESTABLE = "not testable"
-METHOD = (
-    "replication across periods: per window of consecutive positions, unit means and a straight line "
-    "removed, phase profiles compared between windows, sign-flip null over windows (phasekv.stats.phase_test)"
-)
+AT_CHANCE = "not judged: at chance"
+MIN_EFFECT_POINTS = 5.0
+
+
+def below_min_effect(min_effect: float) -> str:
+    """The wording of a replicated pattern whose amplitude may be smaller than the minimum effect."""
+    return f"phase effect below {min_effect:g} points"
 
 
 @dataclass(frozen=True)
@@ -40,20 +51,52 @@ class PositionTrend:
 
 @dataclass(frozen=True)
 class PhaseVerdict:
-    """The JSON-ready verdict: ``test`` at ``period``, ``placebo`` tests, ``trend``."""
+    """The JSON-ready verdict: ``test`` at ``period`` (with the effect size), ``placebo`` tests, ``trend``.
+
+    ``effect_points`` is the phase amplitude (best minus worst phase, accuracy points) and ``effect_ci`` its
+    interval; ``mde`` the run's minimum detectable single-phase drop, when computed (`power`)."""
 
     period: int
     alpha: float
+    min_effect_points: float
+    chance: float | None
     verdict: str
     p_value: float
+    effect_points: float
+    effect_ci: list[float] | None
     test: PhaseTest
     placebo: list[PhaseTest]
     trend: PositionTrend
+    mde: dict | None = None
     method: str = METHOD
+    rule: str = ""
     note: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def judge(test: PhaseTest, alpha: float, min_effect: float, chance: float | None) -> str:
+    """The verdict's wording for a test (see the module docstring)."""
+    if not test.testable:
+        return NOT_TESTABLE
+    if chance is not None and test.mean_ci is not None and test.mean_ci[0] <= chance:
+        return AT_CHANCE
+    if test.p_value >= alpha:
+        return NO_EFFECT
+    if test.amplitude_ci is not None and test.amplitude_ci[0] >= min_effect:
+        return PHASE_SENSITIVE
+    return below_min_effect(min_effect)
+
+
+def rule_text(alpha: float, min_effect: float, chance: float | None) -> str:
+    chance_text = ""
+    if chance is not None:
+        chance_text = f"; not judged when the mean's interval reaches chance ({100 * chance:.1f}%)"
+    return (
+        f"phase-sensitive when the phase test rejects at {alpha:g} and the phase amplitude's lower bound is at "
+        f"least {min_effect:g} points{chance_text}"
+    )
 
 
 def position_trend(
@@ -86,33 +129,58 @@ def position_trend(
 
 
 def phase_verdict(
-    units, positions, outcomes, stride: int, alpha: float = 0.05, seed: int = 0, n_resamples: int = 2000
+    units,
+    positions,
+    outcomes,
+    stride: int,
+    alpha: float = 0.05,
+    seed: int = 0,
+    n_resamples: int = 2000,
+    *,
+    prompt_ids=None,
+    min_effect: float = MIN_EFFECT_POINTS,
+    chance: float | None = None,
+    mde: bool = False,
 ) -> PhaseVerdict:
-    """Test for a phase effect at `stride` that a smooth position effect cannot fake; placebos beside it."""
+    """The verdict on a phase effect at `stride` (see the module docstring).
+
+    ``prompt_ids`` marks identical prompts (they count once); ``chance`` is the accuracy of guessing (e.g.
+    1 / records), None for no chance rule; ``mde`` also simulates the run's minimum detectable effect."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if stride < 2:
         raise ValueError(f"the phase test needs a stride >= 2, got {stride}")
-    test = PhaseDesign(units, positions, stride).test(outcomes, seed)
-    placebo = [PhaseDesign(units, positions, p).test(outcomes, seed) for p in placebo_periods(stride)]
-    if not test.testable:
-        verdict = NOT_TESTABLE
-    else:
-        verdict = PHASE_SENSITIVE if test.p_value < alpha else NO_EFFECT
+    if not 0 <= min_effect <= 100:
+        raise ValueError(f"min_effect is in accuracy points: it must be in [0, 100], got {min_effect}")
+    if chance is not None and not 0 <= chance < 1:
+        raise ValueError(f"chance is an accuracy in [0, 1), got {chance}")
+    design = PhaseDesign(units, positions, stride, prompt_ids)
+    test = design.test(outcomes, seed, n_resamples)
+    placebo = [PhaseDesign(units, positions, p, prompt_ids).test(outcomes, seed, 0) for p in placebo_periods(stride)]
+    verdict = judge(test, alpha, min_effect, chance)
     note = test.note
     rejected = [p.period for p in placebo if p.testable and p.p_value < alpha]
-    if rejected:
+    if rejected and verdict == PHASE_SENSITIVE:
         note = (
-            f"placebo period(s) {rejected} also reject at {alpha}: the position effect is not specific "
+            f"placebo period(s) {rejected} also reject at {alpha}: the position effect may not be specific "
             f"to the stride {stride}; read the trend and the accuracy-by-position plot"
         )
+    detectable = None
+    if mde and test.testable:
+        detectable = minimum_detectable_effect(design, design.null_cells(outcomes), alpha, min_effect, seed=seed)
     return PhaseVerdict(
         period=int(stride),
         alpha=float(alpha),
+        min_effect_points=float(min_effect),
+        chance=None if chance is None else float(chance),
         verdict=verdict,
         p_value=test.p_value,
+        effect_points=test.amplitude_points,
+        effect_ci=test.amplitude_ci,
         test=test,
         placebo=placebo,
         trend=position_trend(units, positions, outcomes, n_resamples, seed),
+        mde=detectable,
+        rule=rule_text(alpha, min_effect, chance),
         note=note,
     )
