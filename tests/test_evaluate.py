@@ -90,7 +90,8 @@ def test_needle_end_to_end(kind, qwen_dir, phasekv_dir):
     check_controls(result, NEEDLE.modulus)
     assert result["summary"]["design"] == "haystacks x residues" and result["n_prompts"] == 64
     assert result["summary"]["stat_intervals"]["gap_points"] and result["summary"]["n_mappings"] == 4
-    assert result["phase_test"]["period"] == 2 and result["phase_test"]["verdict"] == "not judged: at chance"  # untrained
+    # an untrained model: its mean's interval reaches chance, so no verdict either way
+    assert result["phase_test"]["period"] == 2 and result["phase_test"]["verdict"] == "not judged: at chance"
     assert result["stride"] == {"value": 2, "source": "option"}
     assert result["controls"]["query_positions"] == [NEEDLE.context_length - 1]
 

@@ -309,17 +309,23 @@ def test_the_boundary_of_the_assumption_an_oscillation_near_the_period():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(DESIGNS))
 def test_false_positive_rate_stays_calibrated_as_the_design_grows(name):
+    """300 simulated runs per shape and size. The verdict: <= 6% in every condition. The test alone: <= 7%
+    pooled over the shapes at each size (4,800 runs: +-0.6 points; 6.4% measured on the 8-mapping presses
+    design, 3.7-5.8% on the others), and below 12% in every single condition
+    (300 runs: a rate of 5% reads up to about 8.5% by chance)."""
     for scale in (1, 4, 16):
         design, units, positions = _cells(name, scale)
         rng = np.random.default_rng([scale, len(name)])
+        test_rates = []
         for shape in SHAPES:
             accuracy = null_accuracy(shape, units, positions, rng, 300)
             sums = rng.binomial(design.cell_count.astype(int)[None], accuracy).astype(float)
             p_values, sensitive = _verdicts(design, sums)
             rate, test_rate = sensitive.mean(), np.mean(p_values < ALPHA)
-            print(f"{name} x{scale} {shape}: verdict false positives {rate:.3f}, test alone {test_rate:.3f}")
+            test_rates.append(test_rate)
             assert rate <= MAX_FALSE_POSITIVES, (name, scale, shape, rate)
-            assert test_rate <= 0.1, (name, scale, shape, test_rate)  # Monte Carlo: 300 runs, +-2.5 points
+            assert test_rate < 0.12, (name, scale, shape, test_rate)
+        assert np.mean(test_rates) <= 0.07, (name, scale, np.mean(test_rates))
 
 
 @pytest.mark.parametrize("name", ["lookup-prefix", "needle"])
@@ -476,3 +482,22 @@ def test_the_needle_verdict_respects_haystacks():
     assert result["phase_test"]["verdict"] in (NO_EFFECT, below_min_effect(5.0))
     planted = run_needle(PositionScorer(2, first + 56, drop=(4, 1)), options, n_resamples=300, progress=False)
     assert planted["phase_test"]["verdict"] == PHASE_SENSITIVE
+
+
+def test_the_rule_at_its_boundaries():
+    """alpha, the minimum effect and the chance level are each decided at their exact boundary."""
+    from dataclasses import replace
+
+    from phasekv.stats.verdict import judge
+
+    base = phase_test(*_sampled("presses", lambda t, u: 0.8 + 0 * t)[:3], 8, n_resamples=20)
+    strong = replace(base, testable=True, p_value=0.049, amplitude_ci=[10.0, 20.0], mean_ci=[0.5, 0.6])
+    assert judge(strong, 0.05, 5.0, 0.25) == PHASE_SENSITIVE
+    assert judge(replace(strong, p_value=0.05), 0.05, 5.0, 0.25) == NO_EFFECT
+    assert judge(replace(strong, p_value=0.051), 0.05, 5.0, 0.25) == NO_EFFECT
+    assert judge(replace(strong, p_value=0.099), 0.05, 5.0, 0.25) == NO_EFFECT  # not 2 alpha
+    assert judge(replace(strong, amplitude_ci=[5.0, 9.0]), 0.05, 5.0, 0.25) == PHASE_SENSITIVE
+    assert judge(replace(strong, amplitude_ci=[4.99, 9.0]), 0.05, 5.0, 0.25) == below_min_effect(5.0)
+    assert judge(replace(strong, mean_ci=[0.25, 0.6]), 0.05, 5.0, 0.25) == AT_CHANCE
+    assert judge(replace(strong, mean_ci=[0.251, 0.6]), 0.05, 5.0, 0.25) == PHASE_SENSITIVE
+    assert judge(replace(strong, testable=False), 0.05, 5.0, 0.25) == NOT_TESTABLE

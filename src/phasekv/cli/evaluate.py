@@ -88,15 +88,22 @@ def _built(tokenizer, build, options):
     return build(tokenizer, options, prompt_prefix(tokenizer)).prompts
 
 
-def _prompt_set_scorer(model, scoring: dict, remote: dict, build, options, dry_run: bool, dump: Path | None):
+def _prompt_set_scorer(
+    model, scoring: dict, remote: dict, build, options, dry_run: bool, dump: Path | None, stride: int | None = None
+):
     """The scorer of a lookup or needle run (`build`: the task's `*_prompts`), after dumping its prompts
-    when asked; None after a dry run, which prints the plan and loads only the tokenizer."""
+    when asked; None after a dry run, which prints the plan and the design's minimum detectable effect and
+    loads only the tokenizer."""
     from phasekv.evaluate.press import question_tokens
     from phasekv.evaluate.scored import plan_prompt_set
+    from phasekv.evaluate.units import planned_mde
+    from phasekv.stats.format import format_mde
 
     if dry_run:
         tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
         prompts = _built(tokenizer, build, options)
+        period, mde, note = planned_mde(prompts, stride, options.modulus, options.n_records)
+        typer.echo(f"phase verdict at period {period}: {format_mde(mde)}, {note}")
         _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump, tokenizer)
         return None
     scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
@@ -207,7 +214,7 @@ def lookup(
             held_out_modulus=held_out_modulus,
             template=template,
         )
-        scorer = _prompt_set_scorer(model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts)
+        scorer = _prompt_set_scorer(model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts, stride)
         if scorer is None:
             return
         result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
@@ -265,7 +272,7 @@ def needle(
             seed=seed,
             template=template,
         )
-        scorer = _prompt_set_scorer(model, scoring, remote, needle_prompts, options, dry_run, dump_prompts)
+        scorer = _prompt_set_scorer(model, scoring, remote, needle_prompts, options, dry_run, dump_prompts, stride)
         if scorer is None:
             return
         result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)

@@ -12,9 +12,10 @@ are prompts (n_mappings x P per residue). Intervals: percentile for per-residue 
 mean, basic (reverse percentile) for worst, best, gap and period difference. The results say so
 under "aggregation".
 
-The verdict on phase sensitivity comes from `stats.phase_verdict` (replication of the phase
-profile across periods of consecutive target positions, robust to smooth effects of position),
-under "phase_test"; the residue summary above stays as the paper's moment-matched figure.
+The verdict on phase sensitivity comes from `stats.phase_verdict` (the phase frequencies k/P against
+their neighbours after each mapping's smooth curve, robust to smooth effects of position at any sample
+size, with the phase amplitude and the run's minimum detectable effect), under "phase_test"; the residue
+summary above stays as the paper's moment-matched figure.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ import numpy as np
 
 from ..scoring import Scorer
 from ..stats import ResidueSummary, phase_verdict, summarize_mappings
-from ..stats.verdict import PhaseVerdict
+from ..stats.phase_test import PhaseDesign
+from ..stats.power import minimum_detectable_effect
+from ..stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
 from ..tasks.prompts import PromptSet
@@ -45,6 +47,31 @@ def chance_level(n_records: int) -> float:
     """The accuracy a probe must clear to be judged: twice the rate of guessing one of the records' answers
     (the same level decides whether a table calls a model learned)."""
     return min(0.99, 2.0 / n_records)
+
+
+PLANNING_ACCURACY = 0.7  # the accuracy a dry run assumes where the run has not measured one
+
+
+def planned_mde(
+    prompts, stride: int | None, modulus: int, n_records: int, accuracy: float = PLANNING_ACCURACY
+) -> tuple[int, dict | None, str]:
+    """(period, the minimum detectable effect of the phase verdict on these prompts at a flat `accuracy`,
+    a note): what a dry run can say about a design before any scoring. The period is `--stride`, else the
+    period check's default (a model's own stride is known only once it loads)."""
+    period = phase_period(resolve_stride(stride, None, modulus)[0], None, modulus)
+    seen: dict = {}
+    ids = [seen.setdefault((tuple(p.input_ids), tuple(p.answer_ids)), len(seen)) for p in prompts]
+    design = PhaseDesign([p.unit for p in prompts], [p.target_position for p in prompts], period, ids)
+    if not design.testable:
+        return period, None, "not testable at this period: widen the design (more spread blocks or a larger modulus)"
+    mde = minimum_detectable_effect(
+        design,
+        np.full(design.cell_count.size, accuracy),
+        0.05,
+        MIN_EFFECT_POINTS,
+        basis=f"a flat accuracy of {100 * accuracy:.0f}% (assumed before the run)",
+    )
+    return period, mde, f"at an assumed flat accuracy of {100 * accuracy:.0f}%; the run states its own MDE"
 
 
 def summarize_units(

@@ -17,6 +17,7 @@ import altair as alt
 from ..files import write_atomic
 from ..report import vega
 from ..scoring.press_spec import PoolSpec, parse_press
+from ..stats.format import verdict_cell
 from ..studies.probe.result import ProbeResult
 
 
@@ -52,7 +53,7 @@ def press_row(method, probe: str, result: ProbeResult) -> dict:
         "period_diff": s.period_difference_points,
         "period_diff_ci": intervals.get("period_difference_points"),
         "phase_p": None if phase is None else phase["p_value"],
-        "phase_verdict": None if phase is None else phase["verdict"],
+        "phase_verdict": verdict_cell(phase),
         "uniformity_p": s.uniformity.p_value,
         "kept_fraction": kept_fraction(result),
         "learned": result.learned(),
@@ -79,7 +80,7 @@ def markdown_press_table(rows: list[dict]) -> str:
         period = "-" if r["stride"] is None else f"{_interval(r['period_diff'], r['period_diff_ci'])} (S={r['stride']})"
         p = "-" if r["phase_p"] is None else f"{r['phase_p']:.3g}"
         verdict = r["phase_verdict"] or "-"
-        if r["learned"] is False:
+        if r["learned"] is False and "not judged" not in verdict:  # files written before the chance rule
             verdict += " (not shown above guessing)"
         lines.append(
             f"| {r['label']} | {r['probe']} | {r['mean']:.1f} | {r['worst']:.1f} | {_interval(r['gap'], r['gap_ci'])} "

@@ -7,6 +7,7 @@ flatness is never presented as a result.
 
 from __future__ import annotations
 
+from ..stats.format import verdict_cell
 from ..studies.probe.result import learned
 
 
@@ -40,8 +41,8 @@ def table_rows(results: dict[str, dict]) -> list[dict]:
 
 def markdown_table(rows: list[dict]) -> str:
     head = (
-        "| Model | val. loss | mean | worst | gap (95% CI) | period diff. | p (uniform) | phase verdict (p) "
-        "| status |\n"
+        "| Model | val. loss | mean | worst | gap (95% CI) | period diff. | p (uniform) | phase verdict (amplitude, "
+        "p, MDE) | status |\n"
         "|---|---:|---:|---:|---:|---:|---:|---|---|"
     )
     lines = [head]
@@ -52,7 +53,7 @@ def markdown_table(rows: list[dict]) -> str:
         loss = "-" if row["val_loss"] is None else f"{row['val_loss']:.3f}"
         status = "learned" if row["learned"] else "**not learned (chance)**"
         test = row.get("phase_test")
-        verdict = "-" if not test else f"{test['verdict']} ({test['p_value']:.2g}, P={test['period']})"
+        verdict = verdict_cell(test) or "-"
         lines.append(
             f"| {row['model']} | {loss} | {row['mean']:.1f} | {row['worst']:.1f} | {gap} | {period} | "
             f"{row['p_value']:.3g} | {verdict} | {status} |"
@@ -61,6 +62,7 @@ def markdown_table(rows: list[dict]) -> str:
         "\nAccuracies in percent (full-vocabulary top-1), gap = best - worst residue in points, "
         "period diff. = mean |A(r) - A(r+S)|; residues are target-key positions mod the probe's modulus; "
         "p (uniform) is the paper's residue test, which a smooth effect of position can fool; the phase verdict "
-        "tests whether the pattern at period P replicates across windows of consecutive positions."
+        "compares the phase frequencies k/P with their neighbours after each unit's smooth curve and needs the phase "
+        "amplitude's lower bound (points) to clear 5 points; MDE = the smallest drop at one phase found with 80% power."
     )
     return "\n".join(lines)

@@ -3,7 +3,7 @@ uniformity tests, the phase verdict robust to smooth position effects with its e
 design's minimum detectable effect, a JSON-ready summary and its printed table (numpy/scipy only)."""
 
 from .bootstrap import BootstrapIntervals, bootstrap_mappings, resample_accuracy
-from .format import format_summary, format_verdict
+from .format import format_summary, format_verdict, verdict_cell
 from .intervals import wilson_interval
 from .periodicity import Fold, fold_by_stride, period_difference
 from .phase_test import PhaseDesign, PhaseTest, phase_test, placebo_periods
@@ -57,5 +57,6 @@ __all__ = [
     "spread_stats",
     "summarize_mappings",
     "summarize_prompts",
+    "verdict_cell",
     "wilson_interval",
 ]

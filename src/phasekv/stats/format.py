@@ -75,6 +75,24 @@ def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def verdict_cell(verdict: dict | None) -> str | None:
+    """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict;
+    None for results without one. Results written before the effect size was recorded show the p-value only."""
+    if not verdict:
+        return None
+    parts = []
+    if verdict.get("effect_points") is not None:
+        effect = f"{verdict['effect_points']:.1f}"
+        if verdict.get("effect_ci"):
+            effect += " [{:.1f}, {:.1f}]".format(*verdict["effect_ci"])
+        parts.append(f"{effect} points")
+    parts.append(f"p {verdict['p_value']:.2g}, P={verdict['period']}")
+    mde = verdict.get("mde")
+    if mde:
+        parts[-1] += "; MDE " + ("none" if mde["points"] is None else f"{mde['points']:g}")
+    return f"{verdict['verdict']} ({', '.join(parts)})"
+
+
 def format_mde(mde: dict | None) -> str:
     """'minimum detectable effect 11.8 points (...)' from a verdict's ``mde`` record."""
     if mde is None:

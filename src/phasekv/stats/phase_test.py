@@ -155,7 +155,7 @@ def smooth_basis(positions: np.ndarray, span: tuple[int, int], period: int) -> n
 
 def _wald(estimate: np.ndarray, covariance: np.ndarray) -> np.ndarray:
     """estimate' covariance^-1 estimate for a batch: [B, k], [B, k, k] -> [B]."""
-    return np.einsum("bk,bk->b", estimate, np.linalg.solve(covariance, estimate[..., None])[..., 0])
+    return np.einsum("bk,bk->b", estimate, (np.linalg.pinv(covariance) @ estimate[..., None])[..., 0])
 
 
 def _sinusoids(positions: np.ndarray, frequencies, with_sine) -> np.ndarray:
@@ -239,6 +239,7 @@ class PhaseDesign:
         np.add.at(self.unit_gram, self.cell_unit, weighted[:, :, None] * self.columns[:, None, :])
         self.gram = self.unit_gram.sum(axis=0)
         self._resamples: dict = {}
+        self._inverse = np.linalg.pinv(self.gram)
         self._outer = (self.columns[:, :, None] * self.columns[:, None, :]).reshape(self.columns.shape[0], -1)
         # phase values from the phase columns: accuracy offset at phase r = rows @ coefficients
         self.phase_rows = _sinusoids(
@@ -301,10 +302,10 @@ class PhaseDesign:
         means = sums / self.cell_count
         null_fit = self._batch_unit_fit(means)  # the phase-free model: each unit's level and smooth curve
         rhs = (self.cell_weight * (means - null_fit)) @ self.columns  # X' W (ybar - null fit) [B, d]
-        coef = np.linalg.solve(self.gram, rhs.T).T
+        inverse = self._inverse  # a pseudo-inverse: a small design can make columns collinear
+        coef = rhs @ inverse.T
         # the Bernoulli variance of the phase-free model, as a score test takes it
         fitted = np.clip(null_fit, VARIANCE_FLOOR, 1 - VARIANCE_FLOOR)
-        inverse = np.linalg.inv(self.gram)
         variance = self.cell_weight**2 * fitted * (1 - fitted) / self.cell_count  # of w * ybar per cell
         d = self.columns.shape[1]
         meat = (variance @ self._outer).reshape(-1, d, d)
@@ -313,8 +314,8 @@ class PhaseDesign:
         # the effect size comes from the model without the neighbours: they calibrate the test, and leaving
         # them in would only add their collinearity to the profile's noise
         k = self.n_profile
-        reduced = np.linalg.solve(self.gram[:k, :k], rhs[:, :k].T).T
-        inverse_r = np.linalg.inv(self.gram[:k, :k])
+        inverse_r = np.linalg.pinv(self.gram[:k, :k])
+        reduced = rhs[:, :k] @ inverse_r.T
         v_phase = inverse_r @ meat[:, :k, :k] @ inverse_r
         profile = reduced @ self.phase_rows.T  # [B, P]
         profile_var = np.einsum("pi,bij,pj->bp", self.phase_rows, v_phase, self.phase_rows)
@@ -338,7 +339,7 @@ class PhaseDesign:
         a, b = 0, self.n_phase
         phase, near = coef[:, a:b], coef[:, b:]
         v_pp, v_pn, v_nn = cov[:, a:b, a:b], cov[:, a:b, b:], cov[:, b:, b:]
-        gain = v_pn @ np.linalg.inv(v_nn)  # the part of the phase estimate its neighbours predict
+        gain = v_pn @ np.linalg.pinv(v_nn)  # the part of the phase estimate its neighbours predict
         adjusted = phase - np.einsum("bpn,bn->bp", gain, near)
         v_adjusted = v_pp - gain @ np.swapaxes(v_pn, 1, 2)
         # each phase frequency against its own neighbours: the power of a smooth effect changes along the

@@ -44,7 +44,7 @@ class NeedleOptions:
     `placements_per_haystack` None picks the fewest that make the residue groups exact;
     `template` names the record template (`templates.NEEDLE_TEMPLATES`).
     `spread_blocks` 6 makes target positions span 8 x modulus tokens, enough periods for the
-    phase verdict (`stats.phase_verdict`) to replicate a pattern across windows.
+    phase verdict (`stats.phase_verdict`) to tell the phase frequencies from their neighbours.
     """
 
     context_length: int = 4096

@@ -13,14 +13,13 @@ from phasekv.report import vega
 from phasekv.report.common import fmt, num, nums
 from phasekv.report.inputs import Inputs
 from phasekv.report.vega import figure_html
+from phasekv.stats.format import verdict_cell
 from phasekv.studies.probe import positions
 
 
 def _verdict(test: dict | None) -> str | None:
-    """'phase-sensitive (P=8, p=0.004)' from a result's phase_test; None for results without one."""
-    if not test:
-        return None
-    return f"{test['verdict']} (P={test['period']}, p={test['p_value']:.2g})"
+    """The verdict cell of a result's phase_test (`stats.verdict_cell`); None for results without one."""
+    return verdict_cell(test)
 
 
 def section(inputs: Inputs) -> dict | None:
@@ -199,8 +198,10 @@ overlays the periods (first solid, later dashed).</figcaption></figure>
 <tbody>{rows}</tbody></table>
 <p class="small">Accuracies in percent; gap is best minus worst residue in percentage points; p is the uniformity
 test across residues (the paper's moment-matched figure, which a smooth effect of position can fool). The phase
-verdict tests whether the phase pattern at the period replicates across windows of consecutive positions
-(p beside it). Models whose mean is not clearly above guessing are marked “not shown above guessing”.</p>
+verdict compares the phase frequencies k/P with their neighbours after each unit's smooth curve, and reads
+“phase-sensitive” only when that test rejects and the phase amplitude (best minus worst phase, points, with its
+95% interval) clears the minimum effect; MDE is the smallest drop at one phase the run would have found with 80%
+power. Models whose mean is not clearly above guessing are marked “not shown above guessing”.</p>
 </section>"""
 
 
