@@ -104,3 +104,46 @@ def test_gate_metrics_cover_every_layer_head_and_branch():
         (layer, head, branch) for layer in range(2) for head in range(4) for branch in ("key", "value")
     }
     assert all(1 <= r["per_window_offsets"] <= r["static_offsets"] + 1e-6 <= 12 + 1e-6 for r in rows)
+
+
+def test_knockout_means_and_logits_equal_a_plain_loop_over_prompts():
+    """Expected values from torch's own hooks on the output projection's input (z flattened), one prompt at a
+    time: the knockout helpers (hook points, `final_position_means`, `_replace_final`) play no part in them."""
+    model = _model("w12s12-4kv", seed=2)  # two query heads per KV head: the knocked-out slice is a group
+    config = model.config
+    heads, hd = config.num_heads, config.head_dim
+    gen = torch.Generator().manual_seed(3)
+    calib, ids = torch.randint(0, 50, (5, 29), generator=gen), torch.randint(0, 50, (2, 29), generator=gen)
+    layer, kv_head = 1, 2
+    group = heads // config.num_kv_heads
+
+    seen = {}
+
+    def keep(i):
+        return lambda _module, args: seen.__setitem__(i, args[0][0, -1].reshape(heads, hd).clone())
+
+    handles = [m.self_attn.o_proj.register_forward_pre_hook(keep(i)) for i, m in enumerate(model.layers)]
+    total = torch.zeros(len(model.layers), heads, hd)
+    with torch.no_grad():
+        for prompt in calib:
+            model(prompt[None])
+            total += torch.stack([seen[i] for i in range(len(model.layers))])
+    for h in handles:
+        h.remove()
+    expected_means = total / len(calib)
+    means = final_position_means(model, [calib[:2], calib[2:]])
+    torch.testing.assert_close(means, expected_means, rtol=1e-5, atol=1e-6)
+
+    def knock(_module, args):
+        z = args[0].clone()
+        z[:, -1, kv_head * group * hd : (kv_head + 1) * group * hd] = expected_means[
+            layer, kv_head * group : (kv_head + 1) * group
+        ].reshape(-1)
+        return (z,)
+
+    handle = model.layers[layer].self_attn.o_proj.register_forward_pre_hook(knock)
+    with torch.no_grad():
+        expected = torch.stack([model(prompt[None])[0, -1] for prompt in ids])
+    handle.remove()
+    _, knocked = knockout_logits(model, ids, means, targets=[(layer, kv_head)])
+    torch.testing.assert_close(knocked[(layer, kv_head)], expected, rtol=1e-5, atol=1e-5)
