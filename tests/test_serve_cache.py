@@ -23,6 +23,9 @@ CANARIES = {"prompts": [[1, 2, 3]], "top": [[[5, -0.5], [6, -1.5]]]}
 
 def test_request_keys_and_fingerprint_ids_tell_every_field_apart():
     key = request_key("m", "score", [1, 2, 3], {"n": 2})
+    # pinned: a change of the key's text would make every cache on disk resend all it holds
+    assert key == "b39ade953b805cfbc24a5851d3126f6f91f3932308d60513fa2700400147772d"
+    assert fingerprint_id({"b": [1, 2], "a": 1}) == "8baa73198470c7bb"
     assert key == request_key("m", "score", (1, 2, 3), {"n": 2}) and len(key) == 64
     others = [("n", "score", [1, 2, 3], {"n": 2}), ("m", "top", [1, 2, 3], {"n": 2})]
     others += [
@@ -42,13 +45,16 @@ def test_request_keys_and_fingerprint_ids_tell_every_field_apart():
 
 
 def test_a_cache_is_resumed_only_for_its_own_fingerprint_and_canaries(tmp_path):
-    path = tmp_path / "sub" / "cache.jsonl"
+    path = tmp_path / "two" / "levels" / "cache.jsonl"
     cache = ResultCache(path, FINGERPRINT, CANARIES)
     assert len(cache) == 0 and cache.notice is None
+    assert ResultCache(tmp_path / "fresh.jsonl").claim(FINGERPRINT, CANARIES) == 0.0  # a new cache: nothing differs
     header = json.loads(path.read_text().splitlines()[0])
     assert header == {"fingerprint": FINGERPRINT, "fingerprint_id": fingerprint_id(FINGERPRINT), "canaries": CANARIES}
     cache.put("k1", "score", [1.5, True])
     cache.put("k2", "top", {"a": 1})
+    assert cache.get("k1") == [1.5, True] and len(cache) == 2
+    assert json.loads(path.read_text().splitlines()[-1]) == {"key": "k2", "kind": "top", "result": {"a": 1}}
     resumed = ResultCache(path, FINGERPRINT, CANARIES)
     assert len(resumed) == 2 and resumed.get("k1") == [1.5, True] and resumed.get("k2") == {"a": 1}
     assert resumed.get("k3") is None and resumed.fingerprint == FINGERPRINT and resumed.canaries == CANARIES
@@ -61,7 +67,13 @@ def test_a_cache_is_resumed_only_for_its_own_fingerprint_and_canaries(tmp_path):
         other = {**FINGERPRINT, field: "changed"}
         with pytest.raises(EndpointError, match=rf"differs in: {field}\);.*--cache NEW_FILE"):
             ResultCache(path, other)
-    with pytest.raises(EndpointError, match=r"other weights.*by 0\.5 nats, tolerance 0\.001"):
+    two = {**FINGERPRINT, "served_model": "n", "tokenizer_sha256": "cd", "new_field": 1}
+    with pytest.raises(EndpointError, match=r"differs in: new_field, served_model, tokenizer_sha256\); refusing"):
+        ResultCache(path, two)
+    fewer = {k: v for k, v in FINGERPRINT.items() if k != "endpoint"}
+    with pytest.raises(EndpointError, match=r"differs in: endpoint\); refusing"):
+        ResultCache(path, fewer)
+    with pytest.raises(EndpointError, match=r"other weights.*by 0\.5 nats, tolerance 0\.001.*nondeterministic server$"):
         ResultCache(path).claim(FINGERPRINT, {"prompts": [[1, 2, 3]], "top": [[[5, -1.0], [6, -1.5]]]})
     assert ResultCache(path).claim(FINGERPRINT, {"prompts": [[1, 2, 3]], "top": [[[5, -1.0], [6, -1.5]]]}, 0.5) == 0.5
     with pytest.raises(EndpointError, match="other weights.*inf nats"):
@@ -94,7 +106,10 @@ def test_a_torn_last_line_is_cut_and_a_whole_one_completed(tmp_path):
     path.write_bytes(whole + b'{"key": "k2", "kind": "score", "res')
     torn = ResultCache(path, FINGERPRINT, CANARIES)
     assert len(torn) == 1 and path.read_bytes() == whole
-    assert "cut a torn last line (35 bytes" in torn.notice and "sent again" in torn.notice
+    assert torn.notice == (
+        f"results cache {path}: cut a torn last line (35 bytes, a write cut off by a crash); its request will be "
+        "sent again"
+    )
     path.write_bytes(whole + b'{"key": "k2", "kind": "score", "result": 2}')
     completed = ResultCache(path, FINGERPRINT, CANARIES)
     assert completed.get("k2") == 2 and path.read_bytes().endswith(b"2}\n") and "lacked its newline" in completed.notice
@@ -102,9 +117,14 @@ def test_a_torn_last_line_is_cut_and_a_whole_one_completed(tmp_path):
     path.write_bytes(whole + b"garbage\n" + b'{"key": "k3", "kind": "score", "result": 3}\n')
     with pytest.raises(EndpointError, match="line 3 is unreadable"):
         ResultCache(path)
-    path.write_bytes(whole + b"[1, 2]\n")
-    with pytest.raises(EndpointError, match="line 3 is unreadable"):
-        ResultCache(path)
+    for line in (b"[1, 2]", b'"key and result"', b"\xff\xfe"):  # JSON but no record, and not UTF-8
+        path.write_bytes(whole + line + b"\n")
+        with pytest.raises(EndpointError, match="line 3 is unreadable"):
+            ResultCache(path)
+    unclaimed = ResultCache(tmp_path / "x" / "y" / "read-only-so-far.jsonl")
+    unclaimed.put("k", "score", 1)  # appending makes the folders too
+    assert ResultCache(unclaimed.path).get("k") == 1
+    assert ResultCache(None).canaries is None and ResultCache(tmp_path / "none.jsonl").fingerprint is None
 
 
 def test_canary_prompts_are_fixed_ordinary_and_filtered():
@@ -118,8 +138,14 @@ def test_canary_prompts_are_fixed_ordinary_and_filtered():
     assert all(p[0] % 2 == 0 for p in even) and even != prompts
     with pytest.raises(EndpointError, match="no 3 canary prompts in 200 draws"):
         canary_prompts(tokenizer, 60, usable=lambda ids: False)
-    with pytest.raises(EndpointError, match="no ordinary tokens"):
+    with pytest.raises(EndpointError, match="^the tokenizer has no ordinary tokens to make canary prompts of$"):
         canary_prompts(tokenizer, 0)
+
+    class Bare:  # a tokenizer with no special tokens to leave out (no all_special_ids at all)
+        def __len__(self):
+            return 7
+
+    assert {t for p in canary_prompts(Bare(), 100) for t in p} <= set(range(7))
 
 
 def test_canary_difference_on_hand_made_top_lists():
