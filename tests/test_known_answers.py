@@ -9,7 +9,7 @@ import torch
 
 from phasekv.evaluate import run_lookup, run_needle
 from phasekv.evaluate.record import prompt_prefix
-from phasekv.scoring import score_answers
+from phasekv.scoring import ScorerError, score_answers
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer
@@ -50,6 +50,31 @@ def test_a_multi_token_answer_is_correct_only_when_every_token_is_the_argmax():
     expected = [3 * SURE_LP, 2 * SURE_LP + OTHER_LP, SURE_LP + OTHER_LP + SURE_LP, OTHER_LP + 2 * SURE_LP, SURE_LP]
     np.testing.assert_allclose(scores.logprob, expected, rtol=1e-6)
     assert scores.first_argmax.tolist() == [11] * 5
+
+
+def test_answer_scoring_passes_progress_on_defers_to_a_scorer_that_scores_answers_and_checks_its_input():
+    calls = []
+
+    class Reporting(CountingModel):
+        def logprobs(self, sequences, n_last=1, progress=None):
+            progress(len(sequences))
+            return super().logprobs(sequences, n_last)
+
+    scores = score_answers(Reporting(), [[1], [2], [1]], [[2], [3, 4], [2]], progress=calls.append)
+    assert sorted(calls) == [1, 1] and scores.correct.tolist() == [True, True, True]  # one call per answer length
+    assert score_answers(CountingModel(), [[1]], [[2]]).correct.tolist() == [True]  # no bar: none passed on
+
+    class Itself(CountingModel):
+        def score_answers(self, contexts, answers, progress=None):
+            return ("scored by the scorer", contexts, answers, progress)
+
+    assert score_answers(Itself(), [[1]], [[2]], progress=print) == ("scored by the scorer", [[1]], [[2]], print)
+    empty = score_answers(CountingModel(), [], [])
+    assert empty.correct.shape == empty.logprob.shape == (0,)
+    with pytest.raises(ScorerError, match="^2 contexts but 1 answers$"):
+        score_answers(CountingModel(), [[1], [2]], [[3]])
+    with pytest.raises(ScorerError, match="^an answer is empty$"):
+        score_answers(CountingModel(), [[1]], [[]])
 
 
 class InductionModel:
