@@ -146,4 +146,17 @@ def test_knockout_means_and_logits_equal_a_plain_loop_over_prompts():
         expected = torch.stack([model(prompt[None])[0, -1] for prompt in ids])
     handle.remove()
     _, knocked = knockout_logits(model, ids, means, targets=[(layer, kv_head)])
+    assert list(knocked) == [(layer, kv_head)]  # only the heads asked for
     torch.testing.assert_close(knocked[(layer, kv_head)], expected, rtol=1e-5, atol=1e-5)
+    for length in (1, 2):  # prompts too short to prefill a cache, or with a one-token prefix
+        clean, knocked = knockout_logits(model, ids[:, :length], means, targets=[(layer, kv_head)])
+        torch.testing.assert_close(clean, model(ids[:, :length])[:, -1], rtol=1e-5, atol=1e-5)
+        reference = knockout_logits_reference(model, ids[:, :length], means, layer, kv_head)
+        torch.testing.assert_close(knocked[(layer, kv_head)], reference, rtol=1e-5, atol=1e-5)
+
+
+def test_an_empty_calibration_set_is_refused():
+    with pytest.raises(
+        ValueError, match="^the calibration set is empty: the mean to replace with needs at least one prompt$"
+    ):
+        final_position_means(_model("w8s8-1kv"), [])
