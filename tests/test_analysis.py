@@ -50,6 +50,26 @@ def test_cycling_by_delta_then_minus_delta_restores_the_parameters():
     shifted = cycle_gates(model, 2)
     comp, new = model.layers[0].self_attn.compressor, shifted.layers[0].self_attn.compressor
     assert torch.equal(new.gate_bias[5], comp.gate_bias[3]) and torch.equal(new.payload, comp.payload)
+    assert torch.equal(new.gate_weight, torch.cat([comp.gate_weight[-2:], comp.gate_weight[:-2]]))  # Z~_i = Z_(i-2)
+    assert not torch.equal(new.gate_weight, comp.gate_weight)
+
+
+@pytest.mark.parametrize(
+    "preset, problem",
+    [
+        ("full-1kv", "gate cycling needs a compressed model; this one has full attention"),
+        ("w8s8-1kv-uniform", "gate cycling needs learned gates; uniform averaging has no gate parameters"),
+        (
+            "w8s8-1kv-offset-shared",
+            "gate cycling needs per-offset gates; an offset-shared compressor has one gate for every offset",
+        ),
+        ("w9s8-1kv", "gate cycling needs W = S (offset = phase); this model has W=9, S=8"),
+    ],
+)
+def test_why_gate_cycling_is_undefined_is_said_exactly(preset, problem):
+    from phasekv.studies.cycle.cycling import cycling_problem
+
+    assert cycling_problem(preset_config(preset, vocab_size=50)) == problem
 
 
 def test_cycling_moves_a_planted_gate_preference():
