@@ -124,6 +124,12 @@ def test_spread_stats():
     assert out["mean"] == pytest.approx(0.5)
     assert out["worst"] == 0.25 and out["best"] == 0.75
     assert out["gap_points"] == pytest.approx(50.0)
+    assert spread_stats([True, False, True])["gap_points"] == 100.0  # 0/1 outcomes as booleans
+    rows = spread_stats([[0.0, 1.0], [0.5, 0.5]])  # over the last axis
+    assert rows["gap_points"].tolist() == [100.0, 0.0] and rows["mean"].tolist() == [0.5, 0.5]
+    for bad in (0.5, [], [[]]):
+        with pytest.raises(ValueError, match="accuracy needs a non-empty last .residue. axis"):
+            spread_stats(bad)
 
 
 # ---------------------------------------------------------------- bootstrap over mappings
