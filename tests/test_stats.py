@@ -109,6 +109,9 @@ def test_period_and_fold_when_stride_does_not_divide_modulus():
     fold = fold_by_stride([2, 4, 6, 8, 3, 1], [10, 10, 10, 10, 10, 10], 4)
     np.testing.assert_array_equal(fold.n_residues, [2, 2, 1, 1])
     np.testing.assert_allclose(fold.accuracy, [0.25, 0.25, 0.6, 0.8])
+    for successes, counts in (([[1, 2], [3, 4]], [[5, 5], [5, 5]]), ([1, 2, 3], [5, 5])):
+        with pytest.raises(ValueError, match="1-dimensional of equal length"):
+            fold_by_stride(successes, counts, 1)
 
 
 def test_period_difference_is_vectorised_and_checks_stride():
@@ -127,6 +130,7 @@ def test_spread_stats():
     assert spread_stats([True, False, True])["gap_points"] == 100.0  # 0/1 outcomes as booleans
     rows = spread_stats([[0.0, 1.0], [0.5, 0.5]])  # over the last axis
     assert rows["gap_points"].tolist() == [100.0, 0.0] and rows["mean"].tolist() == [0.5, 0.5]
+    assert spread_stats([0.5])["gap_points"] == 0.0  # one residue: nothing to compare, but defined
     for bad in (0.5, [], [[]]):
         with pytest.raises(ValueError, match="accuracy needs a non-empty last .residue. axis"):
             spread_stats(bad)
