@@ -429,3 +429,15 @@ def test_basic_interval_is_clipped_to_the_valid_range():
         assert 0.0 <= low <= high <= top, (name, low, high)
     with pytest.raises(ValueError, match="spread_method"):
         bootstrap_mappings(x, spread_method="bca")
+
+
+def test_summarize_prompts_keeps_its_confidence_design_and_stride_checks():
+    correct, residues = [1, 0, 1, 1, 0, 1, 0, 0, 1, 1], [0, 0, 1, 1, 2, 2, 3, 3, 0, 1]
+    summary = summarize_prompts(correct, residues, 4, confidence=0.8)
+    low, high = wilson_interval(np.array([2, 3, 1, 0]), np.array([3, 3, 2, 2]), 0.8)
+    np.testing.assert_allclose(summary.ci_low, low)
+    np.testing.assert_allclose(summary.ci_high, high)
+    assert summary.design == "independent prompts" and summary.confidence == 0.8 and summary.ci_method == "wilson"
+    assert summary.stride is None and summary.fold is None and summary.period_difference_points is None
+    with pytest.raises(ValueError, match="stride"):
+        summarize_prompts(correct, residues, 4, stride=4)
