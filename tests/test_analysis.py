@@ -180,3 +180,28 @@ def test_an_empty_calibration_set_is_refused():
         ValueError, match="^the calibration set is empty: the mean to replace with needs at least one prompt$"
     ):
         final_position_means(_model("w8s8-1kv"), [])
+
+
+def test_head_metrics_rows_in_full():
+    alpha = torch.zeros(4, 8, 2, 2)  # 4 windows of W = 8, 2 KV heads, 2 channels (a vector gate)
+    alpha[:, 3, 0] = 1  # head 0 always on offset 3
+    alpha[:, 6, 1] = 1  # head 1 always on offset 6
+    key, other = head_metrics(alpha, 8, "key")
+    assert key == {"kv_head": 0, "branch": "key", "window": 8, "stride": 8, "channels": 2, "per_channel_mean": True,
+                   "static_offsets": pytest.approx(1), "per_window_offsets": pytest.approx(1),
+                   "phase_share": [0.0, 0.0, 0.0, 8.0, 0.0, 0.0, 0.0, 0.0], "value_shifted_back": False}  # fmt: skip
+    assert other["phase_share"] == [0.0] * 6 + [8.0, 0.0]
+    value = head_metrics(alpha, 8, "value")
+    assert [v["phase_share"] for v in value] == [[0.0, 0.0, 8.0] + [0.0] * 5, [0.0] * 5 + [8.0, 0.0, 0.0]]
+    assert value[0]["value_shifted_back"] and value[0]["branch"] == "value"
+    scalar = head_metrics(alpha[..., :1], 4, "key")[0]  # W = 8 > S = 4: phases too
+    assert scalar["channels"] == 1 and not scalar["per_channel_mean"]
+    assert scalar["static_phases"] == pytest.approx(1) and scalar["per_window_phases"] == pytest.approx(1)
+
+
+def test_gate_metrics_of_sigmoid_gates_are_shares_and_models_without_gates_are_refused():
+    rows = gate_metrics(_model("w8s8-1kv-sigmoid"), [torch.randint(0, 50, (2, 40))])
+    assert rows and all(sum(r["phase_share"]) == pytest.approx(8, abs=1e-4) for r in rows)  # shares, not raw gates
+    for name in ("w8s8-1kv-uniform", "full-1kv"):
+        with pytest.raises(ValueError, match=r"^this model has no learned gates \(full attention or uniform"):
+            gate_metrics(_model(name), [torch.randint(0, 50, (1, 16))])
