@@ -441,3 +441,20 @@ def test_summarize_prompts_keeps_its_confidence_design_and_stride_checks():
     assert summary.stride is None and summary.fold is None and summary.period_difference_points is None
     with pytest.raises(ValueError, match="stride"):
         summarize_prompts(correct, residues, 4, stride=4)
+
+
+def test_chi_square_uniformity_refuses_what_it_cannot_test():
+    two = chi_square_uniformity([1, 2], [1, 3])  # two residues, one of them with a single prompt: testable
+    reference = chi2_contingency([[1, 0], [2, 1]], correction=False)
+    assert two.statistic == pytest.approx(reference.statistic) and two.df == 1
+    refusals = [
+        (([[1, 2]], [[3, 3]]), r"^successes and counts must be 1-dimensional of equal length, got \(1, 2\) and"),
+        (([1, 2, 3], [3, 3]), r"^successes and counts must be 1-dimensional of equal length"),
+        (([1], [3]), r"^a uniformity test needs at least 2 residues$"),
+        (([1, 0, 2], [3, 0, 3]), r"^residue groups with no prompts: \[1\]$"),
+        (([1, 4], [3, 3]), r"^successes must satisfy 0 <= successes <= counts$"),
+        (([-1, 2], [3, 3]), r"^successes must satisfy 0 <= successes <= counts$"),
+    ]
+    for (successes, counts), message in refusals:
+        with pytest.raises(ValueError, match=message):
+            chi_square_uniformity(successes, counts)
