@@ -458,3 +458,24 @@ def test_chi_square_uniformity_refuses_what_it_cannot_test():
     for (successes, counts), message in refusals:
         with pytest.raises(ValueError, match=message):
             chi_square_uniformity(successes, counts)
+
+
+def test_residue_labels_are_checked():
+    from phasekv.stats.residues import check_residues
+
+    assert check_residues([0, 0, 0], 1, 3).tolist() == [0, 0, 0]  # one residue group is a valid modulus
+    assert check_residues(np.array([1.0, 0.0]), 2, 2).tolist() == [1, 0]  # whole floats are labels
+    assert check_residues([1, 0], 2.0, 2).dtype == np.int64
+    refusals = [
+        (([0], 0, 1), r"^modulus must be a positive integer, got 0$"),
+        (([0], 1.5, 1), r"^modulus must be a positive integer, got 1\.5$"),
+        (([[0]], 2, 1), r"^residues must be 1-dimensional, got shape \(1, 1\)$"),
+        (([0, 1], 2, 3), r"^correct has 3 prompts but residues has 2 labels$"),
+        (([0.5, 1.0], 2, 2), r"^residues must be integers, got dtype float64$"),
+        ((["a", "b"], 2, 2), r"^residues must be integers, got dtype <U1$"),
+        (([0, 2, 3], 2, 3), r"^residues must lie in \[0, 2\); found 2 \(2 labels outside\)$"),
+        (([-1, 0], 2, 2), r"^residues must lie in \[0, 2\); found -1 \(1 labels outside\)$"),
+    ]
+    for args, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            check_residues(*args)
