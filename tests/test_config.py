@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from phasekv.config import CompressionConfig, ConfigError, ModelConfig
 from phasekv.model import PRESETS, PhaseKVModel, preset_config
@@ -59,9 +60,17 @@ def test_unknown_keys_and_presets_are_named():
         preset_config("full-1kv", "huge")
 
 
-def test_every_tiny_preset_builds():
+def test_every_tiny_preset_builds_and_runs():
+    ids = torch.randint(0, 50, (2, 21), generator=torch.Generator().manual_seed(0))
     for name in PRESETS:
-        assert PhaseKVModel(preset_config(name)).num_parameters() > 0
+        model = PhaseKVModel(preset_config(name, vocab_size=50)).eval()
+        with torch.no_grad():
+            logits = model(ids)
+        assert logits.shape == (2, 21, 50) and torch.isfinite(logits).all(), name
+        # counted from the state dict, tied tensors once (storage pointers), not from model.parameters()
+        names = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+        unique = {t.data_ptr(): t.numel() for k, t in model.state_dict().items() if k in names}
+        assert model.num_parameters() == sum(unique.values()) > 50 * 128, name
 
 
 def test_layer_offsets_follow_stagger_or_the_explicit_list():

@@ -121,3 +121,36 @@ def test_cpu_plan_lists_its_runs_and_an_estimate_under_two_hours(tmp_path):
     assert estimated_seconds(cpu) <= 2 * 3600 and estimated_seconds(get_profile("paper")) is None
     config = cpu.run_config(next(r for r in cpu.runs if r.name == "w8s8-4kv"))
     assert config.model.overrides["num_kv_heads"] == config.model.overrides["num_heads"] == 4
+
+
+def test_welch_interval_seed_summary_and_the_comparison_record_against_scipy():
+    a, b = [97.0, 99.0, 62.0], [0.0, 40.0, 0.0, 3.0, 21.0]  # unequal sizes and spreads
+    result = compare_seeds(a, b, "greater")
+    reference = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert result["difference_ci"] == pytest.approx([reference.low, reference.high], rel=1e-9)
+    assert result["difference"] == pytest.approx(np.mean(a) - np.mean(b))
+    assert set(result) == {"alternative", "n", "difference", "difference_ci", "permutation_p", "permutation_splits",
+                           "welch_p", "hedges_g"}  # fmt: skip
+    assert result["alternative"] == "greater" and result["n"] == [3, 5] and result["permutation_splits"] == 56
+    same_spread = compare_seeds([1.0, 3.0], [5.0, 7.0], "less")  # equal variances: the interval is still defined
+    reference = stats.ttest_ind([1.0, 3.0], [5.0, 7.0], equal_var=False).confidence_interval(0.95)
+    assert same_spread["difference_ci"] == pytest.approx([reference.low, reference.high], rel=1e-9)
+    small = compare_seeds([0.1, 0.2], [0.1, 0.1], "greater")  # tiny spread, one group without any: Welch defined
+    assert small["welch_p"] == pytest.approx(stats.ttest_ind([0.1, 0.2], [0.1, 0.1], equal_var=False,
+                                                             alternative="greater").pvalue)  # fmt: skip
+    assert compare_seeds([0.1, 0.1], [0.1, 0.2], "less")["welch_p"] is not None
+    # 8 + 8 seeds: 12,870 splits, more than scipy's default resamples, so exactness is the option's doing
+    high, low = [5.0, 7.0, 6.0, 9.0, 4.0, 8.0, 6.5, 7.5], [3.0, 6.0, 2.0, 5.5, 4.5, 1.0, 6.2, 3.5]
+    exact = compare_seeds(high, low, "greater")
+    assert exact["permutation_p"] == pytest.approx(_exact_permutation_p(high, low), abs=1e-12)
+    assert exact["permutation_splits"] == 12870
+    two = seed_summary([10.0, 14.0])
+    half = stats.t.ppf(0.975, 1) * np.std([10, 14], ddof=1) / math.sqrt(2)
+    assert two == {
+        "n": 2,
+        "mean": 12.0,
+        "sd": pytest.approx(np.std([10, 14], ddof=1)),
+        "ci": pytest.approx([12 - half, 12 + half]),
+    }
+    with pytest.raises(ValueError, match="^no seeds to summarise$"):
+        seed_summary([])

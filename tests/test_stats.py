@@ -109,6 +109,9 @@ def test_period_and_fold_when_stride_does_not_divide_modulus():
     fold = fold_by_stride([2, 4, 6, 8, 3, 1], [10, 10, 10, 10, 10, 10], 4)
     np.testing.assert_array_equal(fold.n_residues, [2, 2, 1, 1])
     np.testing.assert_allclose(fold.accuracy, [0.25, 0.25, 0.6, 0.8])
+    for successes, counts in (([[1, 2], [3, 4]], [[5, 5], [5, 5]]), ([1, 2, 3], [5, 5])):
+        with pytest.raises(ValueError, match="1-dimensional of equal length"):
+            fold_by_stride(successes, counts, 1)
 
 
 def test_period_difference_is_vectorised_and_checks_stride():
@@ -124,6 +127,13 @@ def test_spread_stats():
     assert out["mean"] == pytest.approx(0.5)
     assert out["worst"] == 0.25 and out["best"] == 0.75
     assert out["gap_points"] == pytest.approx(50.0)
+    assert spread_stats([True, False, True])["gap_points"] == 100.0  # 0/1 outcomes as booleans
+    rows = spread_stats([[0.0, 1.0], [0.5, 0.5]])  # over the last axis
+    assert rows["gap_points"].tolist() == [100.0, 0.0] and rows["mean"].tolist() == [0.5, 0.5]
+    assert spread_stats([0.5])["gap_points"] == 0.0  # one residue: nothing to compare, but defined
+    for bad in (0.5, [], [[]]):
+        with pytest.raises(ValueError, match="accuracy needs a non-empty last .residue. axis"):
+            spread_stats(bad)
 
 
 # ---------------------------------------------------------------- bootstrap over mappings
@@ -419,3 +429,53 @@ def test_basic_interval_is_clipped_to_the_valid_range():
         assert 0.0 <= low <= high <= top, (name, low, high)
     with pytest.raises(ValueError, match="spread_method"):
         bootstrap_mappings(x, spread_method="bca")
+
+
+def test_summarize_prompts_keeps_its_confidence_design_and_stride_checks():
+    correct, residues = [1, 0, 1, 1, 0, 1, 0, 0, 1, 1], [0, 0, 1, 1, 2, 2, 3, 3, 0, 1]
+    summary = summarize_prompts(correct, residues, 4, confidence=0.8)
+    low, high = wilson_interval(np.array([2, 3, 1, 0]), np.array([3, 3, 2, 2]), 0.8)
+    np.testing.assert_allclose(summary.ci_low, low)
+    np.testing.assert_allclose(summary.ci_high, high)
+    assert summary.design == "independent prompts" and summary.confidence == 0.8 and summary.ci_method == "wilson"
+    assert summary.stride is None and summary.fold is None and summary.period_difference_points is None
+    with pytest.raises(ValueError, match="stride"):
+        summarize_prompts(correct, residues, 4, stride=4)
+
+
+def test_chi_square_uniformity_refuses_what_it_cannot_test():
+    two = chi_square_uniformity([1, 2], [1, 3])  # two residues, one of them with a single prompt: testable
+    reference = chi2_contingency([[1, 0], [2, 1]], correction=False)
+    assert two.statistic == pytest.approx(reference.statistic) and two.df == 1
+    refusals = [
+        (([[1, 2]], [[3, 3]]), r"^successes and counts must be 1-dimensional of equal length, got \(1, 2\) and"),
+        (([1, 2, 3], [3, 3]), r"^successes and counts must be 1-dimensional of equal length"),
+        (([1], [3]), r"^a uniformity test needs at least 2 residues$"),
+        (([1, 0, 2], [3, 0, 3]), r"^residue groups with no prompts: \[1\]$"),
+        (([1, 4], [3, 3]), r"^successes must satisfy 0 <= successes <= counts$"),
+        (([-1, 2], [3, 3]), r"^successes must satisfy 0 <= successes <= counts$"),
+    ]
+    for (successes, counts), message in refusals:
+        with pytest.raises(ValueError, match=message):
+            chi_square_uniformity(successes, counts)
+
+
+def test_residue_labels_are_checked():
+    from phasekv.stats.residues import check_residues
+
+    assert check_residues([0, 0, 0], 1, 3).tolist() == [0, 0, 0]  # one residue group is a valid modulus
+    assert check_residues(np.array([1.0, 0.0]), 2, 2).tolist() == [1, 0]  # whole floats are labels
+    assert check_residues([1, 0], 2.0, 2).dtype == np.int64
+    refusals = [
+        (([0], 0, 1), r"^modulus must be a positive integer, got 0$"),
+        (([0], 1.5, 1), r"^modulus must be a positive integer, got 1\.5$"),
+        (([[0]], 2, 1), r"^residues must be 1-dimensional, got shape \(1, 1\)$"),
+        (([0, 1], 2, 3), r"^correct has 3 prompts but residues has 2 labels$"),
+        (([0.5, 1.0], 2, 2), r"^residues must be integers, got dtype float64$"),
+        ((["a", "b"], 2, 2), r"^residues must be integers, got dtype <U1$"),
+        (([0, 2, 3], 2, 3), r"^residues must lie in \[0, 2\); found 2 \(2 labels outside\)$"),
+        (([-1, 0], 2, 2), r"^residues must lie in \[0, 2\); found -1 \(1 labels outside\)$"),
+    ]
+    for args, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            check_residues(*args)

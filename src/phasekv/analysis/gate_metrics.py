@@ -33,20 +33,22 @@ def gate_hook_names(model) -> dict[tuple[int, str], str]:
     return names
 
 
-@torch.no_grad()
 def collect_gates(model, batches: Iterable[torch.Tensor]) -> dict[tuple[int, str], torch.Tensor]:
     """Gate scores of every window of every batch: (layer, branch) -> alpha [windows, W, kv_heads, g]."""
-    names = gate_hook_names(model)
-    if not names:
-        raise ValueError("this model has no learned gates (full attention or uniform averaging): nothing to measure")
-    collected: dict[tuple[int, str], list[torch.Tensor]] = {key: [] for key in names}
-    for ids in batches:
-        with capture(model, list(names.values())) as seen:
-            model(ids)
-        for key, name in names.items():
-            alpha = gate_shares(seen[name][0], 2, _gate_norm(model, key[0]))  # [B, n, W, kv, g]
-            collected[key].append(alpha.reshape(-1, *alpha.shape[2:]))
-    return {key: torch.cat(parts) for key, parts in collected.items()}
+    with torch.no_grad():  # not a decorator: mutmut leaves decorated functions unmutated
+        names = gate_hook_names(model)
+        if not names:
+            raise ValueError(
+                "this model has no learned gates (full attention or uniform averaging): nothing to measure"
+            )
+        collected: dict[tuple[int, str], list[torch.Tensor]] = {key: [] for key in names}
+        for ids in batches:
+            with capture(model, list(names.values())) as seen:
+                model(ids)
+            for key, name in names.items():
+                alpha = gate_shares(seen[name][0], 2, _gate_norm(model, key[0]))  # [B, n, W, kv, g]
+                collected[key].append(alpha.reshape(-1, *alpha.shape[2:]))
+        return {key: torch.cat(parts) for key, parts in collected.items()}
 
 
 def _gate_norm(model, layer: int) -> str:

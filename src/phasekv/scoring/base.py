@@ -29,7 +29,7 @@ class ScorerError(ValueError):
 
 
 @runtime_checkable
-class Scorer(Protocol):
+class Scorer(Protocol):  # pragma: no mutate block (mutmut's trampolines would add members to the protocol)
     """Next-token log-probabilities over the full vocabulary for batches of token-id prompts.
 
     `tokenizer` is a fast Hugging Face tokenizer for the model; `compression_stride` is the
@@ -98,54 +98,54 @@ class BatchedScorer(ABC):
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Logits [B, K, V] at `positions` [B, K] (row-wise indices) of `input_ids` [B, T]."""
 
-    @torch.inference_mode()
     def logprobs(
         self, sequences: Sequence[Sequence[int]], n_last: int = 1, progress: Callable[[int], None] | None = None
     ) -> torch.Tensor:
         """Log-probs [N, n_last, V] (float32, CPU) at the last `n_last` positions of each sequence,
         in input order. `progress(rows)` is called after each batch (in this thread, in batch order)."""
-        if n_last < 1:
-            raise ScorerError(f"n_last must be >= 1, got {n_last}")
-        lengths = [len(s) for s in sequences]
-        if any(n < n_last for n in lengths):
-            raise ScorerError(f"every sequence needs at least n_last = {n_last} tokens")
-        order = sorted(range(len(sequences)), key=lengths.__getitem__)
-        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
-        if not batches:
-            raise ScorerError("no sequences to score")
+        with torch.inference_mode():  # not a decorator: mutmut leaves decorated functions unmutated
+            if n_last < 1:
+                raise ScorerError(f"n_last must be >= 1, got {n_last}")
+            lengths = [len(s) for s in sequences]
+            if any(n < n_last for n in lengths):
+                raise ScorerError(f"every sequence needs at least n_last = {n_last} tokens")
+            order = sorted(range(len(sequences)), key=lengths.__getitem__)
+            batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+            if not batches:
+                raise ScorerError("no sequences to score")
 
-        def score(rows: list[int]) -> torch.Tensor:
-            with torch.inference_mode():  # grad mode is per thread
-                width = max(lengths[i] for i in rows)
-                ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-                for row, i in enumerate(rows):
-                    ids[row, : lengths[i]] = torch.as_tensor(sequences[i], dtype=torch.long)
-                ends = torch.tensor([lengths[i] for i in rows])
-                positions = ends[:, None] - n_last + torch.arange(n_last)
-                logits = self._logits(ids.to(self.device), positions.to(self.device))
-                return torch.log_softmax(logits.float(), dim=-1).cpu()
+            def score(rows: list[int]) -> torch.Tensor:
+                with torch.inference_mode():  # grad mode is per thread
+                    width = max(lengths[i] for i in rows)
+                    ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+                    for row, i in enumerate(rows):
+                        ids[row, : lengths[i]] = torch.as_tensor(sequences[i], dtype=torch.long)
+                    ends = torch.tensor([lengths[i] for i in rows])
+                    positions = ends[:, None] - n_last + torch.arange(n_last)
+                    logits = self._logits(ids.to(self.device), positions.to(self.device))
+                    return torch.log_softmax(logits.float(), dim=-1).cpu()
 
-        def collect(scored: Iterable[torch.Tensor]) -> list[torch.Tensor]:
-            parts = []
-            for part in scored:
-                parts.append(part)
-                if progress is not None:
-                    progress(len(part))
-            return parts
+            def collect(scored: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+                parts = []
+                for part in scored:
+                    parts.append(part)
+                    if progress is not None:
+                        progress(len(part))
+                return parts
 
-        if self.workers == 1 or len(batches) == 1:
-            parts = collect(score(rows) for rows in batches)
-        else:
-            threads = torch.get_num_threads()
-            try:
-                with ThreadPoolExecutor(self.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-                    parts = collect(pool.map(score, batches))
-            finally:
-                torch.set_num_threads(threads)
-        out = torch.cat(parts)
-        inverse = torch.empty(len(order), dtype=torch.long)
-        inverse[torch.tensor(order)] = torch.arange(len(order))
-        return out[inverse]
+            if self.workers == 1 or len(batches) == 1:
+                parts = collect(score(rows) for rows in batches)
+            else:
+                threads = torch.get_num_threads()
+                try:
+                    with ThreadPoolExecutor(self.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+                        parts = collect(pool.map(score, batches))
+                finally:
+                    torch.set_num_threads(threads)
+            out = torch.cat(parts)
+            inverse = torch.empty(len(order), dtype=torch.long)
+            inverse[torch.tensor(order)] = torch.arange(len(order))
+            return out[inverse]
 
     def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
         """Log-probs [N, V] of the token after each sequence."""

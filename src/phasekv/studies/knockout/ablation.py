@@ -28,20 +28,20 @@ def _query_heads(model, kv_head: int) -> slice:
     return slice(kv_head * group, (kv_head + 1) * group)
 
 
-@torch.no_grad()
 def final_position_means(model, calibration: Iterable[torch.Tensor]) -> torch.Tensor:
     """Mean per-head output z at the final position over calibration batches: [layers, heads, head_dim]."""
-    names = [f"layers.{i}.self_attn.hook_z" for i in range(len(model.layers))]
-    total, count = None, 0
-    for ids in calibration:
-        with capture(model, names) as seen:
-            model(ids)
-        z = torch.stack([seen[name][0][:, -1] for name in names], dim=1)  # [B, layers, H, hd]
-        total = z.sum(0) if total is None else total + z.sum(0)
-        count += z.shape[0]
-    if not count:
-        raise ValueError("the calibration set is empty: the mean to replace with needs at least one prompt")
-    return total / count
+    with torch.no_grad():  # not a decorator: mutmut leaves decorated functions unmutated
+        names = [f"layers.{i}.self_attn.hook_z" for i in range(len(model.layers))]
+        total, count = None, 0
+        for ids in calibration:
+            with capture(model, names) as seen:
+                model(ids)
+            z = torch.stack([seen[name][0][:, -1] for name in names], dim=1)  # [B, layers, H, hd]
+            total = z.sum(0) if total is None else total + z.sum(0)
+            count += z.shape[0]
+        if not count:
+            raise ValueError("the calibration set is empty: the mean to replace with needs at least one prompt")
+        return total / count
 
 
 def _replace_final(model, means: torch.Tensor, layer: int, kv_head: int):
@@ -55,27 +55,27 @@ def _replace_final(model, means: torch.Tensor, layer: int, kv_head: int):
     return {f"layers.{layer}.self_attn.hook_z": replace}
 
 
-@torch.no_grad()
 def knockout_logits(
     model, ids: torch.Tensor, means: torch.Tensor, targets: list[tuple[int, int]] | None = None
 ) -> tuple[torch.Tensor, dict[tuple[int, int], torch.Tensor]]:
     """ids: [B, T] prompts of one length -> (clean logits [B, V], {(layer, kv_head): logits [B, V]})
     at the final position."""
-    targets = kv_heads(model) if targets is None else targets
-    cache = KVCache.for_model(model)
-    if ids.shape[1] > 1:
-        prefill(model, ids[:, :-1], cache)
-    last = ids[:, -1:]
-    clean = model(last, cache.fork())[:, -1]
-    knocked = {}
-    for layer, head in targets:
-        with hooks(model, _replace_final(model, means, layer, head)):
-            knocked[(layer, head)] = model(last, cache.fork())[:, -1]
-    return clean, knocked
+    with torch.no_grad():  # not a decorator: mutmut leaves decorated functions unmutated
+        targets = kv_heads(model) if targets is None else targets
+        cache = KVCache.for_model(model)
+        if ids.shape[1] > 1:
+            prefill(model, ids[:, :-1], cache)
+        last = ids[:, -1:]
+        clean = model(last, cache.fork())[:, -1]
+        knocked = {}
+        for layer, head in targets:
+            with hooks(model, _replace_final(model, means, layer, head)):
+                knocked[(layer, head)] = model(last, cache.fork())[:, -1]
+        return clean, knocked
 
 
-@torch.no_grad()
 def knockout_logits_reference(model, ids: torch.Tensor, means: torch.Tensor, layer: int, kv_head: int) -> torch.Tensor:
     """The same knockout with one full forward pass (no cache): final-position logits [B, V]."""
-    with hooks(model, _replace_final(model, means, layer, kv_head)):
-        return model(ids)[:, -1]
+    with torch.no_grad():  # not a decorator: mutmut leaves decorated functions unmutated
+        with hooks(model, _replace_final(model, means, layer, kv_head)):
+            return model(ids)[:, -1]
