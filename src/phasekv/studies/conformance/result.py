@@ -6,8 +6,9 @@ from __future__ import annotations
 from phasekv.results.base import Count, NonNegative, Proportion, Typed, TypedResult
 
 
-class PhaseErrors(Typed):
-    phase: Count
+class Errors(Typed):
+    """The errors of a set of positions against the reference."""
+
     positions: Count
     max_abs_delta: NonNegative | None
     mean_abs_delta: NonNegative | None
@@ -15,6 +16,10 @@ class PhaseErrors(Typed):
     mean_kl: NonNegative | None
     top1_agreement: Proportion | None
     beyond_tolerance: Count
+
+
+class PhaseErrors(Errors):
+    phase: Count
 
 
 class Concentration(Typed):
@@ -25,14 +30,7 @@ class Concentration(Typed):
     text: str
 
 
-class ModeErrors(Typed):
-    positions: Count
-    max_abs_delta: NonNegative | None
-    mean_abs_delta: NonNegative | None
-    max_kl: NonNegative | None
-    mean_kl: NonNegative | None
-    top1_agreement: Proportion | None
-    beyond_tolerance: Count
+class ModeErrors(Errors):
     first_failure: Count | None
     first_failure_phase: Count | None
     conforms: bool
