@@ -81,8 +81,9 @@ METHODS = (
 
 # Modulus 16: a multiple of every grid (4, 8) and above each, so each grid's period check runs at its stride;
 # 2 blocks put the target keys over 62 positions, 7.75 periods of 8 for the phase test (it needs 4). The natural
-# template pads with filler words: SmolLM2-135M-Instruct answers 87.5% of the full-cache prompts (one block: 86.7%; 39.4% padded with " ."). Cost: 453 distinct prompts of 119
-# tokens per cell, 3-6 minutes per cell on one core, 22 minutes for the profile with 2 cells at a time.
+# template pads with filler words: SmolLM2-135M-Instruct answers 87.5% of the full-cache prompts (one block: 86.7%;
+# 39.4% padded with " ."). Cost: 453 distinct prompts of 119 tokens per cell, 3-6 minutes per cell on one core,
+# 22 minutes for the profile with 2 cells at a time.
 PRESSES = PressProfile(
     name="presses",
     description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",
