@@ -22,6 +22,12 @@ MODEL = typer.Argument(None, help="phasekv checkpoint or HF model directory (wit
 SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
+GRID_SHIFT = typer.Option(
+    False,
+    "--grid-shift",
+    help="also score the prompts with the compression grid at every offset 0..S-1 (phasekv compressed models): "
+    "a phase effect moves with the grid, a position effect does not (S times the scoring)",
+)
 DRY_RUN = typer.Option(
     False, "--dry-run", help="print the plan (prompts, forward passes, design) and exit: loads only the tokenizer"
 )
@@ -193,6 +199,7 @@ def lookup(
     quiet: bool = QUIET,
     dry_run: bool = DRY_RUN,
     dump_prompts: Path = DUMP,
+    grid_shift: bool = GRID_SHIFT,
 ) -> None:
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
     from phasekv.evaluate.lookup import run_lookup
@@ -217,7 +224,9 @@ def lookup(
         scorer = _prompt_set_scorer(model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts, stride)
         if scorer is None:
             return
-        result = run_lookup(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
+        result = run_lookup(
+            scorer, options, stride=stride, n_resamples=resamples, progress=not quiet, grid_shift=grid_shift
+        )
         agg = result["aggregation"]
         pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
         heading = (
@@ -252,6 +261,7 @@ def needle(
     quiet: bool = QUIET,
     dry_run: bool = DRY_RUN,
     dump_prompts: Path = DUMP,
+    grid_shift: bool = GRID_SHIFT,
 ) -> None:
     """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
     from phasekv.evaluate.needle import run_needle
@@ -275,7 +285,9 @@ def needle(
         scorer = _prompt_set_scorer(model, scoring, remote, needle_prompts, options, dry_run, dump_prompts, stride)
         if scorer is None:
             return
-        result = run_needle(scorer, options, stride=stride, n_resamples=resamples, progress=not quiet)
+        result = run_needle(
+            scorer, options, stride=stride, n_resamples=resamples, progress=not quiet, grid_shift=grid_shift
+        )
         heading = (
             f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
             f"{protocol} padding, {result['n_prompts']} prompts"

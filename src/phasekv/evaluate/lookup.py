@@ -32,6 +32,7 @@ def run_lookup(
     stride: int | None = None,
     n_resamples: int = 2000,
     progress: bool = True,
+    grid_shift: bool = False,
 ) -> dict:
     """Generate, score and summarise a lookup run; returns the result dict (see module docstring).
 
@@ -54,4 +55,5 @@ def run_lookup(
         stride=stride,
         n_resamples=n_resamples,
         progress=progress,
+        grid_shift=grid_shift,
     )

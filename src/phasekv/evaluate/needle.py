@@ -21,6 +21,7 @@ def run_needle(
     stride: int | None = None,
     n_resamples: int = 2000,
     progress: bool = True,
+    grid_shift: bool = False,
 ) -> dict:
     """Generate, score and summarise a needle run; returns the result dict."""
     return run_unit_probe(
@@ -39,4 +40,5 @@ def run_needle(
         stride=stride,
         n_resamples=n_resamples,
         progress=progress,
+        grid_shift=grid_shift,
     )

@@ -17,6 +17,7 @@ from ..stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
 from ..tasks.prompts import PromptSet
+from .grid_shift import BLACK_BOX, grid_period, run_grid_shift
 from .record import RunClock, prompt_prefix
 from .scored import PromptScores, position_controls, score_prompt_set
 from .stride import resolve_stride
@@ -130,11 +131,19 @@ def run_unit_probe(
     stride: int | None,
     n_resamples: int,
     progress: bool,
+    grid_shift: bool = False,
 ) -> dict:
     """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack") are each placed at every
     residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes the prompt set,
     `aggregation` describes the probe's cells and units in words. The bootstrap and the permutation tests are
-    seeded with `options.seed`; `stride` overrides the period-check stride (`resolve_stride`)."""
+    seeded with `options.seed`; `stride` overrides the period-check stride (`resolve_stride`). `grid_shift` also
+    scores the prompts with the compression grid at every offset (`evaluate.grid_shift`: models whose grid can
+    move only, checked before any scoring)."""
+    if grid_shift and grid_period(scorer) is None:
+        raise ValueError(
+            "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
+            "cache); for other models the verdict rests on the position design alone"
+        )
     clock = RunClock()
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
     prefix = prompt_prefix(scorer.tokenizer)
@@ -155,6 +164,17 @@ def run_unit_probe(
         chance=chance_level(options.n_records),
     )
     position_stats, controls = position_controls(scores, options.modulus)
+    phase = verdict.to_dict()
+    phase["basis"] = BLACK_BOX
+    if grid_shift:
+        shifted = run_grid_shift(scorer, prompt_set.prompts, key_length, seed=options.seed, progress=progress)
+        phase["grid_shift"] = shifted
+        phase["basis"] = (
+            f"position design and grid shift (the pattern {'moves' if shifted['moves_with_grid'] else 'does not move'} "
+            f"with the grid, p = {shifted['p_value']:.3g})"
+        )
+    elif grid_period(scorer) is not None:
+        phase["basis"] = "position design (the grid can move: run with --grid-shift for the causal test)"
     return clock.envelope(
         probe,
         scorer,
@@ -172,7 +192,7 @@ def run_unit_probe(
             "n_rows": int(cells.shape[0]),
         },
         summary=summary.to_dict(),
-        phase_test=verdict.to_dict(),
+        phase_test=phase,
         position_stats=position_stats,
         controls=controls,
         cell_accuracy=cells.round(6).tolist(),

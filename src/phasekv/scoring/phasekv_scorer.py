@@ -62,6 +62,11 @@ class PhaseKVScorer(BatchedScorer):
         comp = self.model.config.compression
         return None if comp is None else comp.stride
 
+    def grid_offset(self, offset: int):
+        """A context in which every compressed layer's windows start at `offset` (`PhaseKVModel.window_offset`):
+        the same prompts scored under another grid, for the grid-shift test."""
+        return self.model.window_offset(offset)
+
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.plain:
             return gather_positions(self.model(input_ids), positions)

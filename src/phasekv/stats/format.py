@@ -126,6 +126,15 @@ def format_verdict(verdict: dict) -> str:
         f"smooth trend {trend['slope_points_per_100_tokens']:+.1f} points per 100 tokens of t_K "
         f"[{low:+.1f}, {high:+.1f}] over t_K {trend['first_position']}..{trend['last_position']}",
     ]
+    if verdict.get("basis"):
+        lines.append(f"rests on: {verdict['basis']}")
+    shifted = verdict.get("grid_shift")
+    if shifted:
+        lines.append(
+            f"grid shift over offsets {shifted['offsets']}: profiles by grid phase spread "
+            f"{shifted['grid_spread_points']:.1f} points, by position phase {shifted['position_spread_points']:.1f} "
+            f"(shuffle p = {_p(shifted['p_value'])}, {shifted['n_shuffles']} shuffles)"
+        )
     if verdict.get("note"):
         lines.append(f"note: {verdict['note']}")
     return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""The grid-shift test of a probe run: the same prompts scored with the compression grid at every offset
+(`stats.grid_shift`). Only models whose grid can move take it (phasekv compressed models, `Scorer.grid_offset`);
+black-box models get the position design alone, and the result says so."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..scoring import Scorer
+from ..stats.grid_shift import grid_shift_test
+from .scored import score_prompt_set
+
+BLACK_BOX = "position design only: this model's compression grid cannot be moved"
+
+
+def grid_period(scorer: Scorer) -> int | None:
+    """The stride of a grid the scorer can move, else None."""
+    if not hasattr(scorer, "grid_offset"):
+        return None
+    return scorer.compression_stride
+
+
+def run_grid_shift(scorer: Scorer, prompts, key_length: int, seed: int = 0, progress: bool = False) -> dict:
+    """Score `prompts` with the grid at every offset 0 .. S-1 and test whether the accuracy profile moves with
+    it; raises ValueError (before any scoring) for a scorer whose grid cannot move."""
+    period = grid_period(scorer)
+    if period is None or period < 2:
+        raise ValueError(
+            "the grid-shift test needs a model whose compression grid can move (a phasekv model with a "
+            "compressed KV cache); for other models the verdict rests on the position design alone"
+        )
+    offsets = np.arange(period)
+    outcomes, positions = [], None
+    for offset in offsets:
+        with scorer.grid_offset(int(offset)):
+            scores = score_prompt_set(scorer, prompts, key_length=key_length, desc=f"grid {offset}", progress=progress)
+        outcomes.append(scores.correct.astype(float))
+        positions = scores.target_position
+    return grid_shift_test(positions, np.stack(outcomes), offsets, period, seed=seed).to_dict()
