@@ -1,3 +1,10 @@
 """phasekv: build, measure and explain phase sensitivity from chunked KV-cache compression."""
 
 __version__ = "0.1.0"
+
+
+def probe(model, probe: str = "lookup", **options):
+    """Run a lookup or needle probe and return its typed result (`phasekv.api.probe`)."""
+    from .api import probe as run
+
+    return run(model, probe, **options)

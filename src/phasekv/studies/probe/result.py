@@ -130,6 +130,11 @@ class ProbeResult(TypedResult):
                 yield from _agrees(f"summary.accuracy[{r}]", self.summary.accuracy[r], given, "the mean of its cells")
 
     @property
+    def verdict(self) -> str | None:
+        """The phase verdict's wording (`stats.verdict`), None for files written before it."""
+        return None if self.phase_test is None else self.phase_test.get("verdict")
+
+    @property
     def schema_version(self) -> int:
         return int(self.schema_id.rsplit("/", 1)[1])
 
