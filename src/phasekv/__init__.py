@@ -1,6 +1,6 @@
 """phasekv: build, measure and explain phase sensitivity from chunked KV-cache compression."""
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 
 def probe(model, probe: str = "lookup", **options):

@@ -13,9 +13,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .. import __version__
 from ..config import ConfigError, ModelConfig
 from ..files import write_atomic
+from ..version import __version__
 from .transformer import PhaseKVModel
 
 CONFIG_FILE = "config.json"
