@@ -44,6 +44,12 @@ class PromptScores:
         return prompt_records({**columns, "answer_logprob": self.logprob}, unit)
 
 
+def prompt_id(prompt: Prompt, seen: dict) -> int:
+    """The index of `prompt` among the distinct prompts met so far in `seen` (the same tokens and answer are one
+    prompt: a deterministic model answers them once)."""
+    return seen.setdefault((tuple(prompt.input_ids), tuple(prompt.answer_ids)), len(seen))
+
+
 def chunk_size(batch_size: int) -> int:
     return max(CHUNK_PROMPTS, CHUNK_BATCHES * batch_size)
 
@@ -89,7 +95,7 @@ def score_prompt_set(
     fields |= {name: np.zeros(n, dtype=np.int64) for name in ("target_position", "query_position")}
     checks = {name: np.zeros(n, dtype=bool) for name in ("answer_follows_key", "query_repeats_key")}
     correct, logprob = np.zeros(n, dtype=bool), np.zeros(n)
-    prompt_id, distinct = np.zeros(n, dtype=np.int64), {}
+    prompt_ids, distinct = np.zeros(n, dtype=np.int64), {}
     bar = None
     if progress:
         bar = ScoringProgress(plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer)), desc)
@@ -102,13 +108,11 @@ def score_prompt_set(
                 fields[name][rows] = [getattr(p, name) for p in batch]
             checks["answer_follows_key"][rows] = [_answer_follows_key(p, key_length) for p in batch]
             checks["query_repeats_key"][rows] = [_query_repeats_key(p, key_length) for p in batch]
-            prompt_id[rows] = [
-                distinct.setdefault((tuple(p.input_ids), tuple(p.answer_ids)), len(distinct)) for p in batch
-            ]
+            prompt_ids[rows] = [prompt_id(p, distinct) for p in batch]
     finally:
         if bar is not None:
             bar.close()
-    return PromptScores(correct=correct, logprob=logprob, **fields, **checks, prompt_id=prompt_id)
+    return PromptScores(correct=correct, logprob=logprob, **fields, **checks, prompt_id=prompt_ids)
 
 
 def _answer_follows_key(p: Prompt, key_length: int) -> bool:

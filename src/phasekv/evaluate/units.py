@@ -19,7 +19,7 @@ from ..tasks.needle import NeedleOptions
 from ..tasks.prompts import PromptSet
 from .grid_shift import BLACK_BOX, grid_period, run_grid_shift
 from .record import RunClock, prompt_prefix
-from .scored import PromptScores, position_controls, score_prompt_set
+from .scored import PromptScores, position_controls, prompt_id, score_prompt_set
 from .stride import resolve_stride
 
 
@@ -61,7 +61,7 @@ def planned_mde(
     period check's default (a model's own stride is known only once it loads)."""
     period = phase_period(resolve_stride(stride, None, modulus)[0], None, modulus)
     seen: dict = {}
-    ids = [seen.setdefault((tuple(p.input_ids), tuple(p.answer_ids)), len(seen)) for p in prompts]
+    ids = [prompt_id(p, seen) for p in prompts]
     design = PhaseDesign([p.unit for p in prompts], [p.target_position for p in prompts], period, ids)
     if not design.testable:
         return period, None, "not testable at this period: widen the design (more spread blocks or a larger modulus)"
