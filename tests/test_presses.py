@@ -84,15 +84,17 @@ def _tiny(kind: str):
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
-@pytest.mark.parametrize("spec", [PoolSpec(8, 4, 5), PoolSpec(8, 8, 3), PoolSpec(3, 5, 2)])
-def test_pooled_attention_equals_the_per_query_reference(kind, spec):
+@pytest.mark.parametrize(
+    ("spec", "offset"), [(PoolSpec(8, 4, 5), 0), (PoolSpec(8, 8, 3), 0), (PoolSpec(3, 5, 2), 0), (PoolSpec(8, 8, 3), 5)]
+)
+def test_pooled_attention_equals_the_per_query_reference(kind, spec, offset):
     model = _tiny(kind)
     ids = torch.randint(0, 40, (2, 29), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = model(ids).logits
-        install_pooling(model, spec, reference=True)
+        install_pooling(model, spec, reference=True, offset=offset)
         reference = model(ids).logits
-        install_pooling(model, spec)
+        install_pooling(model, spec, offset=offset)
         fast = model(ids).logits
     torch.testing.assert_close(fast, reference, rtol=0, atol=1e-10)
     assert (fast - full).abs().max() > 1e-3  # pooling changes the model
@@ -119,6 +121,24 @@ def test_pooled_scorer_records_its_stride_and_runs_a_probe(qwen_dir):
     assert press["class"] == "phasekv.pool" and press["params"] == {"window": 4, "stride": 2, "local": 3}
     plain = run_lookup(load_scorer(qwen_dir, batch_size=64), LOOKUP, n_resamples=50, progress=False)
     assert result["mean_answer_logprob"] != plain["mean_answer_logprob"]
+
+
+def test_pooling_grid_offset_moves_the_windows_and_returns(qwen_dir):
+    """Shifting the grid by o is pooling the same sequence with windows o + jS: a window [o, o+W) is one entry, and
+    positions before o belong to none; on leaving the block the grid is back at 0."""
+    scorer = load_scorer(qwen_dir, press="pool:w=4,s=4,local=2")
+    ids = torch.randint(0, 40, (1, 19), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        base = scorer.model(ids).logits
+        with scorer.grid_offset(3):
+            shifted = scorer.model(ids).logits
+        again = scorer.model(ids).logits
+    torch.testing.assert_close(again, base, rtol=0, atol=0)
+    # Until the first window of either grid completes (position 3 at offset 0), both see their local tokens only.
+    torch.testing.assert_close(shifted[:, :3], base[:, :3], rtol=0, atol=1e-6)
+    assert (shifted[:, 3:] - base[:, 3:]).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="offset"), scorer.grid_offset(4):
+        pass
 
 
 def test_press_is_refused_for_phasekv_checkpoints(phasekv_dir):
@@ -374,3 +394,111 @@ def test_cli_eval_with_press_writes_the_press_and_refuses_an_endpoint(qwen_dir, 
     assert result.exit_code == 2 and "--endpoint" in result.output
     result = runner.invoke(eval_app, [*args, "--press", "KnormPress(0.5)"])
     assert result.exit_code == 2 and "keyword arguments" in result.output
+
+
+# --- moving a press's chunk grid (the grid-shift test) ------------------------------------------------
+
+
+def test_grid_segments_cut_at_the_offset_then_every_size():
+    from phasekv.scoring.press_grid import grid_segments
+
+    assert grid_segments(0, 20, 8, 0) == [(0, 8), (8, 16), (16, 20)]
+    assert grid_segments(0, 20, 8, 3) == [(0, 3), (3, 11), (11, 19), (19, 20)]
+    assert grid_segments(5, 21, 8, 0) == [(5, 13), (13, 21)]
+    assert grid_segments(5, 21, 8, 7) == [(5, 12), (12, 20), (20, 21)]
+    assert grid_segments(0, 5, 8, 2) == [(0, 2), (2, 5)]
+    for start, end, size, offset in [(0, 37, 8, 5), (3, 40, 4, 1), (0, 7, 8, 0)]:
+        segments = grid_segments(start, end, size, offset)
+        assert segments[0][0] == start and segments[-1][1] == end
+        assert all(a < b == c for (a, b), (c, _) in zip(segments, segments[1:], strict=False))
+        assert all((a - start - offset) % size == 0 for a, _ in segments[1:])
+    with pytest.raises(ValueError, match="offset"):
+        grid_segments(0, 10, 4, 4)
+
+
+GRID_PRESSES = [
+    "ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=8)",
+    "ChunkPress(press=KnormPress(compression_ratio=0.4), chunk_length=8)",
+    "BlockPress(press=KnormPress(compression_ratio=0.5), block_size=8)",
+]
+
+
+def _press_inputs(length: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, 2, length, 4, generator=generator)
+    values = torch.randn(1, 2, length, 4, generator=generator)
+    hidden = torch.randn(1, length, 8, generator=generator)
+    return hidden, keys, values
+
+
+class _Module:
+    head_dim = 4
+
+
+@needs_kvpress
+@pytest.mark.parametrize("text", GRID_PRESSES)
+@pytest.mark.parametrize("length", [40, 37, 11, 5])
+def test_a_shifted_press_at_offset_zero_is_kvpress(text, length):
+    from phasekv.scoring.press import build_press
+    from phasekv.scoring.press_grid import shifted_press_class
+
+    spec = parse_press(text)
+    original = build_press(spec)
+    ours = shifted_press_class(spec.name)(**{**vars(original), "grid_offset": 0})
+    hidden, keys, values = _press_inputs(length, seed=length)
+    expected = original.compress(_Module(), hidden, keys, values, None, {})
+    got = ours.compress(_Module(), hidden, keys, values, None, {})
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
+
+
+@needs_kvpress
+@pytest.mark.parametrize("offset", [1, 3, 7])
+def test_a_shifted_chunkkv_keeps_whole_chunks_of_the_moved_grid(offset):
+    from phasekv.scoring.press import build_press
+    from phasekv.scoring.press_grid import grid_segments
+
+    spec = parse_press(GRID_PRESSES[0])
+    press = build_press(spec, grid_offset=offset)
+    assert press.grid_offset == offset and press.chunk_length == 8
+    hidden, keys, values = _press_inputs(37, seed=offset)
+    kept_keys, _ = press.compress(_Module(), hidden, keys, values, None, {})
+    # which positions survived: match the kept key vectors back to the input
+    kept = {int((keys[0, 0] == row).all(-1).nonzero()[0]) for row in kept_keys[0, 0]}
+    segments = grid_segments(0, 37, 8, offset)
+    for a, b in segments:
+        inside = kept & set(range(a, b))
+        assert inside in (set(), set(range(a, b)))  # a chunk is kept whole or dropped
+    assert len([s for s in segments if set(range(*s)) <= kept]) == max(1, int(len(segments) * 0.5))
+
+
+@needs_kvpress
+def test_kvpress_scorer_moves_its_grid_for_the_block_only(qwen_dir):
+    scorer = load_scorer(qwen_dir, press=GRID_PRESSES[0])
+    scorer.question_tokens = 3
+    ids = torch.randint(0, 40, (1, 30), generator=torch.Generator().manual_seed(5))
+    positions = torch.tensor([[27, 28, 29]])
+    with torch.no_grad():
+        base = scorer._logits(ids, positions)
+        with scorer.grid_offset(3):
+            assert scorer.press.grid_offset == 3
+            shifted = scorer._logits(ids, positions)
+        again = scorer._logits(ids, positions)
+    torch.testing.assert_close(again, base, rtol=0, atol=0)
+    assert (shifted - base).abs().max() > 1e-5
+    with pytest.raises(ValueError, match="chunk grid"), scorer.grid_offset(8):
+        pass
+
+
+def test_a_pool_press_takes_the_grid_shift_test(qwen_dir):
+    scorer = load_scorer(qwen_dir, press="pool:w=4,s=4,local=3", batch_size=64)
+    result = run_lookup(scorer, LOOKUP, n_resamples=50, progress=False, grid_shift=True)
+    shifted = result["phase_test"]["grid_shift"]
+    assert shifted["offsets"] == [0, 1, 2, 3]
+    assert "grid shift" in result["phase_test"]["basis"]
+
+
+def test_grid_shift_is_refused_before_scoring_for_a_press_without_a_grid(qwen_dir):
+    scorer = load_scorer(qwen_dir, batch_size=64)
+    with pytest.raises(ValueError, match="chunk grid"):
+        run_lookup(scorer, LOOKUP, n_resamples=50, progress=False, grid_shift=True)

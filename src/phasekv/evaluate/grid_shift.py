@@ -1,5 +1,6 @@
 """The grid-shift test of a probe run: the same prompts scored with the compression grid at every offset
-(`stats.grid_shift`). Only models whose grid can move take it (phasekv compressed models, `Scorer.grid_offset`);
+(`stats.grid_shift`). Only models whose grid can move take it (`Scorer.grid_offset`: phasekv compressed models,
+`pool:` presses, kvpress presses with a chunk grid);
 black-box models get the position design alone, and the result says so."""
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def run_grid_shift(scorer: Scorer, prompts, key_length: int, seed: int = 0, prog
     if period is None or period < 2:
         raise ValueError(
             "the grid-shift test needs a model whose compression grid can move (a phasekv model with a "
-            "compressed KV cache); for other models the verdict rests on the position design alone"
+            "compressed KV cache, a pool: press, or a kvpress press with a chunk grid); for other models the "
+            "verdict rests on the position design alone"
         )
     offsets = np.arange(period)
     outcomes, positions = [], None

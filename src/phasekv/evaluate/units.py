@@ -142,7 +142,8 @@ def run_unit_probe(
     if grid_shift and grid_period(scorer) is None:
         raise ValueError(
             "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
-            "cache); for other models the verdict rests on the position design alone"
+            "cache, a pool: press, or a kvpress press with a chunk grid: ChunkKVPress, ChunkPress, BlockPress); "
+            "for other models the verdict rests on the position design alone"
         )
     clock = RunClock()
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)

@@ -2,8 +2,8 @@
 do to my model", without kvpress and without training.
 
 Every attention layer's query at position t attends, in one softmax, to
-- the pooled entries of the complete windows: window j covers positions jS .. jS+W-1 (windows start
-  at position 0) and becomes one entry, the mean of its W keys and the mean of its W values (the
+- the pooled entries of the complete windows: window j covers positions o+jS .. o+jS+W-1 (o, the grid
+  offset, is 0 unless the grid-shift test moves it; positions before o belong to no window) and becomes one entry, the mean of its W keys and the mean of its W values (the
   paper's uniform gate, alpha = 1/W, applied to the model's own keys and values); the entry is
   visible iff t >= jS+W-1 (`compress.windows.WindowGeometry`, phasekv's semantics);
 - the exact tokens of its local window t-L+1 .. t (own token included). Entries overlapping the local
@@ -21,6 +21,8 @@ score whole sequences in one forward (no KV cache), as `HFScorer` does.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -30,9 +32,9 @@ from .hf_scorer import HFScorer
 from .press_spec import PoolSpec
 
 
-def _window_index(spec: PoolSpec, length: int) -> torch.Tensor:
-    """[J, W] positions of the complete windows within 0..length-1."""
-    geometry = WindowGeometry(spec.window, spec.stride)
+def _window_index(spec: PoolSpec, length: int, offset: int = 0) -> torch.Tensor:
+    """[J, W] positions of the complete windows within 0..length-1 (window j starts at offset + jS)."""
+    geometry = WindowGeometry(spec.window, spec.stride, offset=offset)
     starts = geometry.window_start(torch.arange(geometry.num_complete(length)))
     return starts[:, None] + torch.arange(spec.window)
 
@@ -45,13 +47,16 @@ def _check_shapes(query: torch.Tensor, key: torch.Tensor) -> None:
         )
 
 
-def pooled_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, *, spec: PoolSpec, **kwargs):
+def pooled_attention(
+    module, query, key, value, attention_mask, scaling, dropout=0.0, *, spec: PoolSpec, offset: int = 0, **kwargs
+):
     """HF attention function: query [B, H, T, D], key/value [B, Hkv, T, D] (keys after RoPE) ->
     (output [B, T, H, D], None). `attention_mask` is ignored: causality comes from the entries'
-    visibility and the local window (batches are right-padded, so no row sees padding)."""
+    visibility and the local window (batches are right-padded, so no row sees padding). Windows start at
+    `offset` + jS."""
     _check_shapes(query, key)
     length = query.shape[2]
-    windows = _window_index(spec, length)  # [J, W]
+    windows = _window_index(spec, length, offset)  # [J, W]
     keys = torch.cat([key[:, :, windows].mean(-2), key], dim=2)  # [B, Hkv, J+T, D]
     values = torch.cat([value[:, :, windows].mean(-2), value], dim=2)
     groups = query.shape[1] // key.shape[1]
@@ -68,7 +73,7 @@ def pooled_attention(module, query, key, value, attention_mask, scaling, dropout
 
 
 def pooled_attention_reference(
-    module, query, key, value, attention_mask, scaling, dropout=0.0, *, spec: PoolSpec, **kwargs
+    module, query, key, value, attention_mask, scaling, dropout=0.0, *, spec: PoolSpec, offset: int = 0, **kwargs
 ):
     """The plain reference: for every query position, list its visible entries and local tokens,
     then softmax-attend in float64. Same arguments and result as `pooled_attention`."""
@@ -82,8 +87,8 @@ def pooled_attention_reference(
         for t in range(length):
             entries_k, entries_v = [], []
             j = 0
-            while j * spec.stride + spec.window - 1 <= t:  # window j is complete at t
-                span = slice(j * spec.stride, j * spec.stride + spec.window)
+            while offset + j * spec.stride + spec.window - 1 <= t:  # window j is complete at t
+                span = slice(offset + j * spec.stride, offset + j * spec.stride + spec.window)
                 entries_k.append(k[:, kv, span].mean(1))
                 entries_v.append(v[:, kv, span].mean(1))
                 j += 1
@@ -96,14 +101,16 @@ def pooled_attention_reference(
     return out.to(query.dtype), None
 
 
-def install_pooling(model, spec: PoolSpec, reference: bool = False) -> str:
-    """Make every attention layer of the HF `model` use chunked pooling with `spec`; returns the
-    attention implementation's registered name."""
+def install_pooling(model, spec: PoolSpec, reference: bool = False, offset: int = 0) -> str:
+    """Make every attention layer of the HF `model` use chunked pooling with `spec` (windows from `offset`);
+    returns the attention implementation's registered name."""
     from transformers import AttentionInterface, AttentionMaskInterface
 
+    if not 0 <= offset < spec.stride:
+        raise ValueError(f"the pooling grid's offset must be in [0, stride={spec.stride}), got {offset}")
     function = pooled_attention_reference if reference else pooled_attention
-    name = f"phasekv_pool_w{spec.window}_s{spec.stride}_l{spec.local}" + ("_reference" if reference else "")
-    AttentionInterface.register(name, functools.partial(function, spec=spec))
+    name = f"phasekv_pool_w{spec.window}_s{spec.stride}_l{spec.local}_o{offset}" + ("_reference" if reference else "")
+    AttentionInterface.register(name, functools.partial(function, spec=spec, offset=offset))
     AttentionMaskInterface.register(name, _no_mask)  # the function builds its own visibility
     model.set_attn_implementation(name)
     return name
@@ -125,6 +132,16 @@ class PooledScorer(HFScorer):
     @property
     def compression_stride(self) -> int | None:
         return self.spec.stride
+
+    @contextmanager
+    def grid_offset(self, offset: int) -> Iterator[None]:
+        """Within the block the pooling windows start at `offset` + jS (content and positions unchanged):
+        the grid-shift test's other grids."""
+        self.attn_implementation = install_pooling(self.model, self.spec, offset=offset)
+        try:
+            yield
+        finally:
+            self.attn_implementation = install_pooling(self.model, self.spec)
 
     def describe(self) -> dict:
         return {

@@ -25,13 +25,16 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 
 import torch
 
 from .base import ScorerError
 from .hf_scorer import HFScorer
-from .press_spec import PressCall, PressSpecError, press_stride
+from .press_grid import shifted_press_class
+from .press_spec import PressCall, PressSpecError, grid_call, press_stride
 
 KVPRESS_MISSING = (
     "--press with a kvpress press needs the kvpress package (kvpress 0.5.5 needs transformers < 5.3): "
@@ -40,28 +43,39 @@ KVPRESS_MISSING = (
 )
 
 
-def build_press(spec: PressCall):
-    """The kvpress press object named by `spec` (nested presses built first)."""
+def build_press(spec: PressCall, grid_offset: int = 0):
+    """The kvpress press object named by `spec` (nested presses built first). With `grid_offset` > 0 the press
+    that sets the chunk grid (`press_spec.grid_call`) is built with its cuts moved by that many tokens
+    (`press_grid`): the grid-shift test."""
     try:
         import kvpress
     except ImportError as err:
         raise ScorerError(f"{KVPRESS_MISSING} ({err})") from None
-    cls = getattr(kvpress, spec.name, None)
-    if not (isinstance(cls, type) and issubclass(cls, kvpress.presses.base_press.BasePress)):
-        known = sorted(n for n in dir(kvpress) if n.endswith("Press"))
-        raise PressSpecError(f"{spec.name} is not a kvpress press; kvpress has {', '.join(known)}")
+    shifted = grid_call(spec) if grid_offset else None
+    if grid_offset and shifted is None:
+        raise PressSpecError(f"{spec.name} has no chunk grid to move")
+
+    def make(call: PressCall):
+        cls = getattr(kvpress, call.name, None)
+        if not (isinstance(cls, type) and issubclass(cls, kvpress.presses.base_press.BasePress)):
+            known = sorted(n for n in dir(kvpress) if n.endswith("Press"))
+            raise PressSpecError(f"{call.name} is not a kvpress press; kvpress has {', '.join(known)}")
+        kwargs = {k: build(v) for k, v in call.kwargs.items()}
+        if call is shifted:
+            cls, kwargs["grid_offset"] = shifted_press_class(call.name), grid_offset
+        try:
+            return cls(**kwargs)
+        except (TypeError, AssertionError, ValueError) as err:
+            raise PressSpecError(f"cannot build {call.name} with {call.kwargs}: {err}") from None
 
     def build(value):
         if isinstance(value, PressCall):
-            return build_press(value)
+            return make(value)
         if isinstance(value, list):
             return [build(v) for v in value]
         return value
 
-    try:
-        return cls(**{k: build(v) for k, v in spec.kwargs.items()})
-    except (TypeError, AssertionError, ValueError) as err:
-        raise PressSpecError(f"cannot build {spec.name} with {spec.kwargs}: {err}") from None
+    return make(spec)
 
 
 class KVEntryCounter:
@@ -111,6 +125,20 @@ class KVPressScorer(HFScorer):
     @property
     def compression_stride(self) -> int | None:
         return press_stride(self.spec)[0]
+
+    @contextmanager
+    def grid_offset(self, offset: int) -> Iterator[None]:
+        """Within the block the press's chunk grid is cut `offset` tokens later (`press_grid`; content and
+        positions unchanged): the grid-shift test's other grids. ValueError for a press without a grid."""
+        stride = self.compression_stride
+        if stride is None or not 0 <= offset < stride:
+            raise ValueError(f"{self.spec_text}: no chunk grid with an offset {offset} (stride {stride})")
+        unshifted = self.press
+        self.press = build_press(self.spec, grid_offset=offset) if offset else unshifted
+        try:
+            yield
+        finally:
+            self.press = unshifted
 
     def compressed_cache(self, context_ids: torch.Tensor):
         """Prefill `context_ids` [1, C] with the press active; returns the compressed DynamicCache."""

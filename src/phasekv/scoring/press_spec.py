@@ -142,19 +142,25 @@ def _value(node: ast.expr, text: str):
     return value
 
 
+def grid_call(spec: PressCall) -> PressCall | None:
+    """The call whose field sets the chunk grid: the outermost one (a ChunkKVPress around a BlockPress chooses
+    whole chunks), or None for a press without a grid."""
+    if spec.name in GRID_FIELDS:
+        return spec
+    for value in spec.kwargs.values():
+        if isinstance(value, PressCall) and (found := grid_call(value)) is not None:
+            return found
+    return None
+
+
 def press_stride(spec: PressCall | PoolSpec) -> tuple[int | None, str]:
-    """(the chunk grid's spacing, which field set it), or (None, why not) for a press without a grid.
-    The outermost grid wins (a ChunkKVPress around a BlockPress chooses whole chunks)."""
+    """(the chunk grid's spacing, which field set it), or (None, why not) for a press without a grid."""
     if isinstance(spec, PoolSpec):
         return spec.stride, "pool stride s"
-    if spec.name in GRID_FIELDS:
-        name = GRID_FIELDS[spec.name]
-        if name not in spec.kwargs:
-            raise PressSpecError(f"give {spec.name} its {name}= explicitly: it is the stride of the phase test")
-        return int(spec.kwargs[name]), f"{spec.name}.{name}"
-    for value in spec.kwargs.values():
-        if isinstance(value, PressCall):
-            stride, source = press_stride(value)
-            if stride is not None:
-                return stride, source
-    return None, f"{spec.name} has no chunk grid"
+    call = grid_call(spec)
+    if call is None:
+        return None, f"{spec.name} has no chunk grid"
+    name = GRID_FIELDS[call.name]
+    if name not in call.kwargs:
+        raise PressSpecError(f"give {call.name} its {name}= explicitly: it is the stride of the phase test")
+    return int(call.kwargs[name]), f"{call.name}.{name}"

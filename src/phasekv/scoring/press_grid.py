@@ -1,0 +1,108 @@
+"""kvpress's chunked presses with their grid moved: the other grids of the grid-shift test.
+
+ChunkKVPress and ChunkPress cut the context into chunks of C tokens from its first token; BlockPress cuts what
+follows its first n_kept tokens into blocks of B. A phase effect of such a press belongs to that grid, so moving
+the grid while content and positions stay is the causal test. `shifted_press_class(name)` is the kvpress class
+with one more field, `grid_offset` o: its cuts fall at o + kC (o + kB after the kept prefix) instead, the first,
+partial segment treated exactly as kvpress treats its last, partial one. At o = 0 each class computes what
+kvpress computes (tests/test_presses.py compares them), so a shifted run differs from the unshifted one only
+where the cuts fall.
+
+kvpress is optional: the classes are made on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+
+def grid_segments(start: int, end: int, size: int, offset: int) -> list[tuple[int, int]]:
+    """[(a, b), ...] covering start..end-1 with cuts at start + offset + k*size (k >= 0): a partial first
+    segment of `offset` tokens when offset > 0, then whole segments of `size`, then a partial last one."""
+    if not 0 <= offset < size:
+        raise ValueError(f"grid offset must be in [0, {size}), got {offset}")
+    cuts = [start, *range(start + offset if offset else start + size, end, size), end]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+def _gather(keys, values, indices, head_dim: int):
+    """keys/values [B, H, n, D] at `indices` (a sorted 1-D tensor, the same for every row and head, or
+    [B, H, k] per head)."""
+    if indices.dim() == 1:
+        indices = indices.view(1, 1, -1)
+    indices = indices.unsqueeze(-1).expand(keys.shape[0], keys.shape[1], -1, head_dim)
+    return keys.gather(2, indices).contiguous(), values.gather(2, indices).contiguous()
+
+
+def _chunkkv_compress(self, module, hidden_states, keys, values, attentions, kwargs):
+    """ChunkKVPress with its chunks cut at `grid_offset` + kC: chunks ranked by the mean over their tokens of
+    the head-summed scores, the best int(chunks x (1 - ratio)) kept whole (the rows' first sample decides,
+    as in kvpress)."""
+    import torch
+
+    if self.press.compression_ratio == 0:
+        return keys, values
+    segments = grid_segments(0, keys.shape[2], self.chunk_length, self.grid_offset)
+    if not any(b - a == self.chunk_length for a, b in segments):
+        return self.press.compress(module, hidden_states, keys, values, attentions, kwargs)
+    summed = self.press.score(module, hidden_states, keys, values, attentions, kwargs).sum(dim=1)  # [B, n]
+    chunk_scores = torch.stack([summed[:, a:b].mean(dim=-1) for a, b in segments], dim=-1)  # [B, chunks]
+    kept = max(1, int(len(segments) * (1 - self.press.compression_ratio)))
+    chosen = chunk_scores.topk(kept, dim=-1).indices[0]
+    indices = torch.cat([torch.arange(*segments[int(c)], device=keys.device) for c in chosen]).sort()[0]
+    return _gather(keys, values, indices, module.head_dim)
+
+
+def _chunk_compress(self, module, hidden_states, keys, values, attentions, kwargs):
+    """ChunkPress with its chunks cut at `grid_offset` + kC: each chunk keeps its own best
+    max(1, int(length x (1 - ratio))) tokens by the inner press's score on that chunk alone."""
+    import torch
+
+    if self.press.compression_ratio == 0:
+        return keys, values
+    picked = []
+    for a, b in grid_segments(0, keys.shape[2], self.chunk_length, self.grid_offset):
+        scores = self.press.score(
+            module, hidden_states[:, a:b], keys[:, :, a:b], values[:, :, a:b], attentions, kwargs
+        )  # [B, H, b - a]
+        kept = max(1, int((b - a) * (1 - self.press.compression_ratio)))
+        picked.append(a + scores.topk(kept, dim=-1).indices)
+    return _gather(keys, values, torch.cat(picked, dim=-1), module.head_dim)
+
+
+def _block_compress(self, module, hidden_states, keys, values, attentions, kwargs):
+    """BlockPress with its blocks cut at n_kept + `grid_offset` + kB: the first n_kept tokens are kept, then
+    each block in turn is scored together with what is kept so far and the best n_kept survive."""
+    import torch
+    from kvpress.utils import compute_n_kept
+
+    if self.press.compression_ratio == 0:
+        return keys, values
+    batch, heads, length, head_dim = keys.shape
+    n_kept = compute_n_kept(length, self.compression_ratio)
+    kept = torch.arange(n_kept, device=keys.device).expand(batch, heads, -1)
+    states = hidden_states.view(batch, length, heads, -1).transpose(1, 2)  # [B, H, n, d_model / H]
+    for a, b in grid_segments(n_kept, length, self.block_size, self.grid_offset):
+        current = torch.cat([kept, torch.arange(a, b, device=keys.device).expand(batch, heads, -1)], dim=-1)
+        current_states = states.gather(2, current.unsqueeze(-1).expand(-1, -1, -1, states.shape[-1]))
+        current_states = current_states.transpose(1, 2).reshape(batch, -1, hidden_states.shape[-1])
+        index = current.unsqueeze(-1).expand(-1, -1, -1, head_dim)
+        scores = self.press.score(
+            module, current_states, keys.gather(2, index), values.gather(2, index), attentions, kwargs
+        )
+        kept = current.gather(-1, scores.topk(n_kept, dim=-1).indices)
+    return _gather(keys, values, kept, head_dim)
+
+
+_COMPRESS = {"ChunkKVPress": _chunkkv_compress, "ChunkPress": _chunk_compress, "BlockPress": _block_compress}
+
+
+@functools.cache
+def shifted_press_class(name: str) -> type:
+    """kvpress's `name` press (a key of `press_spec.GRID_FIELDS`) with a `grid_offset` field that moves its grid."""
+    import kvpress
+
+    base = getattr(kvpress, name)
+    namespace = {"__annotations__": {"grid_offset": int}, "grid_offset": 0, "compress": _COMPRESS[name]}
+    return dataclass(type(f"GridShifted{name}", (base,), namespace))
