@@ -326,6 +326,9 @@ def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen
         ("pool", 2, "pool:w=4,s=2,local=3"),
     ]
     assert rows[0]["kept_fraction"] == 1.0
+    # the method with a grid also takes the grid-shift test, the full cache cannot
+    assert "grid shift" in rows[1]["phase_verdict"] and "grid shift" not in rows[0]["phase_verdict"]
+    assert results["lookup"]["pool"]["phase_test"]["grid_shift"]["offsets"] == [0, 1]
     length = results["lookup"]["pool"]["controls"]["query_positions"][0] + 1
     assert rows[1]["kept_fraction"] == pytest.approx(((length - 4) // 2 + 1 + 3) / length)
     assert "| Full cache | lookup |" in (tmp_path / "table.md").read_text()

@@ -148,8 +148,9 @@ def reproduce(
         help="quick (CPU, minutes), mitigations and designs (designs against the weak spots at W8/S8's cache size, "
         "first and second round; reuse runs/quick), designs3 (third round: offset-shared, sigmoid and tied gates at "
         "the cpu recipe, 4 seeds; reuses runs/cpu), control (the control trained longer), cpu (the paper's table at "
-        "tiny size, matched steps, 4 seeds), dsv4, paper, or presses (training-free KV-cache compression of a "
-        "pretrained HF model: --model)",
+        "tiny size, matched steps, 4 seeds), dsv4, paper, presses (training-free KV-cache compression of a "
+        "pretrained HF model: --model; grid presses also take the grid-shift test) or presses-large (the same, "
+        "sized to see a 10-point weak phase: a GPU's job)",
     ),
     model: str = typer.Option(
         None, help="presses profile: the HF model directory (default models/smollm2-135m, `phasekv models get`)"

@@ -27,7 +27,7 @@ def run(config: dict) -> dict:
     )
     bind_question(scorer, question_tokens(scorer.tokenizer, options))
     extra = {"n_resamples": config["resamples"]} if config["probe"] == "lookup" else {}
-    result = run_probe(scorer, options, progress=False, **extra)
+    result = run_probe(scorer, options, progress=False, grid_shift=config["grid_shift"], **extra)
     return {**result, "label": config["label"], "cell": config}
 
 

@@ -19,13 +19,13 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..files import write_atomic
 from ..pretrained import directory_fingerprint
 from ..report import build_report
-from ..scoring.press_spec import PRESETS, PressCall, parse_press
+from ..scoring.press_spec import PRESETS, PressCall, parse_press, press_stride
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
 from .press_table import write_press_table
@@ -50,6 +50,11 @@ class PressMethod:
     def spec_text(self) -> str | None:
         return None if self.press is None else PRESETS.get(self.press, self.press)
 
+    @property
+    def has_grid(self) -> bool:
+        """Whether the method cuts the context on a grid that can move (the grid-shift test applies)."""
+        return self.press is not None and press_stride(parse_press(self.spec_text))[0] is not None
+
 
 @dataclass(frozen=True)
 class PressProfile:
@@ -62,6 +67,7 @@ class PressProfile:
     batch_size: int = 8
     threads: int = 1  # torch threads of each cell's process
     jobs: int = 2  # cells run at once (one core each: on a shared 2-core CPU this beats 2 threads per cell)
+    grid_shift: bool = True  # methods with a chunk grid also take the grid-shift test (S times the scoring)
 
     def probes(self) -> dict[str, LookupOptions | NeedleOptions]:
         return {name: o for name, o in (("lookup", self.lookup), ("needle", self.needle)) if o is not None}
@@ -82,8 +88,8 @@ METHODS = (
 # Modulus 16: a multiple of every grid (4, 8) and above each, so each grid's period check runs at its stride;
 # 2 blocks put the target keys over 62 positions, 7.75 periods of 8 for the phase test (it needs 4). The natural
 # template pads with filler words: SmolLM2-135M-Instruct answers 87.5% of the full-cache prompts (one block: 86.7%;
-# 39.4% padded with " ."). Cost: 453 distinct prompts of 119 tokens per cell, 3-6 minutes per cell on one core,
-# 22 minutes for the profile with 2 cells at a time.
+# 39.4% padded with " ."). Cost: 453 distinct prompts of 119 tokens per scoring, 3-6 minutes on one core; each
+# method with a chunk grid scores them once per grid offset (the grid-shift test: S times), 36 scorings in all.
 PRESSES = PressProfile(
     name="presses",
     description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",
@@ -99,7 +105,17 @@ PRESSES = PressProfile(
         template="natural",
     ),
 )
-PRESS_PROFILES = {PRESSES.name: PRESSES}
+# The same design with 28x the mappings: 11,243 distinct prompts, a minimum detectable single-phase drop of 8.8
+# points at a flat 70% (`phasekv eval lookup ... --mappings 224 --dry-run`), against 37.5 for `presses`. About
+# 25 times the scoring of `presses`: a GPU's job (hours per cell on one CPU core).
+PRESSES_LARGE = replace(
+    PRESSES,
+    name="presses-large",
+    description=f"{PRESSES.description}, sized to see a 10-point weak phase (224 mappings)",
+    lookup=replace(PRESSES.lookup, n_mappings=224),
+    batch_size=32,
+)
+PRESS_PROFILES = {p.name: p for p in (PRESSES, PRESSES_LARGE)}
 
 
 def kvpress_python() -> str:
@@ -130,6 +146,7 @@ def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: P
         "press": method.spec_text,
         "probe": probe,
         "options": asdict(profile.probes()[probe]),
+        "grid_shift": profile.grid_shift and method.has_grid,
         "resamples": profile.resamples,
         "batch_size": profile.batch_size,
         "threads": profile.threads,

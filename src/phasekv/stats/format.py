@@ -76,8 +76,8 @@ def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
 
 
 def verdict_cell(verdict: dict | None) -> str | None:
-    """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict;
-    None for results without one. Results written before the effect size was recorded show the p-value only."""
+    """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict
+    (with the grid-shift test's finding where it ran); None for results without one. Results written before the effect size was recorded show the p-value only."""
     if not verdict:
         return None
     parts = []
@@ -90,6 +90,10 @@ def verdict_cell(verdict: dict | None) -> str | None:
     mde = verdict.get("mde")
     if mde:
         parts[-1] += "; MDE " + ("none" if mde["points"] is None else f"{mde['points']:g}")
+    shifted = verdict.get("grid_shift")
+    if shifted:
+        moves = "moves with" if shifted["moves_with_grid"] else "does not move with"
+        parts.append(f"grid shift: {moves} the grid, p {shifted['p_value']:.2g}")
     return f"{verdict['verdict']} ({', '.join(parts)})"
 
 
