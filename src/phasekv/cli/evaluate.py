@@ -25,7 +25,8 @@ QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estim
 GRID_SHIFT = typer.Option(
     False,
     "--grid-shift",
-    help="also score the prompts with the compression grid at every offset 0..S-1 (phasekv compressed models): "
+    help="also score the prompts with the compression grid at every offset 0..S-1 (phasekv compressed models, "
+    "pool: presses, kvpress presses with a chunk grid): "
     "a phase effect moves with the grid, a position effect does not (S times the scoring)",
 )
 DRY_RUN = typer.Option(
