@@ -5,7 +5,8 @@ targets, ...) and its stages, each a number of like steps (forward passes, Adam 
 each stage's steps through a `Planner`, which prints the plan before the first step, shows a bar over the steps, times
 one step of every stage (the second: the first carries one-off costs, such as lazy initialisation and optimiser
 state; a stage of one step is timed on it) and, once every stage has been timed, prints the estimated total time:
-the time so far plus every step left at its stage's timed rate.
+the time since the planner was made (the command's start: loading the model and building the prompts count) plus
+every step left at its stage's timed rate.
 
 A dry run (`Planner(dry_run=True)`) cuts every stage short once it is timed and, when the last stage has been
 timed, stops the run with `DryRunDone`, which carries the projection: nothing more is computed and the run never
@@ -110,7 +111,7 @@ class Planner:
         self.done = {stage.name: 0 for stage in plan.stages}
         if not self.quiet:
             tqdm.write(plan.describe(), file=self.file)
-        self._start = self._since = time.perf_counter()
+        self._since = time.perf_counter()
         if self.dry_run and not any(stage.steps for stage in plan.stages):
             raise DryRunDone(plan, 0.0, "no step to compute")
 
