@@ -69,7 +69,7 @@ def test_the_estimate_is_the_time_so_far_plus_the_steps_left_at_each_stage_timed
 
 
 def test_a_dry_run_stops_each_stage_once_it_is_timed_and_projects_the_rest(clock):
-    planner = Planner(dry_run=True, file=None)
+    planner = Planner(dry_run=True)
     clock(1.0)
     planner.start(PLAN)
     assert walk(planner, "a", [4.0, 2.0, 2.0], clock) == [0, 1]  # cut after its timed step
@@ -202,5 +202,6 @@ def test_results_go_to_a_default_path_when_no_out_is_given(app, tmp_path, monkey
     assert json.loads((tmp_path / "theory" / "theorem1.json").read_text())["params"]["n_starts"] == 2
     args = ["--n-tokens", "16", "--n-chunks", "2", "--chunk-size", "3", "--n-heads", "1", "--gamma", "2", "--beta", "2"]
     out = invoke(app, ["theory", "sweep", *args, "--steps", "3", "--batch-size", "4"])
-    assert "wrote theory/sweep.json" in out and len(json.loads((tmp_path / "theory" / "sweep.json").read_text())["runs"]) == 1
+    assert "wrote theory/sweep.json" in out
+    assert len(json.loads((tmp_path / "theory" / "sweep.json").read_text())["runs"]) == 1
     assert not list(tmp_path.rglob("*.tmp"))  # written atomically: no temporary file left beside them

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+
 from phasekv.analysis.concentration import effective_numbers
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.theory.config import InductionConfig

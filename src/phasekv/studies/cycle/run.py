@@ -27,8 +27,8 @@ from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
-from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.evaluate.units import unit_residue_cells
+from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
 from phasekv.tasks.lookup import LookupOptions
