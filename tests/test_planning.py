@@ -106,11 +106,11 @@ def planned_and_done(run) -> Planner:
 
 def test_the_knockout_plan_counts_its_calibration_and_knockout_batches():
     planted = PhaseKVScorer(_planted(), TOKENIZER, batch_size=4)
-    options = KnockoutOptions(calibration_mappings=2, batch_size=8)
+    options = KnockoutOptions(calibration_mappings=2, batch_size=16)
     heads = planned_and_done(lambda p: run_knockout(planted, LOOKUP, options, p))
     assert heads.plan.counts["KV heads"] == 2 and heads.plan.stage("knockout").steps > 1
-    hf = HFScorer(tiny_qwen3(V), TOKENIZER, batch_size=8)
-    options = KnockoutOptions(mode="layers", calibration_mappings=2, batch_size=8)
+    hf = HFScorer(tiny_qwen3(V), TOKENIZER, batch_size=16)
+    options = KnockoutOptions(mode="layers", calibration_mappings=2, batch_size=16)
     assert planned_and_done(lambda p: run_knockout(hf, LOOKUP, options, p)).plan.counts["layers"] == 2
 
 
