@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 import typer
 from typer.testing import CliRunner
 
@@ -25,7 +26,8 @@ from phasekv.tasks.lookup import LookupOptions
 from phasekv.theory.sweep import run_sweep
 from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
 from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
-from test_analysis_runs import SMALL, TOKENIZER, V, _planted
+from phasekv.train.gates import gate_snapshot, write_snapshot
+from test_analysis_runs import SMALL, TOKENIZER, V, _model, _planted
 
 LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=2)
 PLAN = WorkPlan("a test", (Stage("a", 3, "steps of a"), Stage("b", 2, "steps of b")), {"things": 7})
@@ -205,3 +207,15 @@ def test_results_go_to_a_default_path_when_no_out_is_given(app, tmp_path, monkey
     assert "wrote theory/sweep.json" in out
     assert len(json.loads((tmp_path / "theory" / "sweep.json").read_text())["runs"]) == 1
     assert not list(tmp_path.rglob("*.tmp"))  # written atomically: no temporary file left beside them
+
+
+def test_a_gate_trajectory_plans_its_steps_and_its_dry_run_writes_nothing(app, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    for step in (1, 5, 9):
+        model = _model("w8s8-1kv", seed=step)
+        write_snapshot(run_dir, gate_snapshot(model, model.config.compression, torch.randint(5, V, (2, 32)), step))
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    out = invoke(app, ["gates", str(run_dir), "--source", "snapshots", *SMALL, "--dry-run"])
+    assert f"plan: gate trajectory of {run_dir}" in out and "snapshots: 3 snapshots" in out and "step 9" not in out
+    assert files_under(tmp_path) == before
