@@ -20,8 +20,8 @@ Result = TypeVar("Result")
 DRY_RUN = typer.Option(
     False,
     "--dry-run",
-    help="print the plan and the time projected from one timed step of each stage; compute nothing else, "
-    "write nothing (loads the model)",
+    help="print the plan and the time projected from one timed step of each stage (a model is loaded for it); "
+    "compute nothing else, write nothing",
 )
 
 
