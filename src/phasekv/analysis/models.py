@@ -19,7 +19,7 @@ from ..model import PhaseKVModel
 from ..tasks.prompts import Prompt
 from .gate_metrics import gate_metrics
 from .hf_gates import hf_gate_metrics
-from .topk import topk_hits_by_phase
+from .topk import csa_layers, topk_hits_by_phase
 
 _ATTENTION_NAMES = ("self_attn", "attn", "attention")
 
@@ -43,8 +43,13 @@ class ModelView(ABC):
     def gate_rows(self, batches: Iterable[torch.Tensor]) -> list[dict]:
         """Gate metric rows (`gate_metrics.gate_metrics`) over the windows of the batches."""
 
-    def topk_hits(self, prompts: Sequence[Prompt], batch_size: int = 16) -> list[dict]:
-        """How often the top-k selection keeps the target record's entry, by phase (none: no indexer)."""
+    def has_indexer(self) -> bool:
+        """Whether `topk_hits` has anything to measure (a lightning indexer's top-k selection)."""
+        return False
+
+    def topk_hits(self, prompts: Sequence[Prompt], batch_size: int = 16, progress=False) -> list[dict]:
+        """How often the top-k selection keeps the target record's entry, by phase (none: no indexer);
+        `progress`: the planner whose "top-k hits" stage the batches are."""
         return []
 
 
@@ -61,8 +66,11 @@ class PhaseKVView(ModelView):
     def gate_rows(self, batches: Iterable[torch.Tensor]) -> list[dict]:
         return gate_metrics(self.model, batches)
 
-    def topk_hits(self, prompts: Sequence[Prompt], batch_size: int = 16) -> list[dict]:
-        return topk_hits_by_phase(self.model, prompts, batch_size)
+    def has_indexer(self) -> bool:
+        return bool(csa_layers(self.model))
+
+    def topk_hits(self, prompts: Sequence[Prompt], batch_size: int = 16, progress=False) -> list[dict]:
+        return topk_hits_by_phase(self.model, prompts, batch_size, progress)
 
 
 class HFView(ModelView):
@@ -85,6 +93,11 @@ class HFView(ModelView):
 
     def gate_rows(self, batches: Iterable[torch.Tensor]) -> list[dict]:
         return hf_gate_metrics(self.model, batches)
+
+
+def model_name(scorer) -> str:
+    """What a plan calls the scorer's model: its directory, else its class (a model built in memory)."""
+    return getattr(scorer, "path", None) or type(scorer.model).__name__
 
 
 def view(model: nn.Module) -> ModelView:

@@ -16,6 +16,7 @@ import torch
 from phasekv.analysis.probe_prompts import batches, unique_ids
 from phasekv.attention.dsv4_indexer import NO_ENTRY
 from phasekv.hooks import capture
+from phasekv.planning import Planner, as_planner
 from phasekv.tasks.prompts import Prompt
 
 
@@ -25,9 +26,12 @@ def csa_layers(model) -> list[int]:
 
 
 @torch.no_grad()
-def target_picked(model, prompts: Sequence[Prompt], batch_size: int = 16) -> dict[int, np.ndarray]:
+def target_picked(
+    model, prompts: Sequence[Prompt], batch_size: int = 16, progress: bool | Planner = False
+) -> dict[int, np.ndarray]:
     """layer -> bool [N]: whether that layer's picks at prompt i's query position include an entry covering
-    its target position. Empty for models without an indexer."""
+    its target position. Empty for models without an indexer. `progress`: the planner whose "top-k hits"
+    stage the batches are."""
     layers = csa_layers(model)
     if not layers:
         return {}
@@ -36,7 +40,7 @@ def target_picked(model, prompts: Sequence[Prompt], batch_size: int = 16) -> dic
     picks: dict[int, list[torch.Tensor]] = {i: [] for i in layers}
     query = prompts[0].query_position
     device = next(model.parameters()).device
-    for part in batches(ids, batch_size):
+    for part in as_planner(progress).steps("top-k hits", batches(ids, batch_size)):
         with capture(model, list(names.values())) as seen:
             model(part.to(device))
         for i, name in names.items():
@@ -52,9 +56,11 @@ def target_picked(model, prompts: Sequence[Prompt], batch_size: int = 16) -> dic
     return hit
 
 
-def topk_hits_by_phase(model, prompts: Sequence[Prompt], batch_size: int = 16) -> list[dict]:
+def topk_hits_by_phase(
+    model, prompts: Sequence[Prompt], batch_size: int = 16, progress: bool | Planner = False
+) -> list[dict]:
     """Rows {layer, group ("residue" or "phase"), value, n, hits, rate} per CSA layer (see the module doc)."""
-    hit = target_picked(model, prompts, batch_size)
+    hit = target_picked(model, prompts, batch_size, progress)
     residues = np.array([p.residue for p in prompts])
     rows = []
     for layer, picked in hit.items():

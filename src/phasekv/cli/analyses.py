@@ -1,7 +1,8 @@
 """`phasekv knockout | gates | cycle`: the mechanistic analyses as commands (typer).
 
-Each prints a table, writes the result JSON and a PNG into `--out` (a directory), and turns bad
-input into one line with exit code 2.
+Each prints its plan and an estimate of its time before the long work (`--dry-run`: only those),
+then a table, writes the result JSON and a PNG into `--out` (a directory, `analysis` by default),
+and turns bad input into one line with exit code 2.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import typer
 
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
+from phasekv.cli.planned import DRY_RUN, run_planned
 from phasekv.cli.scoring import LOADING
 from phasekv.files import check_output
 
@@ -28,7 +30,7 @@ PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments
     template=(str, TEMPLATE),
 )
 HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
-QUIET = typer.Option(False, "--quiet", help="no progress bars")
+QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
 
 
 def _lookup(records, demos, mappings, placements, modulus, protocol, seed, template, held_out_seed=None):
@@ -72,6 +74,7 @@ def knockout_command(
     scoring: dict = LOADING,
     out: Path = OUT,
     quiet: bool = QUIET,
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
     from phasekv.studies.knockout.figure import plot_knockout
@@ -87,7 +90,10 @@ def knockout_command(
             batch_size=scoring["batch_size"],
             stride=stride,
         )
-        result = run_knockout(_scorer(model, scoring), lookup, options, progress=not quiet)
+        scorer = _scorer(model, scoring)
+        result = run_planned(lambda planner: run_knockout(scorer, lookup, options, planner), dry_run, quiet)
+        if result is None:
+            return
         typer.echo(format_knockout(result))
         _write(result, out, "knockout", lambda path: plot_knockout(result, path))
 
@@ -100,6 +106,7 @@ def gates_command(
     scoring: dict = LOADING,
     out: Path = OUT,
     quiet: bool = QUIET,
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
     from phasekv.analysis.topk import format_topk_hits
@@ -110,13 +117,22 @@ def gates_command(
         check_output(out, directory=True)  # a bad path fails now, not after the analysis
         lookup = _lookup(**prompts)
         if is_run_dir(model):
-            trajectory = run_gate_trajectory(model, lookup, scoring["batch_size"], source, progress=not quiet)
+            trajectory = run_planned(
+                lambda planner: run_gate_trajectory(model, lookup, scoring["batch_size"], source, planner),
+                dry_run,
+                quiet,
+            )
+            if trajectory is None:
+                return
             last = trajectory["steps"][-1]
             typer.echo(f"gate trajectory of {model}: {len(trajectory['steps'])} steps ({trajectory['source']})")
             typer.echo(f"step {last['step']}:\n{format_gates(last['rows'])}")
             _write(trajectory, out, "gate_trajectory", lambda path: plot_gate_trajectory(trajectory, path))
             return
-        result = run_gates(_scorer(model, scoring), lookup, scoring["batch_size"])
+        scorer = _scorer(model, scoring)
+        result = run_planned(lambda planner: run_gates(scorer, lookup, scoring["batch_size"], planner), dry_run, quiet)
+        if result is None:
+            return
         typer.echo(f"gates of {model} over the windows of {result['n_windows_from']['prompts']} prompts")
         typer.echo(format_gates(result["rows"]))
         if "topk_hits" in result:
@@ -134,6 +150,7 @@ def cycle_command(
     scoring: dict = LOADING,
     out: Path = OUT,
     quiet: bool = QUIET,
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Gate cycling (W = S models): observed vs predicted accuracy change by phase, R^2 grid over deltas."""
     from phasekv.studies.cycle.figure import plot_cycle
@@ -143,6 +160,9 @@ def cycle_command(
         check_output(out, directory=True)  # a bad path fails now, not after the analysis
         deltas = parse_deltas(delta)
         lookup = _lookup(**prompts, held_out_seed=held_out_seed)
-        result = run_cycle(_scorer(model, scoring), deltas, lookup, resamples, progress=not quiet)
+        scorer = _scorer(model, scoring)
+        result = run_planned(lambda planner: run_cycle(scorer, deltas, lookup, resamples, planner), dry_run, quiet)
+        if result is None:
+            return
         typer.echo(format_cycle(result))
         _write(result, out, "cycle", lambda path: plot_cycle(result, path))

@@ -1,21 +1,21 @@
 """``phasekv theory``: check the idealized theory numerically (Theorems 1 and 2, and a sweep).
 
-Every command takes ``--seed`` and ``--out results.json``; the JSON (written atomically) records
-every parameter. ``theorem2 --out`` also writes the concentration trajectories as a PNG beside it.
+Every command prints its plan and an estimate of its time first, takes ``--dry-run`` and always writes its
+result JSON (``--out``, by default ``theory/COMMAND.json``; written atomically), which records every
+parameter. ``theorem2`` also writes the concentration trajectories as a PNG beside it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import typer
 
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import OptionGroup, expand_groups
-from phasekv.files import check_output
+from phasekv.cli.planned import DRY_RUN, run_planned
+from phasekv.files import check_output, write_text_atomic
 
 app = typer.Typer(help="The idealized induction model: optimal and learned compression.", no_args_is_help=True)
 
@@ -38,22 +38,21 @@ GEOMETRY = OptionGroup(  # the fields of `InductionConfig` that the commands set
     eps=(float, EPS),
 )
 SEED = typer.Option(0, help="seed for everything random")
-OUT = typer.Option(None, help="write the result JSON here")
 
 
-def write_json_atomic(result: dict, path: Path) -> None:
-    """Write ``result`` as JSON to ``path`` via a temporary file in the same folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(result, handle, indent=1)
-    os.replace(handle.name, path)
+def _out(command: str):
+    return typer.Option(Path("theory") / f"{command}.json", help="write the result JSON here")
 
 
-def _check_out(out: Path | None) -> None:
+def _check_out(out: Path) -> None:
     """A bad --out fails before the computation (one line, exit code 2)."""
-    if out is not None:
-        with one_line_errors("theory"):
-            check_output(out)
+    with one_line_errors("theory"):
+        check_output(out)
+
+
+def _write(result: dict, out: Path) -> None:
+    write_text_atomic(out, json.dumps(result, indent=1))
+    typer.echo(f"wrote {out}")
 
 
 def _floats(text: str) -> list[float]:
@@ -82,7 +81,8 @@ def theorem1(
     steps: int = typer.Option(2000, help="Adam steps per start"),
     lr: float = typer.Option(0.1, help="Adam learning rate"),
     seed: int = SEED,
-    out: Path | None = OUT,
+    out: Path = _out("theorem1"),
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
     _check_out(out)
@@ -96,7 +96,9 @@ def theorem1(
         lr=lr,
         seed=seed,
     )
-    result = run_theorem1(config)
+    result = run_planned(lambda planner: run_theorem1(config, planner), dry_run)
+    if result is None:
+        return
     summary = result["summary"]
     best = min(result["starts"], key=lambda start: start["loss"])
     typer.echo(
@@ -107,8 +109,7 @@ def theorem1(
     )
     if "assignments" in result:
         _print_rows(result["assignments"]["assignments"], ["positions", "distinct", "loss"])
-    if out:
-        write_json_atomic(result, out)
+    _write(result, out)
 
 
 @app.command()
@@ -121,7 +122,8 @@ def theorem2(
     steps: int = typer.Option(1500, help="training steps"),
     batch_size: int = typer.Option(256, help="contexts per step"),
     seed: int = SEED,
-    out: Path | None = OUT,
+    out: Path = _out("theorem2"),
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
     _check_out(out)
@@ -137,7 +139,9 @@ def theorem2(
         batch_size=batch_size,
         seed=seed,
     )
-    result = train_gates(config, progress=True)
+    result = run_planned(lambda planner: train_gates(config, planner), dry_run)
+    if result is None:
+        return
     final = result["final"]
     heads = [
         {
@@ -158,9 +162,8 @@ def theorem2(
         f"loss {final['loss']:.4f}  accuracy by position [{by_position}]  "
         f"collisions {final['collisions']}  uncovered positions {final['uncovered_positions']}"
     )
-    if out:
-        write_json_atomic(result, out)
-        plot_theorem2(result, out.with_suffix(".png"))
+    _write(result, out)
+    typer.echo(f"wrote {plot_theorem2(result, out.with_suffix('.png'))}")
 
 
 @app.command()
@@ -178,7 +181,8 @@ def sweep(
     steps: int = typer.Option(600, help="training steps per run"),
     batch_size: int = typer.Option(64, help="contexts per step"),
     lr: float = typer.Option(0.01, help="Adam step size"),
-    out: Path | None = OUT,
+    out: Path = _out("sweep"),
+    dry_run: bool = DRY_RUN,
 ) -> None:
     """Theorem 2 over a grid: fraction concentrating, fraction fully covering, final loss (a quick default grid)."""
     _check_out(out)
@@ -194,7 +198,8 @@ def sweep(
     from phasekv.theory.theorem2 import GateTrainingConfig
 
     base = GateTrainingConfig(n_chunks=n_chunks, kappa=kappa, eps=eps, steps=steps, batch_size=batch_size, lr=lr)
-    result = run_sweep(base, grid, _ints(seeds))
+    result = run_planned(lambda planner: run_sweep(base, grid, _ints(seeds), planner), dry_run)
+    if result is None:
+        return
     _print_rows(result["table"], list(grid) + list(TABLE_KEYS))
-    if out:
-        write_json_atomic(result, out)
+    _write(result, out)

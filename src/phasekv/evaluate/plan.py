@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from ..planning import format_seconds
 from ..scoring import distinct_pairs, rows_by_answer_length
 
 WARMUP_BATCHES = 2  # batches timed before the run's time is estimated
@@ -80,15 +81,6 @@ def plan_pairs(
         # a forwarded sequence is the context and all but the last answer token
         longest = max([longest, *(len(c) + len(a) - 1 for c, a in pairs)])
     return ScoringPlan(n_prompts, n_rows, n_batches, batch_size, longest, requests, dict(design or {}))
-
-
-def format_seconds(seconds: float) -> str:
-    """`42 s`, `3.5 min` or `2.1 h`."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 class ScoringProgress:

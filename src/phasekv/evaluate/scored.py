@@ -3,7 +3,7 @@ check the position controls on exactly the prompts that were scored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -83,12 +83,17 @@ def plan_prompt_set(prompts: Sequence[Prompt], batch_size: int, requests: bool =
 
 
 def score_prompt_set(
-    scorer: Scorer, prompts: Sequence[Prompt], key_length: int, desc: str, progress: bool = True
+    scorer: Scorer,
+    prompts: Sequence[Prompt],
+    key_length: int,
+    desc: str,
+    progress: bool | Callable[[int], None] = True,
 ) -> PromptScores:
     """Score every prompt (built chunk by chunk, so lazy prompt sequences stay lazy).
 
     `key_length` is the number of key tokens starting at t_K (1 for lookup). With `progress` the
-    plan is printed first and a bar moves after every batch (`plan.ScoringProgress`).
+    plan is printed first and a bar moves after every batch (`plan.ScoringProgress`); a callable
+    `progress` is called instead, with the rows of each batch.
     """
     n = len(prompts)
     fields = {name: np.zeros(n, dtype=np.int64) for name in ("residue", "unit", "placement")}
@@ -96,8 +101,8 @@ def score_prompt_set(
     checks = {name: np.zeros(n, dtype=bool) for name in ("answer_follows_key", "query_repeats_key")}
     correct, logprob = np.zeros(n, dtype=bool), np.zeros(n)
     prompt_ids, distinct = np.zeros(n, dtype=np.int64), {}
-    bar = None
-    if progress:
+    bar = progress if callable(progress) else None
+    if progress is True:
         bar = ScoringProgress(plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer)), desc)
     try:
         for start, batch in prompt_chunks(prompts, scorer.batch_size):
@@ -110,7 +115,7 @@ def score_prompt_set(
             checks["query_repeats_key"][rows] = [_query_repeats_key(p, key_length) for p in batch]
             prompt_ids[rows] = [prompt_id(p, distinct) for p in batch]
     finally:
-        if bar is not None:
+        if isinstance(bar, ScoringProgress):
             bar.close()
     return PromptScores(correct=correct, logprob=logprob, **fields, **checks, prompt_id=prompt_ids)
 

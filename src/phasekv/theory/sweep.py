@@ -12,12 +12,12 @@ grid point, keys :data:`TABLE_KEYS` after the grid fields).
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from dataclasses import asdict, replace
 
-from tqdm import tqdm
-
-from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
+from phasekv.planning import Planner, WorkPlan, as_planner
+from phasekv.theory.theorem2 import GateTrainingConfig, train_gates, training_stages
 
 TABLE_KEYS = (
     "n_runs",
@@ -46,20 +46,38 @@ def summarise(runs: list[dict]) -> dict:
     }
 
 
-def run_sweep(base: GateTrainingConfig, grid: dict[str, list], seeds: list[int], progress: bool = True) -> dict:
+def sweep_configs(base: GateTrainingConfig, grid: dict[str, list], seeds: list[int]) -> list[GateTrainingConfig]:
+    """The config of every run, in the order the sweep trains them."""
+    names = list(grid)
+    return [
+        replace(base, **dict(zip(names, values, strict=True)), seed=seed)
+        for values in itertools.product(*(grid[name] for name in names))
+        for seed in seeds
+    ]
+
+
+def sweep_plan(base: GateTrainingConfig, grid: dict[str, list], seeds: list[int]) -> WorkPlan:
+    configs = sweep_configs(base, grid, seeds)
+    counts = {"grid points": math.prod(map(len, grid.values())), "seeds": len(seeds), "runs": len(configs)}
+    return WorkPlan("Theorem 2 sweep over " + ", ".join(grid), training_stages(configs), counts)
+
+
+def run_sweep(
+    base: GateTrainingConfig, grid: dict[str, list], seeds: list[int], progress: bool | Planner = True
+) -> dict:
     """Train every grid point for every seed; see the module docstring for the result's keys."""
     names = list(grid)
     points = list(itertools.product(*(grid[name] for name in names)))
+    planner = as_planner(progress)
+    planner.start(sweep_plan(base, grid, seeds))
     runs, table = [], []
-    bar = tqdm(total=len(points) * len(seeds), desc="sweep", disable=not progress)
     for values in points:
         settings = dict(zip(names, values, strict=True))
         finals = []
         for seed in seeds:
-            final = train_gates(replace(base, **settings, seed=seed))["final"]
+            final = train_gates(replace(base, **settings, seed=seed), planner)["final"]
             runs.append({**settings, "seed": seed, "final": final})
             finals.append(final)
-            bar.update()
         table.append({**settings, **summarise(finals)})
-    bar.close()
+    planner.close()
     return {"base": asdict(base), "grid": grid, "seeds": seeds, "runs": runs, "table": table}

@@ -15,11 +15,13 @@ distinct positions next to the best one with a repeated position.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
+from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.theory.config import InductionConfig
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import FreeCoefficients
@@ -47,7 +49,24 @@ def one_hot_assignment(positions: tuple[int, ...], n_chunks: int, chunk_size: in
     return (keys.unsqueeze(1).expand(-1, n_chunks, -1), values.unsqueeze(1).expand(-1, n_chunks, -1))
 
 
-def assignment_losses(config: Theorem1Config) -> dict:
+def n_assignments(config: Theorem1Config) -> int:
+    """One-hot assignments up to permuting heads: multisets of ``m`` key positions among the ``S - 1`` non-final."""
+    return math.comb(config.chunk_size - 1 + config.n_heads - 1, config.n_heads)
+
+
+def theorem1_plan(config: Theorem1Config) -> WorkPlan:
+    rules = config.n_starts * (1 if config.eps == 0 else config.n_contexts)
+    stages = [Stage("optimisation", config.steps, f"Adam steps on {rules} free coefficient rules")]
+    if config.eps == 0:
+        stages.append(Stage("assignments", n_assignments(config), "exact losses of one-hot assignments"))
+    title = (
+        f"Theorem 1: minimise over free coefficient rules from {config.n_starts} random starts "
+        f"(N={config.n_tokens}, L={config.n_chunks}, S={config.chunk_size}, m={config.n_heads}, eps={config.eps})"
+    )
+    return WorkPlan(title, tuple(stages))
+
+
+def assignment_losses(config: Theorem1Config, progress: bool | Planner = False) -> dict:
     """Exact ``eps = 0`` loss of every one-hot assignment (up to permuting heads).
 
     Returns:
@@ -55,7 +74,8 @@ def assignment_losses(config: Theorem1Config) -> dict:
         "best_non_distinct"}`` (the two bests are entries of the list, or ``None`` if none exist).
     """
     rows = []
-    for positions in itertools.combinations_with_replacement(range(config.chunk_size - 1), config.n_heads):
+    every = itertools.combinations_with_replacement(range(config.chunk_size - 1), config.n_heads)
+    for positions in as_planner(progress).steps("assignments", every):
         p_key, p_value = one_hot_assignment(positions, config.n_chunks, config.chunk_size)
         loss = equiangular_loss(p_key, p_value, config.gamma, config.beta, config.n_tokens)
         rows.append(
@@ -96,8 +116,9 @@ def _describe_start(p_key: torch.Tensor, p_value: torch.Tensor, loss: float, tol
     }
 
 
-def run_theorem1(config: Theorem1Config) -> dict:
-    """Optimise ``n_starts`` free rules and describe the minimisers.
+def run_theorem1(config: Theorem1Config, progress: bool | Planner = False) -> dict:
+    """Optimise ``n_starts`` free rules and describe the minimisers (`progress`: bars, or the `Planner` to walk
+    the stages of `theorem1_plan` with).
 
     Returns:
         ``{"params", "geometry" (eps > 0 only), "starts": [per-start summary], "summary",
@@ -128,8 +149,10 @@ def run_theorem1(config: Theorem1Config) -> dict:
             logits, targets = induction_logits(geometry.embeddings, contexts, *rules(), config.gamma, config.beta)
             return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").mean(dim=1)
 
+    planner = as_planner(progress)
+    planner.start(theorem1_plan(config))
     optimiser = torch.optim.Adam(rules.parameters(), lr=config.lr)
-    for _ in range(config.steps):
+    for _ in planner.steps("optimisation", range(config.steps)):
         optimiser.zero_grad()
         per_rule_losses().sum().backward()
         optimiser.step()
@@ -149,5 +172,6 @@ def run_theorem1(config: Theorem1Config) -> dict:
         "best_loss": min(s["loss"] for s in starts),
     }
     if exact:
-        result["assignments"] = assignment_losses(config)
+        result["assignments"] = assignment_losses(config, planner)
+    planner.close()
     return result

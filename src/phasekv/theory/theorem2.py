@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from phasekv.analysis.concentration import effective_numbers
+from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.theory.config import InductionConfig
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import LogLinearGates
@@ -86,8 +86,33 @@ def describe_heads(p_key: torch.Tensor, p_value: torch.Tensor, threshold: float)
     }
 
 
-def train_gates(config: GateTrainingConfig, progress: bool = False) -> dict:
-    """Train log-linear gates and record their concentration.
+def evaluations(config: GateTrainingConfig) -> int:
+    """Passes over the evaluation contexts in one run: at step 0, every `record_every` steps and the last, and
+    the final description."""
+    return 2 + config.steps // config.record_every + (config.steps % config.record_every != 0)
+
+
+def training_stages(configs: list[GateTrainingConfig]) -> tuple[Stage, ...]:
+    """The stages of Theorem 2 runs of these configs, one after the other (what `train_gates` walks); the
+    units are read off the first."""
+    first = configs[0]
+    return (
+        Stage("evaluation", sum(map(evaluations, configs)), f"passes over {first.n_eval_contexts} evaluation contexts"),
+        Stage("training", sum(c.steps for c in configs), f"{first.optimizer} steps on {first.batch_size} contexts"),
+    )
+
+
+def gate_training_plan(config: GateTrainingConfig) -> WorkPlan:
+    title = (
+        f"Theorem 2: train {config.n_heads} heads' log-linear gates from a ball of radius {config.rho} "
+        f"(N={config.n_tokens}, L={config.n_chunks}, S={config.chunk_size}, seed {config.seed})"
+    )
+    return WorkPlan(title, training_stages([config]))
+
+
+def train_gates(config: GateTrainingConfig, progress: bool | Planner = False) -> dict:
+    """Train log-linear gates and record their concentration (`progress`: a bar, or the `Planner` to walk
+    the stages of `training_stages` with).
 
     Returns:
         ``{"params", "geometry", "trajectory", "final"}``. ``trajectory`` has ``step`` ``[T]``,
@@ -113,7 +138,7 @@ def train_gates(config: GateTrainingConfig, progress: bool = False) -> dict:
     trajectory: dict[str, list] = {"step": [], "loss": [], **{name: [] for name in GATE_METRICS}}
 
     def record(step: int) -> None:
-        with torch.no_grad():
+        with torch.no_grad(), planner.step("evaluation"):
             p_key, p_value, logits, targets = forward(eval_contexts)
         trajectory["step"].append(step)
         trajectory["loss"].append(float(F.cross_entropy(logits.flatten(0, 1), targets.flatten())))
@@ -122,11 +147,10 @@ def train_gates(config: GateTrainingConfig, progress: bool = False) -> dict:
 
     optimisers = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
     optimiser = optimisers[config.optimizer](gates.parameters(), lr=config.lr)
+    planner = as_planner(progress)
+    planner.start(gate_training_plan(config))
     record(0)
-    steps = range(1, config.steps + 1)
-    if progress:
-        steps = tqdm(steps, desc="gates", leave=False)
-    for step in steps:
+    for step in planner.steps("training", range(1, config.steps + 1)):
         contexts = sample_contexts(config.n_tokens, config.n_chunks, config.chunk_size, config.batch_size, generator)
         *_, logits, targets = forward(contexts)
         optimiser.zero_grad()
@@ -135,7 +159,7 @@ def train_gates(config: GateTrainingConfig, progress: bool = False) -> dict:
         if step % config.record_every == 0 or step == config.steps:
             record(step)
 
-    with torch.no_grad():
+    with torch.no_grad(), planner.step("evaluation"):
         p_key, p_value, logits, targets = forward(eval_contexts)
     by_position = accuracy_by_position(logits, targets, config.chunk_size)
     final = {

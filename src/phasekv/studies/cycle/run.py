@@ -21,14 +21,14 @@ r2_low [D], r2_high [D]}. R^2 is None where a change has no variance.
 from __future__ import annotations
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from phasekv.analysis.gate_metrics import gate_metrics
-from phasekv.analysis.models import view
+from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix
-from phasekv.evaluate.scored import score_prompt_set
+from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
 from phasekv.evaluate.units import unit_residue_cells
+from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
 from phasekv.tasks.lookup import LookupOptions
@@ -107,14 +107,25 @@ def _key_phase_share(model, ids) -> list[float]:
     return np.mean([r["phase_share"] for r in rows], axis=0).round(4).tolist()
 
 
+def cycle_plan(scorer: PhaseKVScorer, shifts: list[int], prompts) -> WorkPlan:
+    """What `run_cycle` computes: for every shift (0 first), one forward pass for the gate shares and the
+    scoring of every prompt (its forward passes as `evaluate.scored.plan_prompt_set` counts them)."""
+    scoring = plan_prompt_set(prompts, scorer.batch_size)
+    unit = f"forward passes of up to {scorer.batch_size} prompts ({scoring.n_batches} per shift, 1 for its gate shares)"
+    counts = {"shifts": ", ".join(map(str, shifts)), "prompts": scoring.n_prompts, "distinct": scoring.n_rows}
+    stages = (Stage("scoring", len(shifts) * (scoring.n_batches + 1), unit),)
+    return WorkPlan(f"gate cycling of {model_name(scorer)}", stages, counts)
+
+
 def run_cycle(
     scorer: PhaseKVScorer,
     deltas: list[int],
     lookup: LookupOptions = LookupOptions(),
     n_resamples: int = 2000,
-    progress: bool = True,
+    progress: bool | Planner = True,
 ) -> dict:
-    """Cycle the gates of `scorer.model` by every delta and score the same lookup prompts."""
+    """Cycle the gates of `scorer.model` by every delta and score the same lookup prompts (`progress`: the plan,
+    a bar and a time estimate, or the `Planner` to walk the stages of `cycle_plan` with)."""
     model = scorer.model
     if not view(model).gate_cycling:
         raise ValueError("gate cycling needs a phasekv model with learned paper-style gates, not an HF model")
@@ -124,18 +135,26 @@ def run_cycle(
     prompt_set = lookup_prompts(scorer.tokenizer, lookup)
     per_mapping = prompt_set.options["placements_per_mapping"]
     gate_ids = unique_ids(prompt_set.prompts)[0][: scorer.batch_size].to(scorer.device)
+    shifts = [0, *[d for d in deltas if d != 0]]
+    planner = as_planner(progress)
+    planner.start(cycle_plan(scorer, shifts, prompt_set.prompts))
     folded, shares = {}, {}
-    for delta in tqdm([0, *[d for d in deltas if d != 0]], desc="cycle", unit="delta", disable=not progress):
+    for delta in shifts:
         cycled = model if delta == 0 else cycle_gates(model, delta)
         cycled_scorer = PhaseKVScorer(
             cycled, scorer.tokenizer, batch_size=scorer.batch_size, device=str(scorer.device), dtype=scorer.dtype
         )
-        scores = score_prompt_set(cycled_scorer, prompt_set.prompts, 1, f"delta {delta}", progress=False)
+        with planner.step("scoring"):  # before the scoring: a dry run stops inside it, once a batch is timed
+            shares[delta] = _key_phase_share(cycled, gate_ids)
+        planner.restart_clock()
+        scores = score_prompt_set(
+            cycled_scorer, prompt_set.prompts, 1, f"delta {delta}", progress=lambda rows: planner.step_done("scoring")
+        )
         cells = unit_residue_cells(scores, lookup.n_mappings, lookup.modulus, per_mapping)
         folded[delta] = fold_cells(cells, stride)
-        shares[delta] = _key_phase_share(cycled, gate_ids)
         if delta == 0:
             base_by_residue = cells.mean(0).tolist()
+    planner.close()
     base = cycle_statistics(folded[0], folded[0], 0, n_resamples, lookup.seed)
     cycles = [
         {**cycle_statistics(folded[0], folded[d], d, n_resamples, lookup.seed), "gate_key_phase_share": shares[d]}

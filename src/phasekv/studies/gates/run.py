@@ -26,11 +26,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
-from phasekv.analysis.models import view
+from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix, software_versions
+from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.scoring import load_scorer
 from phasekv.studies.gates.snapshots import snapshot_rows
 from phasekv.tasks.lookup import LookupOptions
@@ -42,19 +42,37 @@ SOURCES = ("auto", "checkpoints", "snapshots")
 _SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
 
 
-def metrics_rows(model, ids: torch.Tensor, batch_size: int) -> list[dict]:
-    """Gate metric rows of `model` over every window of ids [N, T]."""
+def metrics_rows(model, ids: torch.Tensor, batch_size: int, progress: bool | Planner = False) -> list[dict]:
+    """Gate metric rows of `model` over every window of ids [N, T] (`progress`: the planner whose "gate metrics"
+    stage the batches are)."""
     device = next(model.parameters()).device
-    parts = (b.to(device) for b in batches(ids, batch_size))
+    parts = (b.to(device) for b in as_planner(progress).steps("gate metrics", batches(ids, batch_size)))
     return view(model).gate_rows(parts)
 
 
-def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int = 16) -> dict:
-    """Gate metrics of `scorer.model` over the windows of the evaluation lookup prompts."""
+def gates_plan(scorer, ids: torch.Tensor, batch_size: int) -> WorkPlan:
+    """What `run_gates` computes: one pass over the distinct prompts for the gates, one more for the
+    lightning indexer's picks where the model has one."""
+    passes = -(-ids.shape[0] // batch_size)
+    unit = f"forward passes of up to {batch_size} prompts"
+    stages = [Stage("gate metrics", passes, unit)]
+    if view(scorer.model).has_indexer():
+        stages.append(Stage("top-k hits", passes, unit))
+    counts = {"distinct prompts": int(ids.shape[0]), "tokens each": int(ids.shape[1])}
+    return WorkPlan(f"gate concentration of {model_name(scorer)}", tuple(stages), counts)
+
+
+def run_gates(
+    scorer, lookup: LookupOptions = LookupOptions(), batch_size: int = 16, progress: bool | Planner = False
+) -> dict:
+    """Gate metrics of `scorer.model` over the windows of the evaluation lookup prompts (`progress`: the plan,
+    a bar and a time estimate, or the `Planner` to walk the stages of `gates_plan` with)."""
     clock = RunClock()
     prompts = lookup_prompts(scorer.tokenizer, lookup)
     ids, _ = unique_ids(prompts.prompts)
-    rows = metrics_rows(scorer.model, ids, batch_size)
+    planner = as_planner(progress)
+    planner.start(gates_plan(scorer, ids, batch_size))
+    rows = metrics_rows(scorer.model, ids, batch_size, planner)
     result = clock.envelope(
         "lookup",
         scorer,
@@ -64,7 +82,8 @@ def run_gates(scorer, lookup: LookupOptions = LookupOptions(), batch_size: int =
         n_windows_from={"prompts": int(ids.shape[0]), "prompt_length": int(ids.shape[1])},
         rows=rows,
     )
-    hits = view(scorer.model).topk_hits(prompts.prompts, batch_size)
+    hits = view(scorer.model).topk_hits(prompts.prompts, batch_size, planner)
+    planner.close()
     if hits:
         result["topk_hits"] = hits
     result["schema"] = SCHEMA
@@ -88,9 +107,10 @@ def run_gate_trajectory(
     lookup: LookupOptions = LookupOptions(),
     batch_size: int = 16,
     source: str = "auto",
-    progress: bool = True,
+    progress: bool | Planner = True,
 ) -> dict:
-    """Gate metric rows at every saved step of a training run (see the module docstring)."""
+    """Gate metric rows at every saved step of a training run (see the module docstring); `progress`: the plan,
+    a bar and a time estimate, or the `Planner` to walk its one stage (the checkpoints or snapshots) with."""
 
     run_dir = Path(run_dir)
     if source not in SOURCES:
@@ -102,9 +122,12 @@ def run_gate_trajectory(
     if not found:
         where = run_dir / ("checkpoints" if source == "checkpoints" else "gates")
         raise FileNotFoundError(f"{run_dir} has no {source} (looked in {where})")
+    unit = "checkpoints, each loaded and measured on the lookup prompts" if source == "checkpoints" else "snapshots"
+    planner = as_planner(progress)
+    planner.start(WorkPlan(f"gate trajectory of {run_dir}", (Stage(source, len(found), unit),)))
     steps = []
     ids = None
-    for step, path in tqdm(found, desc="gate trajectory", unit="step", disable=not progress):
+    for step, path in planner.steps(source, found):
         if source == "snapshots":
             steps.append({"step": step, "rows": snapshot_rows(json.loads(path.read_text()))})
             continue
@@ -112,6 +135,7 @@ def run_gate_trajectory(
         if ids is None:
             ids, _ = unique_ids(lookup_prompts(scorer.tokenizer, lookup).prompts)
         steps.append({"step": step, "rows": metrics_rows(scorer.model, ids, batch_size)})
+    planner.close()
     return {
         "schema": TRAJECTORY_SCHEMA,
         "analysis": "gate_trajectory",

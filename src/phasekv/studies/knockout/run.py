@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from phasekv.analysis.models import view
+from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.stride import resolve_stride
+from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.report.common import head_label
-from phasekv.studies.knockout.ablation import final_position_means, knockout_logits
+from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
 from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.tasks.lookup import LookupOptions
 
@@ -68,13 +68,13 @@ def _changes(knocked: list[float], clean: list[float]) -> tuple[list[float], lis
 
 @torch.no_grad()
 def knockout_predictions(
-    scorer, ids: torch.Tensor, means: torch.Tensor, options: KnockoutOptions, progress: bool = True
+    scorer, ids: torch.Tensor, means: torch.Tensor, options: KnockoutOptions, progress: bool | Planner = False
 ) -> tuple[torch.Tensor, dict[tuple[int, int | None], torch.Tensor]]:
-    """Top-1 tokens at the final position of ids [U, T]: clean [U] and {(layer, kv_head or None): [U]}."""
-    model, size = scorer.model, options.batch_size
+    """Top-1 tokens at the final position of ids [U, T]: clean [U] and {(layer, kv_head or None): [U]}
+    (`progress`: the planner whose "knockout" stage the batches are)."""
+    model = scorer.model
     clean_parts, knocked_parts = [], {}
-    bar = tqdm(batches(ids, size), total=-(-ids.shape[0] // size), desc="knockout", unit="batch", disable=not progress)
-    for batch in bar:
+    for batch in as_planner(progress).steps("knockout", batches(ids, options.batch_size)):
         batch = batch.to(scorer.device)
         if options.mode == "heads":
             clean, knocked = knockout_logits(model, batch, means)
@@ -122,8 +122,8 @@ def knockout_map(
     return clean, targets
 
 
-def _means(scorer, cal_ids: torch.Tensor, options: KnockoutOptions) -> torch.Tensor:
-    cal = (b.to(scorer.device) for b in batches(cal_ids, options.batch_size))
+def _means(scorer, cal_ids: torch.Tensor, options: KnockoutOptions, planner: Planner) -> torch.Tensor:
+    cal = (b.to(scorer.device) for b in planner.steps("calibration", batches(cal_ids, options.batch_size)))
     if options.mode == "heads":
         return final_position_means(scorer.model, cal)
     return final_attention_means(scorer.model, cal, options.n_query)
@@ -138,10 +138,43 @@ def _check(scorer, options: KnockoutOptions) -> None:
         raise ValueError("calibration_mappings, n_query and batch_size must be >= 1")
 
 
+def _targets(scorer, options: KnockoutOptions) -> int:
+    if options.mode == "heads":
+        return len(kv_heads(scorer.model))
+    return len(view(scorer.model).attention_sites())
+
+
+def knockout_plan(scorer, options: KnockoutOptions, n_prompts: int, ids: torch.Tensor, cal_ids: torch.Tensor):
+    """What `run_knockout` computes: calibration passes, then per batch of distinct prompts the clean and every
+    knocked-out final logits."""
+    size, targets = options.batch_size, _targets(scorer, options)
+    per_batch = (
+        f"a prefill, then {1 + targets} one-token passes (clean and each KV head knocked out)"
+        if options.mode == "heads"
+        else f"{1 + targets} full forward passes (clean and each layer knocked out)"
+    )
+    stages = (
+        Stage("calibration", -(-cal_ids.shape[0] // size), f"forward passes of up to {size} calibration prompts"),
+        Stage("knockout", -(-ids.shape[0] // size), f"batches of up to {size} prompts, each {per_batch}"),
+    )
+    counts = {
+        "prompts": n_prompts,
+        "distinct": int(ids.shape[0]),
+        "tokens each": int(ids.shape[1]),
+        "calibration prompts": int(cal_ids.shape[0]),
+        "KV heads" if options.mode == "heads" else "layers": targets,
+    }
+    return WorkPlan(f"knockout map ({options.mode}) of {model_name(scorer)}", stages, counts)
+
+
 def run_knockout(
-    scorer, lookup: LookupOptions = LookupOptions(), options: KnockoutOptions = KnockoutOptions(), progress: bool = True
+    scorer,
+    lookup: LookupOptions = LookupOptions(),
+    options: KnockoutOptions = KnockoutOptions(),
+    progress: bool | Planner = True,
 ) -> dict:
-    """The knockout map of `scorer.model` (a `PhaseKVScorer` or `HFScorer`) on the lookup probe."""
+    """The knockout map of `scorer.model` (a `PhaseKVScorer` or `HFScorer`) on the lookup probe (`progress`:
+    the plan, a bar and a time estimate, or the `Planner` to walk the stages of `knockout_plan` with)."""
     _check(scorer, options)
     clock = RunClock()
     stride, stride_source = resolve_stride(options.stride, scorer.compression_stride, lookup.modulus)
@@ -152,8 +185,11 @@ def run_knockout(
     prompts = evaluation.prompts
     ids, rows = unique_ids(prompts)
     cal_ids, _ = unique_ids(calibration.prompts)
-    means = _means(scorer, cal_ids, options)
-    clean_top, knocked_top = knockout_predictions(scorer, ids, means, options, progress)
+    planner = as_planner(progress)
+    planner.start(knockout_plan(scorer, options, len(prompts), ids, cal_ids))
+    means = _means(scorer, cal_ids, options, planner)
+    clean_top, knocked_top = knockout_predictions(scorer, ids, means, options, planner)
+    planner.close()
     answers = torch.tensor([p.answer_ids[0] for p in prompts])
     rows = torch.from_numpy(rows)
     clean, targets = knockout_map(
