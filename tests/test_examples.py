@@ -17,3 +17,12 @@ def test_first_hour_probes_a_model_folder_and_shows_the_typed_result(phasekv_dir
     assert "verdict: not judged: at chance\n" in printed  # an untrained model
     assert "ProbeResult: lookup, " in printed and " prompts, modulus 8\n" in printed
     assert "phase verdict at period 4: NOT JUDGED: AT CHANCE" in printed
+
+
+def test_the_readme_says_how_to_run_phasekv_before_its_first_bare_command():
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    told = min(readme.index("source .venv/bin/activate"), readme.index("`.venv/bin/phasekv ...`"))
+    first_bare = min(readme.index("`phasekv "), readme.index("\nphasekv "))
+    assert told < first_bare
+    top = readme.split("\n## ")[1]  # the section of the top commands
+    assert "examples/first_hour.py" in top and (EXAMPLES / "first_hour.py").is_file()
