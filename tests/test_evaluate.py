@@ -184,6 +184,17 @@ def test_stride_and_period_resolution():
 runner = CliRunner()
 
 
+def test_cli_says_once_that_there_is_no_period_check_and_which_period_the_verdict_tests(phasekv_dir):
+    """The w8s4 model's stride 4 is not below modulus 4: no period check, and the verdict's period said with it."""
+    args = ["lookup", str(phasekv_dir), "--records", "12", "--demos", "3", "--mappings", "2", "--modulus", "4"]
+    result = runner.invoke(eval_app, [*args, "--spread-blocks", "4", "--resamples", "50", "--threads", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    said = "no period check across residues (the model's compression stride 4 is not below modulus 4); the phase "
+    assert said + "verdict tests period 4; wall time" in result.output
+    assert "None" not in result.output and "stride for the period check" not in result.output
+    assert "phase verdict at period 4:" in result.output
+
+
 def test_cli_lookup_writes_results_and_prints_the_table(phasekv_dir, tmp_path):
     out = tmp_path / "lookup.json"
     args = ["lookup", str(phasekv_dir), "--records", "12", "--demos", "3", "--mappings", "4", "--modulus", "6"]

@@ -354,8 +354,40 @@ def test_press_table_shows_the_robust_phase_test_when_present():
     assert "| - | - |" in markdown_press_table([row])
     row |= dict(phase_p=0.004, phase_verdict="phase-sensitive")
     assert "| 0.004 | phase-sensitive |" in markdown_press_table([row])
-    row |= dict(learned=False)
-    assert "| 0.004 | phase-sensitive (not shown above guessing) |" in markdown_press_table([row])
+
+
+def test_a_press_at_the_floor_is_not_judged_in_the_summary_and_the_press_table(qwen_dir, tmp_path):
+    """The untrained model under pooling answers 0%: the CLI says "not judged: at chance", and so does the press
+    table, also for a cell written before the chance rule (its phase test recorded no chance level)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from phasekv.cli.evaluate import eval_app
+    from phasekv.reproduce.press_table import markdown_press_table, press_row
+    from phasekv.reproduce.presses import PressMethod
+    from phasekv.stats.verdict import NO_EFFECT
+    from phasekv.studies.probe.result import ProbeResult
+
+    out = tmp_path / "pool.json"
+    args = ["lookup", str(qwen_dir), "--records", "12", "--demos", "2", "--mappings", "2", "--modulus", "8"]
+    args += ["--seed", "3", "--press", "pool:w=4,s=2,local=3", "--resamples", "50", "--quiet", "--out", str(out)]
+    result = CliRunner().invoke(eval_app, args)
+    assert result.exit_code == 0, result.output
+    assert "mean 0.0%" in result.output and "phase verdict at period 2: NOT JUDGED: AT CHANCE" in result.output
+    assert "NO PHASE EFFECT" not in result.output
+    saved = json.loads(out.read_text())
+    before_the_rule = {key: value for key, value in saved["phase_test"].items() if key != "chance"}
+    old = {**saved, "phase_test": {**before_the_rule, "verdict": NO_EFFECT}}
+    method = PressMethod("pool", "pool", "pool:w=4,s=2,local=3")
+    for cell in (saved, old):
+        row = press_row(method, "lookup", ProbeResult.from_dict(cell))
+        assert row["phase_verdict"].startswith("not judged: at chance (")
+        assert "no phase effect" not in markdown_press_table([row])
+    # a learned model's verdict from such a file is left as it was given
+    learned = {**old, "summary": {**old["summary"], "stat_intervals": {**old["summary"]["stat_intervals"]}}}
+    learned["summary"]["stat_intervals"]["mean"] = [0.5, 0.9]
+    assert ProbeResult.from_dict(learned).verdict == NO_EFFECT
 
 
 def test_pool_cache_entries_count_the_complete_windows():

@@ -1,6 +1,7 @@
 """Scorers over phasekv checkpoints and HF causal LMs: dispatch, padding invariance, answer scoring."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -19,6 +20,8 @@ from phasekv.scoring import (
     load_scorer,
     score_answers,
 )
+from phasekv.scoring.base import choose_parallelism, usable_cores
+from phasekv.scoring.press import KVPressScorer
 from phasekv.tasks.tokenizer import build_word_tokenizer
 
 TOKENIZER = build_word_tokenizer()
@@ -195,6 +198,42 @@ def test_fast_paths_agree_with_plain_scoring(kind, qwen_dir, phasekv_dir):
         assert torch.get_num_threads() == threads  # workers leave the caller's thread count alone
     with pytest.raises(ScorerError, match="workers"):
         load_scorer(directory, workers=0)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 16])
+def test_default_parallelism_is_one_single_thread_worker_per_usable_core(cores):
+    assert choose_parallelism(None, None, cores) == (1, cores)
+    assert choose_parallelism(None, None, cores, concurrent=False) == (1, 1)
+    # explicit flags win: --threads alone is one worker with that many intra-op threads
+    assert choose_parallelism(4, None, cores) == (4, 1)
+    assert choose_parallelism(None, 3, cores) == (1, 3)
+    assert choose_parallelism(2, 5, cores) == (2, 5)
+
+
+def test_scorers_default_to_the_cores_of_their_affinity_mask(phasekv_dir, monkeypatch):
+    """The process's affinity mask, not the machine's core count, sizes the default; workers are capped by the
+    batches; a press that scores one row at a time gets one worker."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert usable_cores() == 3
+    scorer = load_scorer(phasekv_dir, batch_size=4)
+    assert (scorer.threads, scorer.workers) == (1, 3)
+    assert (load_scorer(phasekv_dir, threads=2).threads, load_scorer(phasekv_dir, threads=2).workers) == (2, 1)
+    used = []
+    monkeypatch.setattr("phasekv.scoring.base.ThreadPoolExecutor", _recording_pool(used))
+    scorer.logprobs(random_sequences(5), 1)  # 2 batches of 4
+    scorer.logprobs(random_sequences(13), 1)  # 4 batches
+    assert used == [2, 3]
+    assert KVPressScorer.concurrent_batches is False
+
+
+def _recording_pool(used):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def pool(workers, **options):
+        used.append(workers)
+        return ThreadPoolExecutor(workers, **options)
+
+    return pool
 
 
 def test_bad_scorer_settings_are_rejected(qwen_dir):

@@ -153,15 +153,25 @@ def _controls_line(result: dict) -> str:
     return f"position controls {state} (query position {c['query_positions']}, equal mean and variance of t_K)"
 
 
+def _stride_statement(result: dict) -> str:
+    """The stride of the period check and its source, or, where there is none, why, and the period the phase
+    verdict tests instead: said once, so that a missing stride never reads as a verdict without a period."""
+    stride = result["stride"]
+    if stride["value"] is not None:
+        return f"stride for the period check: {stride['value']} ({stride['source']})"
+    period = (result.get("phase_test") or {}).get("period")
+    tested = "" if period is None else f"; the phase verdict tests period {period}"
+    return f"no period check across residues ({stride['source']}){tested}"
+
+
 def _summary_table(result: dict, heading: str) -> str:
     from phasekv.stats import ResidueSummary, UniformityTest, format_summary
 
     fields = dict(result["summary"])
     fields["uniformity"] = UniformityTest(**fields["uniformity"])
-    stride = result["stride"]
     lines = [
         heading,
-        f"stride for the period check: {stride['value']} ({stride['source']}); wall time {result['wall_time_s']:.1f} s",
+        f"{_stride_statement(result)}; wall time {result['wall_time_s']:.1f} s",
         format_summary(ResidueSummary(**fields)),
         _controls_line(result),
     ]

@@ -18,18 +18,33 @@ import typer
 from phasekv.cli.options import OptionGroup
 
 # How a local model is loaded and run (`load_scorer`'s keyword arguments). The analyses read a model's
-# internals, so they take LOADING only; the probes take SCORING (also workers, dtype and a press).
+# internals, so they take LOADING only; the probes take SCORING (also workers, dtype and a press; its threads
+# are per worker, see `phasekv.scoring.base.choose_parallelism`).
 LOADING = OptionGroup(
     batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
     threads=(int, typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)")),
     device=(str, typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda")),
 )
 SCORING = OptionGroup(
-    **LOADING,
+    {
+        **LOADING,
+        "threads": (
+            int,
+            typer.Option(
+                None,
+                "--threads",
+                min=1,
+                help="torch CPU threads per worker (default 1; alone: one worker with this many)",
+            ),
+        ),
+    },
     workers=(
         int,
         typer.Option(
-            1, min=1, help="batches scored at once, each on one thread (2 on a shared 2-core CPU avoids per-op stalls)"
+            None,
+            min=1,
+            help="batches scored at once, each on its own threads (default: one per usable CPU core, which beats "
+            "intra-op threads when another job holds a core)",
         ),
     ),
     dtype=(str, typer.Option("float32", help="model dtype: float32, bfloat16 or float16")),

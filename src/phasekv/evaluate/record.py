@@ -79,7 +79,7 @@ class RunClock:
             "scoring": {
                 "metric": METRIC,
                 "batch_size": scorer.batch_size,
-                "threads": torch.get_num_threads(),
+                "threads": getattr(scorer, "threads", torch.get_num_threads()),
                 "workers": getattr(scorer, "workers", 1),
                 "prompt_prefix_ids": prefix_ids,
             },

@@ -19,7 +19,7 @@ def resolve_stride(option: int | None, model_stride: int | None, modulus: int) -
     if model_stride is not None:
         if model_stride < modulus:
             return model_stride, "model config (compression stride)"
-        return None, f"none: the model's compression stride {model_stride} is not below modulus {modulus}"
+        return None, f"the model's compression stride {model_stride} is not below modulus {modulus}"
     return modulus // 2, "default modulus // 2 (the model has no compression stride)"
 
 

@@ -37,7 +37,7 @@ def kept_fraction(result: ProbeResult) -> float:
 def press_row(method, probe: str, result: ProbeResult) -> dict:
     s = result.summary
     intervals = s.stat_intervals or {}
-    phase = result.phase_test
+    phase = result.phase_verdict
     return {
         "method": method.name,
         "label": method.label,
@@ -80,8 +80,6 @@ def markdown_press_table(rows: list[dict]) -> str:
         period = "-" if r["stride"] is None else f"{_interval(r['period_diff'], r['period_diff_ci'])} (S={r['stride']})"
         p = "-" if r["phase_p"] is None else f"{r['phase_p']:.3g}"
         verdict = r["phase_verdict"] or "-"
-        if r["learned"] is False and "not judged" not in verdict:  # files written before the chance rule
-            verdict += " (not shown above guessing)"
         lines.append(
             f"| {r['label']} | {r['probe']} | {r['mean']:.1f} | {r['worst']:.1f} | {_interval(r['gap'], r['gap_ci'])} "
             f"| {period} | {p} | {verdict} | {r['kept_fraction']:.2f} | {r['wall_time_s']:.0f} |"
@@ -89,7 +87,7 @@ def markdown_press_table(rows: list[dict]) -> str:
     lines.append(
         "\nAccuracy in percent (full-vocabulary top-1 of the answer), by target-key position mod the probe's modulus; "
         "gap = best - worst residue in points; S = the press's chunk length (else modulus // 2); KV kept = cache "
-        "entries kept per layer and head over the compressed tokens; not shown above guessing = the lower end of the "
+        "entries kept per layer and head over the compressed tokens; not judged: at chance = the lower end of the "
         "mean's 95% interval is at most twice the name-guessing level 2/records (a wide interval does this too)."
     )
     return "\n".join(lines)

@@ -8,7 +8,7 @@ flatness is never presented as a result.
 from __future__ import annotations
 
 from ..stats.format import verdict_cell
-from ..studies.probe.result import learned
+from ..studies.probe.result import ProbeResult, learned
 
 
 def _stride(result: dict) -> int | None:
@@ -18,7 +18,7 @@ def _stride(result: dict) -> int | None:
 def table_rows(results: dict[str, dict]) -> list[dict]:
     rows = []
     for name, r in results.items():
-        s = r["summary"]
+        s, typed = r["summary"], ProbeResult.from_dict(r)
         rows.append(
             {
                 "run": name,
@@ -32,8 +32,8 @@ def table_rows(results: dict[str, dict]) -> list[dict]:
                 "period_diff": s["period_difference_points"],
                 "stride": _stride(r),
                 "p_value": s["uniformity"]["p_value"],
-                "learned": learned(r),
-                "phase_test": r.get("phase_test"),
+                "learned": learned(typed),
+                "phase_test": typed.phase_verdict,
             }
         )
     return rows

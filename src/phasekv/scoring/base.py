@@ -7,13 +7,16 @@ log-probs read at that row's own positions, and every prompt starts at position 
 prompts (lookup, needle) need no padding at all.
 
 Parallelism: `threads` sets torch's intra-op threads (every op split across cores, with a barrier
-per op); `workers` > 1 instead scores that many batches at once, each on one thread (Python threads;
-torch releases the GIL inside ops). On a CPU shared with other jobs the per-op barriers stall
-whenever one core is busy elsewhere, so workers keep going where intra-op threads wait.
+per op); `workers` > 1 instead scores that many batches at once, each on `threads` threads (Python
+threads; torch releases the GIL inside ops). On a CPU shared with other jobs the per-op barriers stall
+whenever one core is busy elsewhere, so workers keep going where intra-op threads wait
+(benchmarks/README.md measures both). Hence the defaults (`choose_parallelism`): one worker per usable
+core, one thread each, on the CPU; `threads` given alone means that many intra-op threads in one worker.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +29,29 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class ScorerError(ValueError):
     """A model directory or a scoring request is unusable; the message says why."""
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask where the OS has one (taskset, cgroup
+    cpusets, a batch scheduler's allocation), else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def choose_parallelism(
+    threads: int | None, workers: int | None, cores: int, concurrent: bool = True
+) -> tuple[int, int]:
+    """(threads per worker, workers) for scoring; explicit values win.
+
+    Default: one single-threaded worker per usable core (`cores`), since independent workers keep going on a
+    busy machine where intra-op threads wait at every op (module docstring); `threads` given alone keeps one
+    worker with that many intra-op threads. A scorer that cannot score batches at once (`concurrent` False:
+    one whose model state is shared between batches, or a GPU, which runs one batch at a time anyway) gets
+    one worker. The number of batches caps the workers when scoring."""
+    if workers is None:
+        workers = cores if threads is None and concurrent else 1
+    return (1 if threads is None else threads), workers
 
 
 @runtime_checkable
@@ -59,10 +85,13 @@ class Scorer(Protocol):  # pragma: no mutate block (mutmut's trampolines would a
 class BatchedScorer(ABC):
     """Length-grouped, right-padded batching over a model; subclasses supply `_logits`.
 
-    The model is put in eval mode on `device` in `dtype` (a key of DTYPES); `threads` (if given)
-    sets torch's CPU threads; `workers` (if > 1) scores that many batches concurrently, each
-    single-threaded (see the module docstring). Log-probs are always computed in float32.
+    The model is put in eval mode on `device` in `dtype` (a key of DTYPES); `threads` and `workers`
+    default as `choose_parallelism` says (see the module docstring). `threads`, if given, also sets
+    torch's CPU threads for the process (the analyses run the model directly); otherwise the scoring
+    threads apply while scoring only. Log-probs are always computed in float32.
     """
+
+    concurrent_batches = True  # False where batches share model state and must be scored one at a time
 
     def __init__(
         self,
@@ -74,11 +103,11 @@ class BatchedScorer(ABC):
         device: str = "cpu",
         dtype: str = "float32",
         pad_id: int = 0,
-        workers: int = 1,
+        workers: int | None = None,
     ):
         if batch_size < 1:
             raise ScorerError(f"batch_size must be >= 1, got {batch_size}")
-        if workers < 1:
+        if workers is not None and workers < 1:
             raise ScorerError(f"workers must be >= 1, got {workers}")
         if threads is not None:
             if threads < 1:
@@ -92,7 +121,8 @@ class BatchedScorer(ABC):
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.pad_id = pad_id
-        self.workers = workers
+        concurrent = self.concurrent_batches and self.device.type == "cpu"
+        self.threads, self.workers = choose_parallelism(threads, workers, usable_cores(), concurrent)
 
     @abstractmethod
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -133,15 +163,19 @@ class BatchedScorer(ABC):
                         progress(len(part))
                 return parts
 
-            if self.workers == 1 or len(batches) == 1:
-                parts = collect(score(rows) for rows in batches)
-            else:
-                threads = torch.get_num_threads()
-                try:
-                    with ThreadPoolExecutor(self.workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            workers = min(self.workers, len(batches))
+            process_threads = torch.get_num_threads()
+            try:
+                torch.set_num_threads(self.threads)
+                if workers == 1:
+                    parts = collect(score(rows) for rows in batches)
+                else:
+                    with ThreadPoolExecutor(
+                        workers, initializer=torch.set_num_threads, initargs=(self.threads,)
+                    ) as pool:
                         parts = collect(pool.map(score, batches))
-                finally:
-                    torch.set_num_threads(threads)
+            finally:
+                torch.set_num_threads(process_threads)
             out = torch.cat(parts)
             inverse = torch.empty(len(order), dtype=torch.long)
             inverse[torch.tensor(order)] = torch.arange(len(order))

@@ -111,8 +111,10 @@ class KVPressScorer(HFScorer):
 
     `question_tokens` (>= 1) is how many prompt tokens at the end are the uncompressed question; the
     probes set it (`evaluate.press.bind_question`). Rows are scored one at a time under a lock: the
-    press's hooks belong to the model, so concurrent workers would share them.
+    press's hooks belong to the model, so concurrent workers would share them (one worker by default).
     """
+
+    concurrent_batches = False
 
     def __init__(self, model, tokenizer, *, spec: PressCall, spec_text: str, question_tokens: int = 1, **options):
         super().__init__(model, tokenizer, **options)

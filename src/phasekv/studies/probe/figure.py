@@ -56,7 +56,7 @@ def section(inputs: Inputs) -> dict | None:
                 "p_value": num(s.uniformity.p_value, 4),
                 "val_loss": num(training.get("final_val_loss"), 3),
                 "learned": p.learned(),
-                "verdict": _verdict(p.phase_test),
+                "verdict": _verdict(p.phase_verdict),
                 "positions": positions.series_positions(d),
             }
         )

@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from phasekv.results.base import TOLERANCE, FieldProblems, Typed, TypedResult, outside, range_problems
 from phasekv.stats.summary import ResidueSummary
+from phasekv.stats.verdict import AT_CHANCE, NOT_TESTABLE
 
 PROBE_SCHEMA = "phasekv.eval/1"
 SCHEMA_VERSIONS = (1,)
@@ -130,9 +131,21 @@ class ProbeResult(TypedResult):
                 yield from _agrees(f"summary.accuracy[{r}]", self.summary.accuracy[r], given, "the mean of its cells")
 
     @property
+    def phase_verdict(self) -> dict[str, Any] | None:
+        """`phase_test` as today's rule reads it (`stats.verdict`): a file written before the chance rule (no
+        ``chance`` recorded) whose mean is not above guessing (`learned`) says "not judged: at chance", not the
+        null verdict it was given. None for files written before the phase test."""
+        test = self.phase_test
+        if test is None or test.get("chance") is not None or self.learned() is not False:
+            return test
+        if test.get("verdict") in (NOT_TESTABLE, AT_CHANCE):
+            return test
+        return {**test, "verdict": AT_CHANCE}
+
+    @property
     def verdict(self) -> str | None:
-        """The phase verdict's wording (`stats.verdict`), None for files written before it."""
-        return None if self.phase_test is None else self.phase_test.get("verdict")
+        """The phase verdict's wording (`phase_verdict`), None for files written before it."""
+        return None if self.phase_verdict is None else self.phase_verdict.get("verdict")
 
     @property
     def schema_version(self) -> int:
