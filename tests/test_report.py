@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 import typer
+import vl_convert
 from typer.testing import CliRunner
 
 from conftest import randomize
 from phasekv.cli.report import report_command
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, load_results
+from phasekv.report import ReportInputError, build_report, load_results, vega
 from phasekv.report.common import head_label
-from phasekv.report.vega import write_png
+from phasekv.report.vega import VEGALITE_VERSION, write_png
 from phasekv.scoring import PhaseKVScorer
 from phasekv.stats.seeds import compare_seeds, seed_summary
 from phasekv.studies.cycle import figure as cycle
@@ -300,7 +301,7 @@ def test_html_is_self_contained_with_every_section(report):
     assert any(r["kind"] == "gate" and r["branch"] == "key" for r in knocked)  # gate preference beside the row
     assert set(re.findall(r'<(\w+) [^>]*data-figure="1"', text)) == {"div"}  # every figure is drawn from its spec
     assert 'id="report-data"' not in text
-    assert "sweep" in text and "<th>full coverage</th>" in text  # the sweep's table, written into the HTML
+    assert "sweep" in text and "<th>full coverage (%)</th>" in text  # the sweep's table, written into the HTML
     assert {row.get("model") for row in _values(_spec(text, "fig-residues"))} - {None} == {
         "full-1kv",
         "w8s8-1kv",
@@ -691,3 +692,199 @@ def test_ctrl_c_during_the_report_leaves_no_figures_without_their_page(results, 
     res = CliRunner().invoke(app, [flip, "--out", str(tmp_path / "r.html")])
     assert res.exit_code == 130 and "was not written" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["subset"]  # no page, no figures, no staging folder
+
+
+# ---------- a report that opens on its finding: layout measured in headless Chromium ----------
+
+WIDTHS = (1280, 1440, 1600)  # viewport widths at which nothing may leave the content column
+PHASED = [58, 54, 51, 19, 56, 54, 52, 22]  # correct of 64 prompts by residue: a weak boundary phase S-1 at S = 4
+VERDICT = {"verdict": "phase-sensitive", "effect_points": 52.5, "effect_ci": [41.25, 60.0], "p_value": 3e-7}
+MDE = {"points": 12.5, "power": 0.8, "simulations": 200, "distinct_prompts": 77}
+
+
+def _plant(source: Path, correct: list[int], label: str | None = None, model: dict | None = None) -> dict:
+    """The lookup result at `source` with `correct` answers by residue planted (random models retrieve nothing),
+    summary and phase verdict made consistent with it; `label` renames it, `model` replaces its model record."""
+    data = json.loads(source.read_text())
+    s = data["summary"]
+    s["successes"] = correct
+    accuracy = [c / n for c, n in zip(correct, s["counts"], strict=True)]
+    mean, worst, best = sum(accuracy) / len(accuracy), min(accuracy), max(accuracy)
+    s.update(accuracy=accuracy, ci_low=[a - 0.05 for a in accuracy], ci_high=[a + 0.05 for a in accuracy])
+    s.update(mean=mean, worst=worst, best=best, gap_points=100 * (best - worst), period_difference_points=3.0)
+    s.update(worst_residue=accuracy.index(worst), best_residue=accuracy.index(best))
+    s["stat_intervals"].update(mean=[mean - 0.03, mean + 0.03], gap_points=[40.0, 66.0])
+    stride = s["stride"] or s["modulus"]
+    if s["fold"]:
+        s["fold"]["accuracy"] = [sum(accuracy[p::stride]) / len(accuracy[p::stride]) for p in range(stride)]
+    data.pop("cell_accuracy", None)
+    data["phase_test"].update(VERDICT, period=stride, mde=MDE)
+    if label is not None:
+        data.update(label=label, run=label)
+    data["model"] = model or data["model"]
+    return data
+
+
+@pytest.fixture(scope="module")
+def layout_report(results, tmp_path_factory) -> Path:
+    """The report of the module's results with the findings a layout must hold planted: three compressed models
+    with a weak phase and a long verdict, a served model's audit (named only by the endpoint's model name), a
+    knockout of two rows whose clean accuracy is 0 at phase 0. No PNGs: the browser draws the page."""
+    root = tmp_path_factory.mktemp("layout")
+    shutil.copytree(results, root / "results")
+    probes = root / "results" / "results"
+    for name in ("w8s4-1kv", "w8s8-1kv"):
+        write_results(_plant(probes / f"{name}.json", PHASED), probes / f"{name}.json")
+    second = _plant(probes / "w8s4-1kv.json", PHASED[::-1], label="w8s4-1kv · seed 1")
+    write_results(second, probes / "w8s4-1kv-seed1.json")
+    endpoint = {"kind": "endpoint", "endpoint": "http://127.0.0.1:8000/v1", "served_model": "w8s8"}
+    endpoint["compression_stride"] = 8
+    served = _plant(probes / "w8s8-1kv.json", PHASED, model=endpoint)
+    for key in ("label", "run", "preset", "training"):
+        served.pop(key)
+    write_results(served, root / "results" / "audit" / "lookup.json")
+    knock = json.loads((root / "results" / "analysis" / "knockout.json").read_text())
+    knock["targets"] = knock["targets"][:2]
+    knock["clean"]["accuracy_by_phase"] = [0.0, 0.5, 0.6, 0.7, 0.5, 0.6, 0.7, 0.4]
+    for target in knock["targets"]:
+        target["relative_change_by_phase"][0] = None  # no relative change where clean accuracy is 0
+    write_results(knock, root / "results" / "analysis" / "knockout.json")
+    out = root / "report" / "report.html"
+    build_report(root / "results", out, pngs=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def layout(layout_report) -> dict:
+    """The page measured at every width of WIDTHS, in one headless Chromium run (`report_layout.js`)."""
+    binary = _browser()
+    harness = layout_report.parent / "layout.html"
+    script = (ROOT / "tests" / "report_layout.js").as_uri()
+    harness.write_text(
+        f'<!DOCTYPE html><html><body style="margin:0"><pre id="layout-result" data-report="{layout_report.name}" '
+        f"data-widths='{json.dumps(WIDTHS)}'></pre><script src=\"{script}\"></script></body></html>"
+    )
+    profile = layout_report.parent / "profile"
+    size = f"--window-size={max(WIDTHS) + 100},1000"
+    dom = _run_chromium(binary, profile, "--allow-file-access-from-files", size, "--dump-dom", harness.as_uri())
+    found = re.search(r'<pre id="layout-result"[^>]*>(.*?)</pre>', dom.stdout, re.S)
+    assert found and found[1].strip(), "the layout was not measured:\n" + dom.stderr[-2000:]
+    measured = json.loads(found[1].replace("&gt;", ">").replace("&lt;", "<").replace("&amp;", "&"))
+    assert "error" not in measured, measured
+    return measured
+
+
+def _solid(dash: str) -> str:
+    return "" if dash in ("", "1,0") else dash
+
+
+def test_the_report_opens_on_its_summary_then_the_residue_figure(layout):
+    for width in layout["widths"]:
+        order = [name for name, _ in width["sections"]]
+        assert order[:3] == ["sec-summary", "sec-residues", "sec-flip"], (width["viewport"], order)
+        tops = [top for _, top in width["sections"]]
+        assert tops == sorted(tops) and tops[0] < 300, width["sections"]  # the summary opens the page
+    mean, gap = 100 * sum(PHASED) / (64 * len(PHASED)), 100 * (max(PHASED) - min(PHASED)) / 64
+    effect = "{:.1f} [{:.1f}, {:.1f}] points".format(VERDICT["effect_points"], *VERDICT["effect_ci"])
+    planted = [f"{mean:.1f} [{mean - 3:.1f}, {mean + 3:.1f}]", f"{gap:.1f} [40.0, 66.0]", VERDICT["verdict"], effect]
+    rows = {row[0]: row[1:] for row in layout["summary"]}
+    for name in ("w8s8", "w8s4-1kv · seed 1", "w8s4-1kv", "w8s8-1kv"):  # each model: mean, gap, verdict, effect, MDE
+        assert rows[name] == [*planted, f"{MDE['points']:g}"], (name, rows[name])
+    assert rows["full-1kv not shown above guessing"][2] == "not testable"
+
+
+def test_nothing_leaves_the_content_column_at_common_widths(layout):
+    assert [width["viewport"] for width in layout["widths"]] == list(WIDTHS)
+    for width in layout["widths"]:
+        assert width["content"][1] - width["content"][0] > 900, width["content"]
+        assert not width["spill"], f"at {width['viewport']} px, outside {width['content']}: {width['spill'][:6]}"
+
+
+def test_legend_swatches_are_the_marks_they_name(layout):
+    """A legend entry shows its marks' colour and, where the figure tells its series apart by dash, their dash, at
+    their opacity."""
+    checked = {}
+    for fig_id, figure in layout["figures"].items():
+        for legend in {entry["legend"] for entry in figure["legends"]}:
+            entries = [entry for entry in figure["legends"] if entry["legend"] == legend]
+            checked.setdefault(fig_id, []).extend(_check_legend(fig_id, entries, figure["marks"]))
+    assert {"model", "full attention, not learned"} <= set(checked["fig-residues"]), checked
+    assert {"static", "per window"} <= set(checked["fig-theory"]), checked
+
+
+def _check_legend(fig_id: str, entries: list[dict], marks: list[dict]) -> list[str]:
+    """The labels of a legend's entries checked against the marks that carry their label (the lines, where a
+    label has lines): colour in a legend of colours, dash where the figure tells series apart by dash."""
+    named = [(entry, [m for m in marks if entry["label"] in m["values"]]) for entry in entries]
+    named = [(entry, [m for m in found if m["line"]] or found) for entry, found in named if found]
+    dashes = {frozenset(_solid(m["dash"]) for m in found) for _, found in named}
+    colour_legend = len({entry["colour"] for entry, _ in named}) > 1
+    for entry, marks in named:
+        colours, dash = {m["colour"] for m in marks}, {_solid(m["dash"]) for m in marks}
+        if colour_legend and len(colours) == 1:
+            assert entry["colour"] in colours, (fig_id, entry, colours)
+        if len(dashes) > 1 and len(dash) == 1:
+            assert _solid(entry["dash"]) in dash, (fig_id, entry, dash)
+        assert entry["opacity"] >= 0.9 * max(m["opacity"] for m in marks), (fig_id, entry, marks[:2])
+    return [entry["label"] for entry, _ in named]
+
+
+def test_residue_axis_titles_say_what_the_axis_shows(layout, results, tmp_path):
+    titles = layout["figures"]["fig-residues"]["axes"]
+    assert [t for t in titles if t != "accuracy (%)"] == ["target position mod 8"] * 4, titles  # four panels
+    folded = [t for t in layout["folded_axes"] if t != "accuracy (%)"]
+    assert folded and all(t.endswith("periods overlaid") and "mod 8" not in t for t in folded), folded
+    one = residues.spec(residues.section(load_results(_copy(results, tmp_path, "results/w8s4-1kv.json"))))
+    for param in one["params"]:
+        param["value"] = True if param["name"] == "fold" else param["value"]
+    svg = vl_convert.vegalite_to_svg(one, vl_version=VEGALITE_VERSION)
+    assert "target position mod 4, periods overlaid" in svg and "mod M" not in svg and "folded:" not in svg
+
+
+def test_an_audit_of_a_served_model_is_named_by_the_model_it_serves(layout_report, layout):
+    rows = _values(_spec(layout_report.read_text(), "fig-residues"))
+    models = {row["model"] for row in rows if row["kind"] == "series"}
+    assert "w8s8" in models and not any("audit" in m or "lookup" in m for m in models), models
+    assert "w8s8" in [row[0] for row in layout["summary"]]
+
+
+def test_knockout_map_is_readable_at_a_glance(layout):
+    drawn = layout["knockout"]
+    cells = [i for m in drawn["marks"][:2] for i in m["items"]]  # the heatmaps by residue and by phase
+    assert len(cells) == 2 * 2 * 8 and {i["datum"]["kind"] for i in cells} == {"residue", "phase"}
+    assert min(i["height"] for i in cells) >= 20 and min(i["width"] for i in cells) >= 24, cells[:2]
+    (phases,) = [a for a in drawn["axes"] if a.get("title", "").startswith("position mod")]
+    assert phases["labels"] == [str(p) for p in range(8)]  # every phase has its place
+    bars = [i["datum"]["position"] for m in drawn["marks"] for i in m["items"] if "change_start" in i["datum"]]
+    assert sorted(bars) == list(range(1, 8))  # a bar for every phase with a relative change
+    marked = [t["datum"]["position"] for t in drawn["texts"] if t["text"] == "clean 0"]
+    assert marked == [0]  # and the phase at clean accuracy 0 says so
+
+
+def test_the_knockout_png_draws_the_row_it_names(results, tmp_path, monkeypatch):
+    inputs = load_results(results)
+    drawn = []
+    monkeypatch.setattr(vega, "write_png", lambda spec, path: drawn.append(spec) or Path(path))
+    knockout.png(knockout.section(inputs), inputs, tmp_path)
+    (spec,) = drawn
+    svg = vl_convert.vegalite_to_svg(spec, vl_version=VEGALITE_VERSION)
+    assert "click" not in svg.lower()  # a picture cannot be clicked
+    first = head_label(inputs.of("knockout")[0].data["targets"][0])
+    assert f"{first}'s change by phase" in svg
+    changes = [v for v in inputs.of("knockout")[0].data["targets"][0]["relative_change_by_phase"] if v is not None]
+    bars = re.findall(r'aria-roledescription="bar" d="[^"]*" fill="(#b2182b|#2166ac)"', svg)  # lost, gained
+    assert len(bars) == len(changes) == 8, bars  # its change at every phase
+
+
+def test_the_theory_section_speaks_percent_and_titles_hold_no_paths(results):
+    block = theory.section(load_results(results))
+    (run,) = block["runs"]
+    title = theory.spec(run)["title"]
+    assert "/" not in title and "theorem2" not in title and title.startswith("Theorem 2"), title
+    page = theory.section_html(block)
+    sweep = json.loads((results / "theory" / "sweep.json").read_text())
+    for column in ("concentrated (%)", "full coverage (%)", "accuracy (%)", "worst position (%)"):
+        assert f"<th>{column}</th>" in page
+    for row in sweep["table"]:
+        assert f"<td>{100 * row['accuracy_mean']:.4g}</td>" in page
+        assert f"<td>{100 * row['min_position_accuracy_mean']:.4g}</td>" in page

@@ -16,6 +16,8 @@ select { font: inherit; font-size: .9em; padding: 3px 10px; border: 1px solid #a
 tr:focus-visible, td:focus-visible { outline: 2px solid var(--accent); outline-offset: 2px; }
 table.data { border-collapse: collapse; font-size: .88em; margin: 8px 0; }
 table.data th, table.data td { padding: 3px 9px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
+table.data th { white-space: normal; vertical-align: bottom; }
+table.data td.text { white-space: normal; text-align: left; min-width: 10em; }
 table.data th:first-child, table.data td:first-child { text-align: left; }
 table.select tbody tr[data-param] { cursor: pointer; }
 table.select tbody tr[data-param]:hover { background: #f3f6fa; }

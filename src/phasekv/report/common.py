@@ -25,12 +25,21 @@ def head_label(row: dict) -> str:
     return f"L{row['layer']}" if row.get("kv_head") is None else f"L{row['layer']}H{row['kv_head']}"
 
 
+def given_name(data: dict) -> str | None:
+    """The name a result gives its model: its label or run, else the name an endpoint serves it under (an audit
+    of a served model records no path); None when it gives none."""
+    served = (data.get("model") or {}).get("served_model")
+    for name in (data.get("label"), data.get("run"), served):
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
 def model_name(data: dict, fallback: str) -> str:
-    """A readable name for the model a result came from: its label, else its checkpoint path
+    """A readable name for the model a result came from: its `given_name`, else its checkpoint path
     (`<run>/checkpoints/step_000900` -> `<run> · step 900`), else `fallback`."""
-    for key in ("label", "run"):
-        if isinstance(data.get(key), str) and data[key]:
-            return data[key]
+    if given_name(data):
+        return given_name(data)
     path = (data.get("model") or {}).get("path") or data.get("run_dir")
     if not path:
         return fallback

@@ -1,6 +1,7 @@
 # ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
-"""The HTML page: the compressor illustration, then each study's section (its `figure.html`, present only
-with data), notes for missing ones."""
+"""The HTML page: a summary of the findings (each study's `figure.summary_html`, where it has one), then each
+study's section (its `figure.section_html`, present only with data) in the registry's order, the residue figure
+first, then the compressor illustration; notes for missing ones."""
 
 from __future__ import annotations
 
@@ -29,8 +30,12 @@ Source: {html.escape(d["source"])}.</figcaption></figure></section>"""
 
 
 def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool = True) -> str:
-    studies = "".join(study.figure.section_html(data[study.key]) for study in registry.STUDIES if data.get(study.key))
-    body = compressor_html(data["compressor"]) + studies
+    present = [study for study in registry.STUDIES if data.get(study.key)]
+    summarised = [study for study in present if hasattr(study.figure, "summary_html")]
+    summaries = [study.figure.summary_html(data[study.key]) for study in summarised]
+    summary = f'<section id="sec-summary"><h2>Summary</h2>{"".join(summaries)}</section>' if summaries else ""
+    studies = "".join(study.figure.section_html(data[study.key]) for study in present)
+    body = summary + studies + compressor_html(data["compressor"])
     # Vega, Vega-Lite and vega-embed, once, for every figure drawn from a Vega-Lite spec
     vega_script = f"<script>{javascript_bundle()}</script>" if 'data-vega="1"' in body else ""
     notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 from phasekv.results import ResultFileError, TypedResult
 from phasekv.studies import registry
 from phasekv.studies.gates.snapshots import snapshot_rows
 
+from .common import given_name
 from .inputs import Inputs, Result
 
 SKIP_DIRS = {"checkpoints", "tokenizer", "configs", ".git", "__pycache__"}
@@ -73,10 +75,7 @@ def _rel(path: Path, root: Path) -> Path:
 
 
 def _result_name(kind: str, data: dict, rel: Path) -> str:
-    for key in ("label", "run"):
-        if isinstance(data.get(key), str) and data[key]:
-            return data[key]
-    return rel.with_suffix("").as_posix()
+    return given_name(data) or rel.with_suffix("").as_posix()
 
 
 def snapshot_trajectories(root: Path) -> list[Result]:
@@ -129,6 +128,11 @@ def load_results(root: str | Path) -> Inputs:
             continue
         typed = validate(kind, data, where)
         inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(kind, data, rel), typed))
+    for found in inputs.results.values():  # two results naming one model (a served model's lookup and needle)
+        names = Counter(r.name for r in found)
+        for r in found:
+            if names[r.name] > 1:
+                r.name = f"{r.name} ({r.path.with_suffix('').as_posix()})"
     covered = {str(Path(r.data.get("run_dir", "")).resolve()) for r in inputs.of("gate_trajectory")}
     for traj in snapshot_trajectories(root):
         if str(Path(traj.data["run_dir"]).resolve()) not in covered:

@@ -32,6 +32,26 @@ def finish(chart: alt.TopLevelMixin) -> dict:
     return chart.configure_view(stroke=None).to_dict()
 
 
+def axis_title(spec: dict, channel: str, expr: str) -> dict:
+    """`spec` with the axis title of `channel` set by the expression `expr` (of the spec's params) in every view
+    that encodes it, so a title can follow what a param draws. Vega-Lite takes an expression there; altair's schema
+    types the title as text only, hence the edit of the finished spec."""
+
+    def visit(node):
+        if isinstance(node, dict):
+            encoded = (node.get("encoding") or {}).get(channel)
+            if isinstance(encoded, dict) and "field" in encoded:
+                encoded.setdefault("axis", {})["title"] = {"expr": expr}
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(spec)
+    return spec
+
+
 def write_png(spec: dict, path: str | Path) -> Path:
     """Render `spec` (its params at their initial values) to a PNG at `path`, atomically."""
     path = Path(path)

@@ -75,21 +75,35 @@ def format_summary(summary: ResidueSummary, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def effect_cell(verdict: dict) -> str | None:
+    """'97.7 [95.5, 100.0] points': a verdict's phase amplitude with its interval; None for results written before
+    the effect size was recorded."""
+    if verdict.get("effect_points") is None:
+        return None
+    effect = f"{verdict['effect_points']:.1f}"
+    if verdict.get("effect_ci"):
+        effect += " [{:.1f}, {:.1f}]".format(*verdict["effect_ci"])
+    return f"{effect} points"
+
+
+def mde_cell(verdict: dict) -> str | None:
+    """'12' (points), 'none' (no drop up to 0% is detectable) or None (not computed): a verdict's minimum
+    detectable effect."""
+    mde = verdict.get("mde")
+    if not mde:
+        return None
+    return "none" if mde["points"] is None else f"{mde['points']:g}"
+
+
 def verdict_cell(verdict: dict | None) -> str | None:
     """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict
-    (with the grid-shift test's finding where it ran); None for results without one. Results written before the effect size was recorded show the p-value only."""
+    (with the grid-shift test's finding where it ran); None for results without one. Results written before the
+    effect size was recorded show the p-value only."""
     if not verdict:
         return None
-    parts = []
-    if verdict.get("effect_points") is not None:
-        effect = f"{verdict['effect_points']:.1f}"
-        if verdict.get("effect_ci"):
-            effect += " [{:.1f}, {:.1f}]".format(*verdict["effect_ci"])
-        parts.append(f"{effect} points")
-    parts.append(f"p {verdict['p_value']:.2g}, P={verdict['period']}")
-    mde = verdict.get("mde")
-    if mde:
-        parts[-1] += "; MDE " + ("none" if mde["points"] is None else f"{mde['points']:g}")
+    effect, mde = effect_cell(verdict), mde_cell(verdict)
+    parts = [effect] if effect else []
+    parts.append(f"p {verdict['p_value']:.2g}, P={verdict['period']}" + (f"; MDE {mde}" if mde else ""))
     shifted = verdict.get("grid_shift")
     if shifted:
         moves = "moves with" if shifted["moves_with_grid"] else "does not move with"

@@ -1,4 +1,5 @@
-"""The studies the report draws, in page order: for each, its result formats and its figure module.
+"""The studies the report draws, in page order (the finding first: accuracy by residue, then the analyses): for
+each, its result formats and its figure module.
 
 Adding a study: a folder `phasekv/studies/<name>/` with `result.py` (a `TypedResult` per result kind),
 `figure.py` (`section(inputs) -> block | None`, `section_html(block) -> str`, `png(block, inputs, out_dir)`) and
@@ -41,7 +42,6 @@ class Study:
 
 
 STUDIES = (
-    Study("flip", "Flip probe", flip_figure, {"flip": FlipResult}, "no flip results", "phasekv eval flip ... --out"),
     Study(
         "residues",
         "Accuracy by residue",
@@ -50,6 +50,7 @@ STUDIES = (
         "no lookup or needle results",
         "phasekv eval lookup|needle ... --out DIR/x.json",
     ),
+    Study("flip", "Flip probe", flip_figure, {"flip": FlipResult}, "no flip results", "phasekv eval flip ... --out"),
     Study(
         "knockout",
         "Knockout map",

@@ -120,7 +120,7 @@ def section_html(d: dict) -> str:
         f"<tr><td>{html.escape(r['design'])}</td><td>{' / '.join(map(str, r['seeds']))}</td>"
         f"<td>{r['cache_bytes_per_token']:g}</td><td>{seeds(r['mean'])}</td><td>{over_seeds(r['mean_over_seeds'])}</td>"
         f"<td>{seeds(r['worst'])}</td><td>{seeds(r['gap'])}</td><td>{over_seeds(r['gap_over_seeds'])}</td>"
-        f"<td>{seeds(r['period_diff'])}</td><td>{html.escape(verdict(r))}</td></tr>"
+        f"<td>{seeds(r['period_diff'])}</td><td class='text'>{html.escape(verdict(r))}</td></tr>"
         for r in d["rows"]
     )
 

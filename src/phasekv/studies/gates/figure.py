@@ -123,7 +123,7 @@ def spec(plane: dict) -> dict:
             label_text,
             step_text,
         ]
-    chart = alt.layer(*layers).properties(width=360, height=360)
+    chart = alt.layer(*layers).properties(width=300, height=300)  # beside two share maps within the column
     branches = sorted({s["branch"] for s in plane["shares"]})
     if branches:
         chart = alt.hconcat(chart, *(_shares(branch) for branch in branches))

@@ -121,23 +121,36 @@ def _rows(m: dict) -> list[dict]:
     return rows
 
 
-def spec(m: dict) -> dict:
+def spec(m: dict, interactive: bool = True) -> dict:
     """Knockout map of one result: heatmaps of the relative accuracy change by residue and folded by
     the stride S (rows: knocked-out heads or layers; red lost, blue gained, clipped at +-100%, gray
-    where clean accuracy is 0); below, the selected row's change by phase and, with gate results,
-    that head's gate preference by phase. Params: `row` (click a row; the first to start) and, with
-    value gates, `branch` (key or value gate)."""
+    where clean accuracy is 0); below, the selected row's change at every phase (a phase at clean accuracy 0
+    marked as such) and, with gate results, that head's gate preference by phase. Params: `row` (click a row; the
+    first to start) and, with value gates, `branch` (key or value gate). `interactive=False` (the PNG): no
+    selection, the first row's change drawn and named, nothing to click."""
     with warnings.catch_warnings():  # altair merges the row selection both heatmaps hold into one, as meant
         warnings.filterwarnings("ignore", "Automatically deduplicated selection parameter", UserWarning)
-        return vega.finish(_chart(m))
+        return vega.finish(_chart(m, interactive))
 
 
-def _chart(m: dict) -> alt.VConcatChart:
+CLEAN_ZERO = "clean 0"  # a phase whose clean accuracy is 0 has no relative change
+CELL_WIDTH, CELL_HEIGHT = 30, 22  # heatmap cells large enough to read a row of 8 phases at a glance
+
+
+def _cell_height(n_rows: int) -> int:
+    """Rows stay readable for a few targets and the map stays on a screen or two for a whole model's heads."""
+    return CELL_HEIGHT if n_rows <= 24 else max(12, CELL_HEIGHT * 24 // n_rows)
+
+
+def _chart(m: dict, interactive: bool) -> alt.VConcatChart:
     rows = _rows(m)
+    first = m["rows"][0]["label"]
     row = alt.selection_point(
-        name="row", fields=["label"], value=[{"label": m["rows"][0]["label"]}], toggle=False, clear=False, empty=False
+        name="row", fields=["label"], value=[{"label": first}], toggle=False, clear=False, empty=False
     )
-    y = alt.Y("label:N", title=None, sort=alt.SortField("order"))
+    # the PNG cannot be clicked: it shows the first row, the page's starting selection
+    selected = row if interactive else alt.datum.label == first
+    y = alt.Y("label:N", title=None, sort=alt.SortField("order"), axis=alt.Axis(grid=False))
     change = alt.Color(
         "change:Q",
         title="relative change (%)",
@@ -146,36 +159,44 @@ def _chart(m: dict) -> alt.VConcatChart:
     )
     color = alt.condition("datum.change === null", alt.value("#e6e6e6"), change)
     tooltip = ["label:N", "position:O", "change:Q", alt.Tooltip("points:Q", title="change (points)"), "clean:Q"]
+    height = _cell_height(len(m["rows"]))
 
     def heatmap(axis: str, title: str) -> alt.Chart:
         # invalid=None: cells without a relative change (clean accuracy 0) are drawn gray, not dropped
+        x = alt.X("position:O", title=title, axis=alt.Axis(labelAngle=0, grid=False))  # no grid across the cells
+        stroke = alt.condition(selected, alt.value(1.5), alt.value(0))
         cells = alt.Chart().transform_filter(f"datum.kind == '{axis}'").mark_rect(stroke="#111", invalid=None)
-        cells = cells.encode(
-            x=alt.X("position:O", title=title, axis=alt.Axis(labelAngle=0)),
-            y=y,
-            color=color,
-            strokeWidth=alt.condition(row, alt.value(1.5), alt.value(0)),
-            tooltip=tooltip,
-        )
-        return cells.properties(width=alt.Step(18), height=alt.Step(14)).add_params(row)
+        cells = cells.encode(x=x, y=y, color=color, strokeWidth=stroke, tooltip=tooltip)
+        cells = cells.properties(width=alt.Step(CELL_WIDTH), height=alt.Step(height))
+        return cells.add_params(row) if interactive else cells
 
     maps = alt.hconcat(
         heatmap("residue", f"t_K mod {m['modulus']}"), heatmap("phase", f"folded: t_K mod {m['stride']}")
     )
-    detail = alt.Chart().transform_filter(row).transform_filter("datum.kind == 'phase' && datum.change !== null")
-    detail = detail.mark_bar().encode(
-        x=alt.X("position:O", title=f"selected row: position mod {m['stride']}", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("change:Q", title="relative change (%)", scale=alt.Scale(domain=[-100, 100], clamp=True)),
-        color=alt.condition("datum.change < 0", alt.value("#b2182b"), alt.value("#2166ac")),
-        tooltip=tooltip,
+    phases = alt.X(
+        "position:O",
+        title=f"position mod {m['stride']}",
+        scale=alt.Scale(domain=list(range(m["stride"]))),  # every phase, those without a bar too
+        axis=alt.Axis(labelAngle=0),
     )
-    below = [detail.properties(width=260, height=160, title="the selected row's change by phase")]
+    change_y = alt.Y("change:Q", title="relative change (%)", scale=alt.Scale(domain=[-100, 100], clamp=True))
+    detail = alt.Chart().transform_filter(selected).transform_filter("datum.kind == 'phase'")
+    sign = alt.condition("datum.change < 0", alt.value("#b2182b"), alt.value("#2166ac"))
+    bars = detail.transform_filter("datum.change !== null").mark_bar()
+    bars = bars.encode(x=phases, y=change_y, color=sign, tooltip=tooltip)
+    # a phase at clean accuracy 0 (no relative change): a gray column labelled as such, where a bar would be
+    zero = detail.transform_filter("datum.change === null").transform_calculate(low="-100", high="100")
+    zero_band = zero.mark_bar(color="#e6e6e6").encode(x=phases, y=alt.Y("low:Q"), y2="high:Q", tooltip=tooltip)
+    zero_text = zero.transform_calculate(text=f"'{CLEAN_ZERO}'").mark_text(angle=270, fontSize=10, color="#555")
+    zero_text = zero_text.encode(x=phases, y=alt.datum(0), text="text:N")
+    detail_title = "the selected row's change by phase" if interactive else f"{first}'s change by phase"
+    below = [alt.layer(zero_band, bars, zero_text).properties(width=260, height=160, title=detail_title)]
     branches = sorted({r["branch"] for r in rows if r["kind"] == "gate"})
     params = []
     if branches:
         branch = alt.param(name="branch", value="key", bind=alt.binding_select(options=branches, name="gate "))
         params.append(branch)
-        gate = alt.Chart().transform_filter(row).transform_filter("datum.kind == 'gate' && datum.branch == branch")
+        gate = alt.Chart().transform_filter(selected).transform_filter("datum.kind == 'gate' && datum.branch == branch")
         bars = gate.mark_bar(color="#7570b3").encode(
             x=alt.X("phase:O", title="phase (value gate: shifted back by one)", axis=alt.Axis(labelAngle=0)),
             y=alt.Y("share:Q", title="gate score / uniform share"),
@@ -183,13 +204,13 @@ def _chart(m: dict) -> alt.VConcatChart:
         )
         uniform = alt.Chart().mark_rule(strokeDash=[3, 3], color="#888").encode(y=alt.datum(1))
         below.append(alt.layer(bars, uniform).properties(width=220, height=160, title="its gate preference by phase"))
-    title = f"Knockout map ({m['mode']}) of {m['name']}: accuracy change relative to clean; click a row"
+    title = f"Knockout map ({m['mode']}) of {m['name']}: accuracy change relative to clean"
     chart = alt.vconcat(maps, alt.hconcat(*below), data=vega.values(rows)).add_params(*params)
-    return chart.properties(title=title, description=title)
+    return chart.properties(title=title + ("; click a row" if interactive else ""), description=title)
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
-    return vega.write_pngs(map(spec, data["maps"]), out_dir, "knockout")
+    return vega.write_pngs([spec(m, interactive=False) for m in data["maps"]], out_dir, "knockout")
 
 
 def section_html(d: dict) -> str:
@@ -211,10 +232,11 @@ gate results matched by {html.escape(m["gates_from"])}; “gate” switches to t
 <figure>{figure_html("fig-knockout" + (f"-{i}" if i else ""), spec(m))}
 <figcaption>{html.escape(m["name"])}: each row knocks out one KV head (or a whole layer) by mean replacement at the
 final position; columns are target positions by residue (left) and folded by the stride S (right); color is the
-accuracy change relative to clean: red lost, blue gained, clipped at ±100% (gray: clean accuracy 0). Click a row to
-see its change by phase below{gates}.</figcaption></figure>"""
+accuracy change relative to clean: red lost, blue gained, clipped at ±100% (gray: clean accuracy 0, no relative
+change). Click a row to see its change at every phase below (a gray column marks a phase at clean accuracy 0){gates}.
+</figcaption></figure>"""
 
 
 def plot_knockout(result: dict, path: str | Path) -> Path:
     """The report's knockout figure (`knockout.spec`) of one knockout result, as PNG."""
-    return vega.write_png(spec(map_block(result, model_name(result, Path(path).stem))), path)
+    return vega.write_png(spec(map_block(result, model_name(result, Path(path).stem)), interactive=False), path)

@@ -13,13 +13,8 @@ from phasekv.report import vega
 from phasekv.report.common import fmt, num, nums
 from phasekv.report.inputs import Inputs
 from phasekv.report.vega import figure_html
-from phasekv.stats.format import verdict_cell
+from phasekv.stats.format import effect_cell, mde_cell, verdict_cell
 from phasekv.studies.probe import positions
-
-
-def _verdict(test: dict | None) -> str | None:
-    """The verdict cell of a result's phase_test (`stats.verdict_cell`); None for results without one."""
-    return verdict_cell(test)
 
 
 def section(inputs: Inputs) -> dict | None:
@@ -48,6 +43,7 @@ def section(inputs: Inputs) -> dict | None:
                 "high": nums(s.ci_high, 3, 100),
                 "interval": s.ci_method,
                 "mean": num(100 * s.mean, 2),
+                "mean_ci": nums((s.stat_intervals or {}).get("mean") or [], 2, 100) or None,
                 "worst": num(100 * s.worst, 2),
                 "best": num(100 * s.best, 2),
                 "gap": num(s.gap_points, 2),
@@ -56,7 +52,8 @@ def section(inputs: Inputs) -> dict | None:
                 "p_value": num(s.uniformity.p_value, 4),
                 "val_loss": num(training.get("final_val_loss"), 3),
                 "learned": p.learned(),
-                "verdict": _verdict(p.phase_verdict),
+                "verdict": verdict_cell(p.phase_verdict),
+                "phase": _phase(p.phase_verdict),
                 "positions": positions.series_positions(d),
             }
         )
@@ -68,7 +65,14 @@ def section(inputs: Inputs) -> dict | None:
     }
 
 
-CONTROL, UNLEARNED_CONTROL = "full attention", "full attention, not learned"
+def _phase(test: dict | None) -> dict | None:
+    """The summary's pieces of a phase verdict, worded by `stats.format`; None for results without one."""
+    if not test:
+        return None
+    return {"verdict": test["verdict"], "effect": effect_cell(test), "mde": mde_cell(test)}
+
+
+ROLE, CONTROL, UNLEARNED_CONTROL = "model", "full attention", "full attention, not learned"
 
 
 def _rows(data: dict) -> list[dict]:
@@ -86,7 +90,7 @@ def _rows(data: dict) -> list[dict]:
             "order": order,
             "stride": panel["stride"],
         }
-        drawn = [(panel, "model")] + [
+        drawn = [(panel, ROLE)] + [
             (f, CONTROL if f["learned"] is not False else UNLEARNED_CONTROL)
             for f in full
             if f is not panel and f["modulus"] == panel["modulus"]
@@ -115,7 +119,8 @@ def spec(data: dict) -> dict:
     """Accuracy by residue with 95% bands, one panel per compressed model with full attention dashed
     behind it, period boundaries (dashed rules) and the boundary phase S-1 (triangles under the axis).
     Params: `model` ("all" or one panel) and `fold` (overlay the periods: x = residue mod S, the first
-    period solid, later ones dashed)."""
+    period drawn full, later ones lighter). The x axis is titled by what it shows: the modulus, or the stride once
+    folded."""
     shown = panels(data)
     choices = ["all", *panel_names(data)]
     model = alt.param(name="model", value="all", bind=alt.binding_select(options=choices, name="model "))
@@ -125,23 +130,28 @@ def spec(data: dict) -> dict:
     folded = {s["name"]: s["stride"] or s["modulus"] for s in shown}
     folded_width = f"({json.dumps(folded)})[model] || {max(folded.values())}"
     domain = alt.ExprRef(expr=f"[-0.5, (fold ? {folded_width} : {width}) - 0.5]")
-    x = alt.X("x:Q", title="target position mod M (folded: mod S)", scale=alt.Scale(domain=domain, nice=False))
-    x = x.axis(tickMinStep=1, format="d")
+    x = alt.X("x:Q", scale=alt.Scale(domain=domain, nice=False)).axis(tickMinStep=1, format="d")
     y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(domain=[-8, 100]))
     # a control at chance is drawn apart (lighter), so that its flat line at 0 is not read as the reference
-    roles = alt.Scale(domain=["model", CONTROL, UNLEARNED_CONTROL], range=[vega.SELECTED, "#8a8a8a", "#d4d4d4"])
-    color = alt.Color("role:N", title=None, scale=roles)
-    dash = alt.StrokeDash("dash:N", legend=None, scale=alt.Scale(domain=["solid", "dashed"], range=[[1, 0], [5, 3]]))
+    role_names = [ROLE, CONTROL, UNLEARNED_CONTROL]
+    roles = alt.Scale(domain=role_names, range=[vega.SELECTED, "#8a8a8a", "#d4d4d4"])
+    dashes = alt.Scale(domain=role_names, range=[[1, 0], [5, 3], [5, 3]])
+    # one legend from the lines (colour and dash by role, so its swatches are the lines); the bands fill by role
+    # with no legend of their own (sharing the lines' would draw its swatches as faint as the bands)
+    color = alt.Color("role:N", title=None, scale=roles, legend=alt.Legend(orient="top", symbolType="stroke"))
+    dash = alt.StrokeDash("role:N", title=None, scale=dashes)
     folding = "fold && datum.stride"
     position = f"{folding} ? datum.residue % datum.stride : datum.residue"
     series = alt.Chart().transform_filter("datum.kind == 'series'")
     series = series.transform_calculate(x=position, period=f"{folding} ? floor(datum.residue / datum.stride) : 0")
-    series = series.transform_calculate(dash="datum.role != 'model' || datum.period > 0 ? 'dashed' : 'solid'")
     lines = ["model:N", "period:Q"]
-    band = series.mark_area(opacity=0.15).encode(x=x, y="low:Q", y2="high:Q", color=color, detail=lines)
+    band = series.mark_area(opacity=0.15).encode(
+        x=x, y="low:Q", y2="high:Q", fill=alt.Fill("role:N", scale=roles, legend=None), detail=lines
+    )
     tooltip = ["model:N", "residue:Q", "accuracy:Q", "low:Q", "high:Q"]
+    later = alt.condition("datum.period > 0", alt.value(0.4), alt.value(1.0))  # folded: the later periods lighter
     line = series.mark_line(point=alt.OverlayMarkDef(size=18)).encode(
-        x=x, y=y, color=color, strokeDash=dash, detail=lines, tooltip=tooltip
+        x=x, y=y, color=color, strokeDash=dash, opacity=later, detail=lines, tooltip=tooltip
     )
     boundary = alt.Chart().transform_filter(f"datum.kind == 'boundary' && !({folding})")
     boundary = boundary.transform_calculate(x="datum.residue - 0.5").mark_rule(color="#555", strokeDash=[4, 4])
@@ -149,11 +159,26 @@ def spec(data: dict) -> dict:
     phase = phase.transform_calculate(x=position, accuracy="-5")
     phase = phase.mark_point(shape="triangle-down", filled=True, color="#444", size=50)
     chart = alt.layer(band, line, boundary.encode(x=x), phase.encode(x=x, y=y)).properties(width=280, height=200)
+    chart = chart.resolve_legend(fill="independent")  # else the bands' missing legend removes the lines' too
     facet = alt.Facet("title:N", title=None, sort=alt.SortField("order"))
     chart = chart.facet(facet=facet, columns=3, data=vega.values(_rows(data)))
     chart = chart.transform_filter("model == 'all' || datum.panel == model").add_params(model, fold)
     chart = chart.resolve_axis(x="independent")  # an x axis per panel, none under an empty grid cell
-    return vega.finish(chart.properties(title=TITLE, description=DESCRIPTION))
+    chart = vega.finish(chart.properties(title=TITLE, description=DESCRIPTION))
+    folded, unfolded = (json.dumps(_x_title(shown, f)) for f in (True, False))
+    return vega.axis_title(chart, "x", f"fold ? {folded} : {unfolded}")
+
+
+def _x_title(shown: list[dict], folded: bool) -> str:
+    """The residue figure's x axis title: the modulus, or once folded the stride, by number where the panels share
+    it."""
+    if not folded:
+        moduli = {s["modulus"] for s in shown}
+        return f"target position mod {moduli.pop()}" if len(moduli) == 1 else "target position mod M (each panel's)"
+    periods = {s["stride"] or s["modulus"] for s in shown}
+    if len(periods) == 1:
+        return f"target position mod {periods.pop()}, periods overlaid"
+    return "target position mod S (each panel's stride), periods overlaid"
 
 
 TITLE = "Accuracy by residue with 95% bands; dashed rules: period boundaries, triangles: boundary phase S-1"
@@ -190,7 +215,7 @@ matching trend here.{_positions_note(d)}</figcaption></figure>"""
 compressed model (red) with full attention dashed in gray behind it. Dashed vertical rules mark the period boundaries
 every S positions, triangles under the axis mark the boundary phase S−1. Choose a model (or click its row in the
 table, or focus a row and use ↑/↓) to see its panel alone, beside its accuracy by position; “fold periods”
-overlays the periods (first solid, later dashed).</figcaption></figure>
+overlays the periods (the first drawn full, later ones lighter).</figcaption></figure>
 {position_figure}
 <table class="data select" id="residue-table" aria-label="Models: click one to plot it alone">
 <thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th>
@@ -205,25 +230,50 @@ power. Models whose mean is not clearly above guessing are marked “not shown a
 </section>"""
 
 
+def _with_ci(value, ci) -> str:
+    return fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
+
+
+def _name_cell(s: dict) -> str:
+    chance = ' <span class="chance">not shown above guessing</span>' if s["learned"] is False else ""
+    return f"<td>{html.escape(s['name'])}{chance}</td>"
+
+
 def _residue_row(s: dict, selectable: bool) -> str:
     """A row of the residue table; a selectable one (a model with a panel) sets the figures' `model`."""
-    chance = ' <span class="chance">not shown above guessing</span>' if s["learned"] is False else ""
-    gap = fmt(s["gap"]) + (f" [{fmt(s['gap_ci'][0])}, {fmt(s['gap_ci'][1])}]" if s["gap_ci"] else "")
     cells = [
         "–" if s["stride"] is None else str(s["stride"]),
         fmt(s["val_loss"], 3),
         fmt(s["mean"]),
         fmt(s["worst"]),
         fmt(s["best"]),
-        gap,
+        _with_ci(s["gap"], s["gap_ci"]),
         "–" if s["p_value"] is None else f"{s['p_value']:.2g}",
-        s["verdict"] or "–",
     ]
-    name = html.escape(s["name"])
     foldable = ' data-foldable="1"' if s["stride"] and s["stride"] < s["modulus"] else ""
     value = html.escape(json.dumps(s["name"]))  # data-value holds the param's value as JSON
     select = f' data-param="model" data-value="{value}" tabindex="0"{foldable}' if selectable else ""
-    return f"<tr{select}><td>{name}{chance}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+    verdict = f'<td class="text">{html.escape(s["verdict"] or "–")}</td>'
+    return f"<tr{select}>{_name_cell(s)}" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + verdict + "</tr>"
+
+
+def summary_html(d: dict) -> str:
+    """The report's opening: each model's mean, gap, phase verdict with its effect size and minimum detectable
+    effect, in the words of `stats.format`."""
+
+    def row(s: dict) -> str:
+        phase = s["phase"] or {}
+        cells = [_with_ci(s["mean"], s["mean_ci"]), _with_ci(s["gap"], s["gap_ci"])]
+        cells += [phase.get("verdict") or "–", phase.get("effect") or "–", phase.get("mde") or "–"]
+        return f"<tr>{_name_cell(s)}" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+
+    return f"""<table class="data" id="summary-table" aria-label="Each model's finding">
+<thead><tr><th>Model</th><th>mean % [95% CI]</th><th>gap, points [95% CI]</th><th>phase verdict</th>
+<th>phase amplitude [95% CI]</th><th>MDE, points</th></tr></thead>
+<tbody>{"".join(row(s) for s in d["series"])}</tbody></table>
+<p class="small">{html.escape(" and ".join(d["probes"]))} accuracy over residues; gap is best minus worst residue; the
+phase verdict and its amplitude (best minus worst phase) are explained under “Accuracy by residue” below, MDE is the
+smallest drop at one phase the run would have found with 80% power.</p>"""
 
 
 def _positions_note(d: dict) -> str:

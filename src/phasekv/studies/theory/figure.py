@@ -13,14 +13,15 @@ from phasekv.report.common import fmt, num, nums
 from phasekv.report.inputs import Inputs
 from phasekv.report.vega import figure_html
 
+# (sweep table key, column, scale): fractions and accuracies are shown in percent, as everywhere in the report
 TABLE = [
-    ("n_runs", "runs"),
-    ("frac_concentrated", "concentrated"),
-    ("frac_full_coverage", "full coverage"),
-    ("mean_collisions", "collisions"),
-    ("final_loss_mean", "final loss"),
-    ("accuracy_mean", "accuracy"),
-    ("min_position_accuracy_mean", "worst position"),
+    ("n_runs", "runs", 1),
+    ("frac_concentrated", "concentrated (%)", 100),
+    ("frac_full_coverage", "full coverage (%)", 100),
+    ("mean_collisions", "collisions", 1),
+    ("final_loss_mean", "final loss", 1),
+    ("accuracy_mean", "accuracy (%)", 100),
+    ("min_position_accuracy_mean", "worst position (%)", 100),
 ]
 
 
@@ -47,12 +48,16 @@ def section(inputs: Inputs) -> dict | None:
     sweeps = []
     for r in inputs.of("sweep"):
         grid = list(r.data["grid"])
-        rows = [[row.get(k) for k in grid] + [num(row.get(k), 3) for k, _ in TABLE] for row in r.data["table"]]
+        shown = [(k, scale) for k, _, scale in TABLE]
+        rows = [
+            [row.get(k) for k in grid] + [None if row.get(k) is None else num(scale * row[k], 3) for k, scale in shown]
+            for row in r.data["table"]
+        ]
         sweeps.append(
             {
                 "name": r.name,
                 "file": r.path.as_posix(),
-                "columns": grid + [t for _, t in TABLE],
+                "columns": grid + [t for _, t, _ in TABLE],
                 "rows": rows,
                 "seeds": r.data.get("seeds"),
             }
@@ -103,7 +108,8 @@ def spec(run: dict) -> dict:
             tooltip=["head:N", "measure:N", "step:Q", "value:Q"],
         )
     )
-    title = f"Theorem 2 gates of {run['name']} (S={run['S']}, m={run['m']}): concentration over training"
+    # the run's file is named in the caption: a path in a title crowds out what the figure shows
+    title = f"Theorem 2: key gates concentrate over training (S={run['S']}, m={run['m']} heads)"
     return vega.finish(lines.properties(width=440, height=260, title=title, description=title))
 
 
@@ -117,7 +123,7 @@ def section_html(d: dict) -> str:
 <figcaption>Log-linear gates of the idealized induction model trained from a small ball: per head, the static (solid)
 and per-window (dashed) effective number of positions of its key gate, from S (uniform) down to 1 (one position).
 Final loss {fmt(run["loss"], 4)}; key positions selected {run["selected"]}; uncovered non-final positions:
-{run["uncovered"] or "none"}.</figcaption></figure>"""
+{run["uncovered"] or "none"}. Source: {html.escape(run["file"] or run["name"])}.</figcaption></figure>"""
         for i, run in enumerate(d["runs"])
     )
     tables = ""
