@@ -171,9 +171,20 @@ def test_a_decode_path_that_skips_the_first_window_fails_in_decode_only_from_the
     assert result["failing_modes"] == ["decode"]
 
 
-def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_path):
-    """The served (echo) mode: prompt-token log-probs over HTTP from `phasekv serve`'s server, a planted bug in
-    the served copy, the correct model as the local reference."""
+@pytest.mark.parametrize(
+    ("plant", "with_echo", "without_echo"),
+    [(None, None, None), (_regeometry(_EarlyGeometry), W - 2, W - 1), (_regeometry(_ShiftedRope), W - 1, W - 1)],
+    ids=["correct", "entry-early", "rope-shifted"],
+)
+def test_a_served_model_is_checked_through_phasekv_serve_with_and_without_echo(
+    tmp_path, plant, with_echo, without_echo
+):
+    """The served mode over HTTP from `phasekv serve`'s server, a planted bug in the served copy, the correct model
+    as the local reference: prompt-token log-probs from one echo request per prompt, and from one request per
+    position (as for a server that ignores echo; the default top 20, so the next token's log-prob is mostly
+    unknown and the server's top-20 log-probs are compared instead). A correct server conforms both ways; each bug
+    is found both ways, where it starts: an entry visible one token early shows at t = W-2 only inside a longer
+    call, so one request per position (t the last token) finds it at W-1, through the layers below."""
     from conftest import save_with_tokenizer, word_tokenizer
     from phasekv.scoring import PhaseKVScorer
     from phasekv.serve import EndpointScorer
@@ -183,17 +194,64 @@ def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_p
     tokenizer = word_tokenizer()
     model = _model(vocab_size=len(tokenizer))
     save_with_tokenizer(model, tmp_path / "reference")
-    for plant, expected in ((None, None), (_regeometry(_EarlyGeometry), W - 2)):
-        served = model if plant is None else _planted(model, plant)
-        with serving(PhaseKVScorer(served, tokenizer)) as server:
-            url = f"http://127.0.0.1:{server.server_address[1]}"
-            endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", **FAST)
-            result = run_conformance(EndpointRunner(endpoint), OPTIONS, reference=PhaseKVRunner(model, "local"))
+    options = dataclasses.replace(OPTIONS, length=24)
+    with serving(PhaseKVScorer(model if plant is None else _planted(model, plant), tokenizer)) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        results = {}
+        for echo in (True, False):
+            endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", echo=echo, **FAST)
+            results[echo] = run_conformance(EndpointRunner(endpoint), options, reference=PhaseKVRunner(model, "local"))
+    no_echo = results[False]["candidate"]
+    assert no_echo["answer_requests"] == "one per answer token (no echo)" and no_echo["logprobs_outside_top_k"] > 30
+    for echo, first in ((True, with_echo), (False, without_echo)):
+        result = results[echo]
         m = result["modes"]["served"]
-        assert list(result["modes"]) == ["served"] and m["max_kl"] is None  # no full distributions over echo
-        assert m["first_failure"] == expected and result["conforms"] == (expected is None)
-        if expected is not None:
-            assert m["first_failure_phase"] == S - 2 and m["concentration"]["peak_phase"] == S - 2
+        assert list(result["modes"]) == ["served"] and m["max_kl"] is None  # no full distributions over HTTP
+        assert m["positions"] == 2 * 23 and m["first_failure"] == first and result["conforms"] == (first is None)
+        if first is None:
+            assert m["max_abs_delta"] < 1e-5 and m["top1_agreement"] == 1.0
+        else:
+            assert m["first_failure_phase"] == first % S and m["max_abs_delta"] > 1e-2
+
+
+class _LaterWindowsEarly(WindowGeometry):
+    def window_end(self, j):
+        return super().window_end(j) - (j >= 2).long()  # from the third window on, past the 12-token canaries
+
+
+@pytest.mark.parametrize("echo", ["--echo", "--no-echo"])
+def test_the_command_checks_a_served_engine_as_it_answers_now(tmp_path, monkeypatch, echo):
+    """`phasekv conformance REFERENCE --endpoint URL` as an engine's CI runs it, twice on one port: a correct engine
+    (exit 0), then a changed one whose third window's entry is visible a token early (exit 1, from t = W+2S-2 with
+    echo, W+2S-1 without). The change lies past the canary prompts, so only answers asked for now can show it:
+    the command keeps no results cache unless --cache names one."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from conftest import save_with_tokenizer, word_tokenizer
+    from phasekv.cli import app
+    from phasekv.scoring import PhaseKVScorer
+    from test_serve import serving
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where a default results cache would go
+    tokenizer = word_tokenizer()
+    model = _model(vocab_size=len(tokenizer))
+    save_with_tokenizer(model, tmp_path / "reference")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["conformance", str(tmp_path / "reference"), "--endpoint", f"http://127.0.0.1:{port}", "--served-model"]
+    args += ["tiny", echo, "--length", "26", "--prompts", "1", "--out", str(tmp_path / "out")]
+    codes = []
+    for served in (model, _planted(model, _regeometry(_LaterWindowsEarly))):
+        with serving(PhaseKVScorer(served, tokenizer), port=port):
+            run = CliRunner().invoke(app, args)
+        codes.append(run.exit_code)
+    assert codes == [0, 1], run.output
+    m = json.loads((tmp_path / "out" / "conformance.json").read_text())["modes"]["served"]
+    assert m["first_failure"] == W + 2 * S - 2 + (echo == "--no-echo")
+    assert not (tmp_path / "cache").exists()
 
 
 def test_the_result_loads_in_the_report(tmp_path):

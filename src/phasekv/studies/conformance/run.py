@@ -48,13 +48,15 @@ __all__ = ["ConformanceOptions", "run_conformance"]
 class Row:
     """One scored row of a mode: `tokens` (the whole sequence), log-probs [L, V] at positions first..
     first+L-1 (`full`), or only the actual next tokens' log-probs [L] and the top-1 ids [L] (`next_lp`,
-    `top1`: a served model)."""
+    `top1`: a served model), and where a server answered one request per position, its top-k log-probs
+    there (`top`, {token id: log-prob} per position)."""
 
     tokens: list[int]
     first: int
     full: torch.Tensor | None = None
     next_lp: np.ndarray | None = None
     top1: np.ndarray | None = None
+    top: list[dict[int, float]] | None = None
 
 
 @dataclass
@@ -268,6 +270,7 @@ class EndpointRunner:
                 0,
                 next_lp=np.asarray([math.nan if v is None else v for v in r["logprobs"]]),
                 top1=np.asarray(r["top_ids"]),
+                top=r.get("top"),
             )
             for s, r in zip(sequences, records, strict=True)
         ]
@@ -387,9 +390,19 @@ def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], out
             cand_lp = torch.as_tensor(row.next_lp[: last - row.first], dtype=torch.float64)
             kl = torch.full((len(positions),), math.nan, dtype=torch.float64)
             agree = ref_rows.argmax(-1) == torch.as_tensor(row.top1[: last - row.first])
+        delta = (ref_lp - cand_lp).abs()
+        if row.top is not None:  # one request per position: every log-prob the server gave there, not only the
+            # next token's (often outside its top k, so unknown)
+            delta = torch.tensor(
+                [
+                    max(abs(ref_rows[p, t].item() - v) for t, v in top.items())
+                    for p, top in enumerate(row.top[: len(delta)])
+                ],
+                dtype=torch.float64,
+            )
         out.row += [i] * len(positions)
         out.position += positions.tolist()
-        out.delta += (ref_lp - cand_lp).abs().tolist()
+        out.delta += delta.tolist()
         out.kl += kl.tolist()
         out.agree += agree.tolist()
     return out
