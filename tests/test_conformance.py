@@ -173,8 +173,13 @@ def test_a_decode_path_that_skips_the_first_window_fails_in_decode_only_from_the
 
 @pytest.mark.parametrize(
     ("plant", "with_echo", "without_echo"),
-    [(None, None, None), (_regeometry(_EarlyGeometry), W - 2, W - 1), (_regeometry(_ShiftedRope), W - 1, W - 1)],
-    ids=["correct", "entry-early", "rope-shifted"],
+    [
+        (None, None, None),
+        (_regeometry(_EarlyGeometry), W - 2, W - 1),
+        (_regeometry(_ShiftedRope), W - 1, W - 1),
+        (_decode_skips_the_first_window, None, W - 1),
+    ],
+    ids=["correct", "entry-early", "rope-shifted", "decode-skips-first-window"],
 )
 def test_a_served_model_is_checked_through_phasekv_serve_with_and_without_echo(
     tmp_path, plant, with_echo, without_echo
@@ -184,7 +189,9 @@ def test_a_served_model_is_checked_through_phasekv_serve_with_and_without_echo(
     position (as for a server that ignores echo; the default top 20, so the next token's log-prob is mostly
     unknown and the server's top-20 log-probs are compared instead). A correct server conforms both ways; each bug
     is found both ways, where it starts: an entry visible one token early shows at t = W-2 only inside a longer
-    call, so one request per position (t the last token) finds it at W-1, through the layers below."""
+    call, so one request per position (t the last token) finds it at W-1, through the layers below. A one-token
+    call that skips the first window is invisible with echo but found without: the server's scorer runs the
+    position it is asked for through the last layer's incremental (one-token) path."""
     from conftest import save_with_tokenizer, word_tokenizer
     from phasekv.scoring import PhaseKVScorer
     from phasekv.serve import EndpointScorer
