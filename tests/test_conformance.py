@@ -114,6 +114,8 @@ def test_a_left_padded_batch_whose_windows_are_cut_on_the_padded_index_fails_fro
     m = result["modes"]["left-padded"]
     assert m["first_failure"] == W - 1 and m["first_failure_phase"] == S - 1
     assert m["positions"] == 37 + 32 and 0 < m["beyond_tolerance"] <= 32  # the padded row's positions only
+    alone = run_conformance(cut_on_padded_index, dataclasses.replace(OPTIONS, prompts=1, modes=modes))
+    assert set(alone["undefined_modes"]) == {"right-padded", "left-padded"}  # one prompt: nothing to pad, no verdict
 
 
 def _drop_partial_window_after_a_chunk(model):

@@ -325,6 +325,8 @@ def run_mode(runner, mode: str, ids: torch.Tensor, options: ConformanceOptions, 
         side = mode.split("-")[0]
         if side == "left" and runner.left_padding is not None:
             return ModeOutcome(undefined=runner.left_padding)
+        if n == 1:
+            return ModeOutcome(undefined="not defined for one prompt: a batch of one has no padding")
         rows = [s[: max(2, length - (i * options.pad_shortening + 3) % length)] for i, s in enumerate(seqs)]
         if len({len(r) for r in rows}) == 1 and n > 1:
             rows[-1] = rows[-1][:-1]
