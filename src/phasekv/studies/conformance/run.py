@@ -252,7 +252,8 @@ class HFRunner(LocalRunner):
 
 class EndpointRunner:
     """A served model (`phasekv.serve.EndpointScorer`): only the "served" mode (prompt-token log-probs
-    and the top-1 at each position; no full distributions, so no KL)."""
+    and the top-1 at each position; no full distributions, so no KL). Where the server ignores echo, each
+    position is its own request, and every top-k log-prob it returns is compared."""
 
     kind = "endpoint"
     output = LOG_PROBS
