@@ -9,11 +9,18 @@ import json
 import pytest
 import torch
 
-from conftest import randomize
+from conftest import needs_dsv4, randomize, tiny_dsv4
 from phasekv.compress.windows import WindowGeometry
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.studies.conformance.result import ConformanceResult
-from phasekv.studies.conformance.run import ConformanceOptions, PhaseKVRunner, prompts, run_conformance
+from phasekv.studies.conformance.run import (
+    ConformanceOptions,
+    HFRunner,
+    PhaseKVRunner,
+    format_conformance,
+    prompts,
+    run_conformance,
+)
 
 W = S = 8  # w8s8-1kv
 OPTIONS = ConformanceOptions(length=40, prompts=2, seed=1)
@@ -46,10 +53,11 @@ def _run(candidate, reference, **options):
 def test_a_correct_implementation_conforms_in_every_mode_at_float32_tolerance(name):
     result = _run(_model(name), None)
     assert result["conforms"], result["failing_modes"]
-    assert {"parallel", "decode", "split@0", f"split@{result['stride']['value'] - 1}", "fork", "right-padded"} <= set(
+    stride = result["stride"]["value"]
+    assert {"parallel", "decode", "split@0", f"split@{stride - 1}", "fork", "right-padded", "left-padded"} <= set(
         result["modes"]
     )
-    assert "left-padded" in result["undefined_modes"]  # phasekv models take no attention mask
+    assert not result["undefined_modes"]
     assert all(m["first_failure"] is None for m in result["modes"].values())
     ConformanceResult.from_dict(json.loads(json.dumps(result)))
 
@@ -89,6 +97,25 @@ def test_an_entry_key_rotated_at_the_wrong_position_is_found_where_the_first_ent
     result = _run(_planted(model, _regeometry(_ShiftedRope)), model, modes=("parallel", "decode"))
     for m in result["modes"].values():
         assert not m["conforms"] and m["first_failure"] == W - 1  # the first window's entry, read from t = W-1
+
+
+def test_a_left_padded_batch_whose_windows_are_cut_on_the_padded_index_fails_from_the_first_entrys_visibility():
+    """The batch's rows are cut by 3 and 8 tokens (37 and 32 of 40), so the second is left-padded by 5. An engine
+    that lays its windows from the padded row's index 0 (pads masked out of the pooling) moves that row's grid
+    by -5 mod S = 3: its first entry is not there at t = W-1, where the reference reads it."""
+    model = _model()
+    modes = ("parallel", "right-padded", "left-padded")
+    correct = run_conformance(PhaseKVRunner(model, "correct"), dataclasses.replace(OPTIONS, modes=modes))
+    assert correct["conforms"] and correct["modes"]["left-padded"]["max_abs_delta"] < 1e-5
+    cut_on_padded_index = PhaseKVRunner(model, "windows from the padded index")
+    cut_on_padded_index.grid_origin = lambda pad: 0
+    result = run_conformance(cut_on_padded_index, dataclasses.replace(OPTIONS, modes=modes))
+    assert result["failing_modes"] == ["left-padded"]  # the unpadded row and the right-padded batch are right
+    m = result["modes"]["left-padded"]
+    assert m["first_failure"] == W - 1 and m["first_failure_phase"] == S - 1
+    assert m["positions"] == 37 + 32 and 0 < m["beyond_tolerance"] <= 32  # the padded row's positions only
+    alone = run_conformance(cut_on_padded_index, dataclasses.replace(OPTIONS, prompts=1, modes=modes))
+    assert set(alone["undefined_modes"]) == {"right-padded", "left-padded"}  # one prompt: nothing to pad, no verdict
 
 
 def _drop_partial_window_after_a_chunk(model):
@@ -146,9 +173,27 @@ def test_a_decode_path_that_skips_the_first_window_fails_in_decode_only_from_the
     assert result["failing_modes"] == ["decode"]
 
 
-def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_path):
-    """The served (echo) mode: prompt-token log-probs over HTTP from `phasekv serve`'s server, a planted bug in
-    the served copy, the correct model as the local reference."""
+@pytest.mark.parametrize(
+    ("plant", "with_echo", "without_echo"),
+    [
+        (None, None, None),
+        (_regeometry(_EarlyGeometry), W - 2, W - 1),
+        (_regeometry(_ShiftedRope), W - 1, W - 1),
+        (_decode_skips_the_first_window, None, W - 1),
+    ],
+    ids=["correct", "entry-early", "rope-shifted", "decode-skips-first-window"],
+)
+def test_a_served_model_is_checked_through_phasekv_serve_with_and_without_echo(
+    tmp_path, plant, with_echo, without_echo
+):
+    """The served mode over HTTP from `phasekv serve`'s server, a planted bug in the served copy, the correct model
+    as the local reference: prompt-token log-probs from one echo request per prompt, and from one request per
+    position (as for a server that ignores echo; the default top 20, so the next token's log-prob is mostly
+    unknown and the server's top-20 log-probs are compared instead). A correct server conforms both ways; each bug
+    is found both ways, where it starts: an entry visible one token early shows at t = W-2 only inside a longer
+    call, so one request per position (t the last token) finds it at W-1, through the layers below. A one-token
+    call that skips the first window is invisible with echo but found without: the server's scorer runs the
+    position it is asked for through the last layer's incremental (one-token) path."""
     from conftest import save_with_tokenizer, word_tokenizer
     from phasekv.scoring import PhaseKVScorer
     from phasekv.serve import EndpointScorer
@@ -158,17 +203,64 @@ def test_a_served_model_with_an_early_entry_is_found_through_phasekv_serve(tmp_p
     tokenizer = word_tokenizer()
     model = _model(vocab_size=len(tokenizer))
     save_with_tokenizer(model, tmp_path / "reference")
-    for plant, expected in ((None, None), (_regeometry(_EarlyGeometry), W - 2)):
-        served = model if plant is None else _planted(model, plant)
-        with serving(PhaseKVScorer(served, tokenizer)) as server:
-            url = f"http://127.0.0.1:{server.server_address[1]}"
-            endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", **FAST)
-            result = run_conformance(EndpointRunner(endpoint), OPTIONS, reference=PhaseKVRunner(model, "local"))
+    options = dataclasses.replace(OPTIONS, length=24)
+    with serving(PhaseKVScorer(model if plant is None else _planted(model, plant), tokenizer)) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        results = {}
+        for echo in (True, False):
+            endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", echo=echo, **FAST)
+            results[echo] = run_conformance(EndpointRunner(endpoint), options, reference=PhaseKVRunner(model, "local"))
+    no_echo = results[False]["candidate"]
+    assert no_echo["answer_requests"] == "one per answer token (no echo)" and no_echo["logprobs_outside_top_k"] > 30
+    for echo, first in ((True, with_echo), (False, without_echo)):
+        result = results[echo]
         m = result["modes"]["served"]
-        assert list(result["modes"]) == ["served"] and m["max_kl"] is None  # no full distributions over echo
-        assert m["first_failure"] == expected and result["conforms"] == (expected is None)
-        if expected is not None:
-            assert m["first_failure_phase"] == S - 2 and m["concentration"]["peak_phase"] == S - 2
+        assert list(result["modes"]) == ["served"] and m["max_kl"] is None  # no full distributions over HTTP
+        assert m["positions"] == 2 * 23 and m["first_failure"] == first and result["conforms"] == (first is None)
+        if first is None:
+            assert m["max_abs_delta"] < 1e-5 and m["top1_agreement"] == 1.0
+        else:
+            assert m["first_failure_phase"] == first % S and m["max_abs_delta"] > 1e-2
+
+
+class _LaterWindowsEarly(WindowGeometry):
+    def window_end(self, j):
+        return super().window_end(j) - (j >= 2).long()  # from the third window on, past the 12-token canaries
+
+
+@pytest.mark.parametrize("echo", ["--echo", "--no-echo"])
+def test_the_command_checks_a_served_engine_as_it_answers_now(tmp_path, monkeypatch, echo):
+    """`phasekv conformance REFERENCE --endpoint URL` as an engine's CI runs it, twice on one port: a correct engine
+    (exit 0), then a changed one whose third window's entry is visible a token early (exit 1, from t = W+2S-2 with
+    echo, W+2S-1 without). The change lies past the canary prompts, so only answers asked for now can show it:
+    the command keeps no results cache unless --cache names one."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from conftest import save_with_tokenizer, word_tokenizer
+    from phasekv.cli import app
+    from phasekv.scoring import PhaseKVScorer
+    from test_serve import serving
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where a default results cache would go
+    tokenizer = word_tokenizer()
+    model = _model(vocab_size=len(tokenizer))
+    save_with_tokenizer(model, tmp_path / "reference")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["conformance", str(tmp_path / "reference"), "--endpoint", f"http://127.0.0.1:{port}", "--served-model"]
+    args += ["tiny", echo, "--length", "26", "--prompts", "1", "--out", str(tmp_path / "out")]
+    codes = []
+    for served in (model, _planted(model, _regeometry(_LaterWindowsEarly))):
+        with serving(PhaseKVScorer(served, tokenizer), port=port):
+            run = CliRunner().invoke(app, args)
+        codes.append(run.exit_code)
+    assert codes == [0, 1], run.output
+    m = json.loads((tmp_path / "out" / "conformance.json").read_text())["modes"]["served"]
+    assert m["first_failure"] == W + 2 * S - 2 + (echo == "--no-echo")
+    assert not (tmp_path / "cache").exists()
 
 
 def test_the_result_loads_in_the_report(tmp_path):
@@ -224,15 +316,7 @@ def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_and_its_results
     assert "sec-conformance" in html and "decode: from position 7 (phase 7)" in html
 
 
-def _transformers_has_deepseek_v4() -> bool:
-    try:
-        import transformers.models.deepseek_v4.modeling_deepseek_v4  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _transformers_has_deepseek_v4(), reason="the installed transformers has no deepseek_v4")
+@needs_dsv4
 @pytest.mark.parametrize(("layer", "topk"), [("dsv4-hca", None), ("dsv4-csa", 12)])
 def test_phasekv_layers_against_transformers_through_the_command(tmp_path, layer, topk):
     """Each side in every mode (transformers' with its own caches) against the other's parallel forward; with a
@@ -252,7 +336,7 @@ def test_phasekv_layers_against_transformers_through_the_command(tmp_path, layer
         assert result.modes["parallel"].max_abs_delta < 1e-4
 
 
-@pytest.mark.skipif(not _transformers_has_deepseek_v4(), reason="the installed transformers has no deepseek_v4")
+@needs_dsv4
 def test_csa_layers_differ_where_index_scores_tie_at_the_top_k_cut():
     """With top-k 3, phasekv's and transformers' CSA layers each conform to their own parallel forward, but on
     one forked continuation they read different entries at position 33: three entries score exactly 0 (ReLU)
@@ -278,3 +362,33 @@ def test_csa_layers_differ_where_index_scores_tie_at_the_top_k_cut():
     scores = seen["scores"][row, 33]
     cut = scores.topk(3).values[-1]
     assert cut == 0 and int((scores == cut).sum()) > 3 - int((scores > cut).sum())  # more zeros than slots
+
+
+def test_a_hugging_face_model_and_its_phasekv_conversion_conform_to_each_other_in_every_kind_of_mode():
+    """Qwen3ForCausalLM and the phasekv model its weights load into: each in the cached, padded (both sides,
+    the HF model with an attention mask and per-row positions) and forked modes against the other's parallel
+    forward, at float32 tolerance."""
+    from test_model import _qwen3_pair
+
+    hf, ours = _qwen3_pair()
+    options = dataclasses.replace(OPTIONS, length=24, modes=("parallel", "decode", "split@1", "left-padded", "fork"))
+    for candidate, reference in ((HFRunner(hf, "qwen3"), PhaseKVRunner(ours)), (PhaseKVRunner(ours), HFRunner(hf))):
+        result = run_conformance(candidate, options, reference=reference)
+        assert result["conforms"], format_conformance(result)
+        assert list(result["modes"]) == list(options.modes) and result["stride"]["value"] == 4  # no stride: mod 4
+        assert all(m["top1_agreement"] == 1.0 and m["max_kl"] < 1e-6 for m in result["modes"].values())
+
+
+@needs_dsv4
+def test_transformers_deepseek_v4_pools_a_left_padded_rows_windows_from_the_padded_index():
+    """transformers' DeepseekV4ForCausalLM (CSA S = 4; `index_topk` 64, above the 10 entries, so the indexer has
+    nothing to choose) conforms in a right-padded batch but not in a left-padded one: its compressors take no
+    attention mask, cut windows from the padded row's index 0 (pad tokens pooled in) and count an entry's
+    visibility from the row's real position, so from t = S-1 on a padded row reads an entry made of its pads."""
+    model = HFRunner(tiny_dsv4(64, index_topk=64), "deepseek-v4")
+    options = dataclasses.replace(OPTIONS, prompts=3, modes=("parallel", "right-padded", "left-padded"))
+    result = run_conformance(model, options)
+    assert result["stride"]["value"] == 4 and result["failing_modes"] == ["left-padded"], format_conformance(result)
+    m = result["modes"]["left-padded"]
+    assert m["first_failure"] == 3 and m["first_failure_phase"] == 3 and m["concentration"]["from_first_window"]
+    assert result["modes"]["right-padded"]["max_abs_delta"] < 1e-5

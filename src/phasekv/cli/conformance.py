@@ -101,7 +101,12 @@ def conformance_command(
             if ref_spec is None:
                 raise ValueError("--endpoint needs a local reference: MODEL or --reference")
             tokenizer = endpoint["tokenizer"] or (None if ref_spec.startswith("preset:") else Path(ref_spec))
-            candidate = EndpointRunner(endpoint_scorer_from_options(**{**endpoint, "tokenizer": tokenizer}))
+            # the check is of the server as it answers now: an earlier run's cached answers (same card, canaries
+            # within tolerance) would hide a changed engine, so a results cache is kept only when --cache names one
+            no_cache = endpoint["no_cache"] or endpoint["cache"] is None
+            candidate = EndpointRunner(
+                endpoint_scorer_from_options(**{**endpoint, "tokenizer": tokenizer, "no_cache": no_cache})
+            )
             runs = [(candidate, load_runner(ref_spec, dtype, seed), name)]
         else:
             if model is None:

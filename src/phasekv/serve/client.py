@@ -231,7 +231,8 @@ class EndpointScorer:
         """Per sequence, the log-prob of each of its tokens after the first given the tokens before it, and
         the top-1 id at each of those positions: {"logprobs": [...], "top_ids": [...]} (len - 1 each). One
         echo request per sequence, or one "top" request per position where the server ignores echo (a
-        log-prob outside the top k is None there)."""
+        log-prob outside the top k is None there, and the record adds "top": each position's top k
+        {token id: log-prob})."""
         if not sequences or any(len(s) < 2 for s in sequences):
             raise ScorerError("every sequence needs at least two tokens")
         requests = [(list(s), len(s) - 1) for s in sequences]
@@ -255,16 +256,18 @@ class EndpointScorer:
         return known
 
     def _answers_without_echo(self, requests: list[tuple[list[int], int]]) -> list[dict]:
-        """The "answer" records from "top" requests: one per answer token, shared where prefixes repeat."""
+        """The "answer" records from "top" requests: one per answer token, shared where prefixes repeat; each
+        record keeps its positions' top lists ("top")."""
         prefixes = [(ids[: len(ids) - n + j], self.top_k) for ids, n in requests for j in range(n)]
         tops = iter(self._answered("top", prefixes, self._send_top))
         records = []
         for ids, n in requests:
-            record = {"logprobs": [], "top_ids": []}
+            record = {"logprobs": [], "top_ids": [], "top": []}
             for gold in ids[len(ids) - n :]:
                 top = {token: value for token, value in next(tops)}
                 record["logprobs"].append(top.get(gold))
                 record["top_ids"].append(_top1(list(top.items()))[0])
+                record["top"].append(top)
                 self.logprobs_outside_top_k += gold not in top
             records.append(record)
         return records

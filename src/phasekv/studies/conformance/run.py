@@ -14,8 +14,9 @@ Modes (each is a list of scored rows: a sequence, the first position scored, log
 - split@o (o = 0..S-1): chunks of S tokens whose boundaries all fall at phase o (the first chunk has o);
 - chunk c: chunks of c tokens, c in S-1, S, S+1, an odd size, a large one;
 - right-padded / left-padded: one batch of the prompts cut to different lengths, padded on that side
-  (left padding needs an attention mask and per-row positions: HF models only; the result says where a
-  mode is not defined);
+  (left padding needs an attention mask and per-row positions, and each row's windows laid from its own
+  first token: HF models take the mask, phasekv models run each row as the mask leaves it, see
+  `PhaseKVRunner`; a single layer has none of this, and the result says where a mode is not defined);
 - fork: the prompt's first part prefilled once, the cache copied, and two continuations fed in one
   call each (the prompt's own rest, and other tokens).
 """
@@ -26,7 +27,8 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -46,13 +48,15 @@ __all__ = ["ConformanceOptions", "run_conformance"]
 class Row:
     """One scored row of a mode: `tokens` (the whole sequence), log-probs [L, V] at positions first..
     first+L-1 (`full`), or only the actual next tokens' log-probs [L] and the top-1 ids [L] (`next_lp`,
-    `top1`: a served model)."""
+    `top1`: a served model), and where a server answered one request per position, its top-k log-probs
+    there (`top`, {token id: log-prob} per position)."""
 
     tokens: list[int]
     first: int
     full: torch.Tensor | None = None
     next_lp: np.ndarray | None = None
     top1: np.ndarray | None = None
+    top: list[dict[int, float]] | None = None
 
 
 @dataclass
@@ -63,6 +67,24 @@ class ModeOutcome:
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1).cpu()
+
+
+@contextmanager
+def windows_moved(model, shift: int):
+    """Within the block, every compressor of `model` (attention layers' and indexers') lays its windows
+    `shift` tokens later (its window offset plus `shift`, mod its stride); the configured offsets return
+    on exit. A shift of 0 changes nothing."""
+    from phasekv.compress.base import Compressor
+
+    compressors = [m for m in model.modules() if isinstance(m, Compressor)]
+    configured = [c.geometry for c in compressors]
+    try:
+        for c in compressors:
+            c.geometry = replace(c.geometry, offset=(c.geometry.offset + shift) % c.geometry.stride)
+        yield
+    finally:
+        for c, geometry in zip(compressors, configured, strict=True):
+            c.geometry = geometry
 
 
 class LocalRunner:
@@ -117,12 +139,16 @@ class LocalRunner:
 
 
 class PhaseKVRunner(LocalRunner):
-    """A `PhaseKVModel`: the cache is `KVCache`, forks are `KVCache.fork`. A padded batch needs an
-    attention mask, which phasekv's models do not take: right padding is exact anyway (causal), left
-    padding is not defined."""
+    """A `PhaseKVModel`: the cache is `KVCache`, forks are `KVCache.fork`. Right padding is exact (causal).
+    A left-padded batch is run as a masking engine must run it: each row's pads masked out and its positions
+    starting after them. phasekv models take no mask, so what that leaves of a row is the row unpadded, with
+    its compression windows laid from `grid_origin(pad)`, the padded index where they begin (its first real
+    token). An engine that cuts windows on the padded index (origin 0, pads masked out of the pooling) is the
+    same model with every layer's window offset moved by -pad mod S: the grid-offset mechanism computes it
+    exactly."""
 
     kind = "phasekv"
-    left_padding = "not defined: phasekv models take no attention mask or per-row positions"
+    left_padding = None
 
     def __init__(self, model, name: str = "phasekv model", pad_id: int = 0):
         self.model, self.name, self.pad_id = model.eval(), name, pad_id
@@ -144,16 +170,30 @@ class PhaseKVRunner(LocalRunner):
     def fork_cache(self, cache):
         return cache.fork()
 
+    def grid_origin(self, pad: int) -> int:
+        """The padded index where the windows of a row left-padded by `pad` tokens begin: its first token."""
+        return pad
+
     @torch.no_grad()
     def padded(self, rows, side):
-        if side != "right":
-            raise ValueError(self.left_padding)
+        if side == "right":
+            width = max(map(len, rows))
+            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+            for i, row in enumerate(rows):
+                ids[i, : len(row)] = torch.tensor(row)
+            out = self.readout(self.model(ids))
+            return [out[i, : len(row)] for i, row in enumerate(rows)]
         width = max(map(len, rows))
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        by_shift: dict[int, list[int]] = {}  # rows whose windows move by the same number of tokens
         for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row)
-        out = self.readout(self.model(ids))
-        return [out[i, : len(row)] for i, row in enumerate(rows)]
+            pad = width - len(row)
+            by_shift.setdefault(self.grid_origin(pad) - pad, []).append(i)
+        scored: list[torch.Tensor | None] = [None] * len(rows)
+        for shift, members in by_shift.items():
+            with windows_moved(self.model, shift):
+                for i, lp in zip(members, self.padded([rows[i] for i in members], "right"), strict=True):
+                    scored[i] = lp
+        return scored
 
     def describe(self) -> dict:
         return {"kind": self.kind, "name": self.name, "config": self.model.config.to_dict()}
@@ -183,7 +223,9 @@ class HFRunner(LocalRunner):
         return DynamicCache(config=self.model.config)
 
     def step(self, ids, cache):
-        return self.model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+        from phasekv.scoring.press import with_cache
+
+        return self.model(input_ids=ids, use_cache=True, **with_cache(self.model, cache)).logits
 
     @torch.no_grad()
     def padded(self, rows, side):
@@ -210,7 +252,8 @@ class HFRunner(LocalRunner):
 
 class EndpointRunner:
     """A served model (`phasekv.serve.EndpointScorer`): only the "served" mode (prompt-token log-probs
-    and the top-1 at each position; no full distributions, so no KL)."""
+    and the top-1 at each position; no full distributions, so no KL). Where the server ignores echo, each
+    position is its own request, and every top-k log-prob it returns is compared."""
 
     kind = "endpoint"
     output = LOG_PROBS
@@ -228,6 +271,7 @@ class EndpointRunner:
                 0,
                 next_lp=np.asarray([math.nan if v is None else v for v in r["logprobs"]]),
                 top1=np.asarray(r["top_ids"]),
+                top=r.get("top"),
             )
             for s, r in zip(sequences, records, strict=True)
         ]
@@ -282,6 +326,8 @@ def run_mode(runner, mode: str, ids: torch.Tensor, options: ConformanceOptions, 
         side = mode.split("-")[0]
         if side == "left" and runner.left_padding is not None:
             return ModeOutcome(undefined=runner.left_padding)
+        if n == 1:
+            return ModeOutcome(undefined="not defined for one prompt: a batch of one has no padding")
         rows = [s[: max(2, length - (i * options.pad_shortening + 3) % length)] for i, s in enumerate(seqs)]
         if len({len(r) for r in rows}) == 1 and n > 1:
             rows[-1] = rows[-1][:-1]
@@ -347,9 +393,19 @@ def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], out
             cand_lp = torch.as_tensor(row.next_lp[: last - row.first], dtype=torch.float64)
             kl = torch.full((len(positions),), math.nan, dtype=torch.float64)
             agree = ref_rows.argmax(-1) == torch.as_tensor(row.top1[: last - row.first])
+        delta = (ref_lp - cand_lp).abs()
+        if row.top is not None:  # one request per position: every log-prob the server gave there, not only the
+            # next token's (often outside its top k, so unknown)
+            delta = torch.tensor(
+                [
+                    max(abs(ref_rows[p, t].item() - v) for t, v in top.items())
+                    for p, top in enumerate(row.top[: len(delta)])
+                ],
+                dtype=torch.float64,
+            )
         out.row += [i] * len(positions)
         out.position += positions.tolist()
-        out.delta += (ref_lp - cand_lp).abs().tolist()
+        out.delta += delta.tolist()
         out.kl += kl.tolist()
         out.agree += agree.tolist()
     return out
