@@ -55,10 +55,9 @@ def _like(
     """(option fields, model, stride, resamples) of a lookup or needle command: `given` maps each option field to
     (its parameter, its value); with --like the recorded measurement fills every field whose flag was not given
     (`studies.probe.like.recorded`). Fields left None take the options' own defaults."""
-    from click.core import ParameterSource
 
-    def explicit(parameter: str) -> bool:
-        return ctx.get_parameter_source(parameter) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    def explicit(parameter: str) -> bool:  # by name: typer may ship its own click, with its own enum
+        return ctx.get_parameter_source(parameter).name not in ("DEFAULT", "DEFAULT_MAP")
 
     chosen = {name: value for name, (_, value) in given.items()}
     if like is not None:

@@ -33,8 +33,9 @@ class AuditOptions:
 
     The goal: `budget_s` (wall seconds for the whole audit, model loading included) or `mde_points` (the
     smallest design whose planned minimum detectable effect is at most this many points); neither: a budget of
-    `DEFAULT_BUDGET_S`. The screen scores `screen_prompts` lookup prompts per template in `templates`, drawn
-    from the calibration split (mappings the run never draws). The lookup design is `n_records` records,
+    `DEFAULT_BUDGET_S`. The screen scores `screen_prompts` lookup prompts per template in `templates` (in this
+    order, until it has taken a fifth of the budget), drawn from the calibration split (mappings the run never
+    draws). The lookup design is `n_records` records,
     `n_demos` demonstrations, `modulus` residues (None: twice the model's compression stride, else 8),
     `spread_blocks` and `protocol`, with the number of mappings chosen from `mappings`; the needle (`needle`
     None: when the budget leaves time for it; never in MDE mode unless True) has `needle_context_length`
@@ -43,7 +44,7 @@ class AuditOptions:
     budget_s: float | None = None
     mde_points: float | None = None
     templates: tuple[str, ...] = ("natural", "sentence", "paper")
-    screen_prompts: int = 24
+    screen_prompts: int = 12
     n_records: int = 16
     n_demos: int = 4
     modulus: int | None = None

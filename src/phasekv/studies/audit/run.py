@@ -35,6 +35,7 @@ from .result import AuditedProbe, AuditResult, PlannedProbe, ScreenedTemplate, p
 
 SCREEN_SPLIT = "calibration"
 SCREEN_MAPPINGS = 2
+SCREEN_SHARE = 0.2  # of the budget: once the screen has taken this much, the templates left are not screened
 REPORT_RESERVE_S = 20.0  # the result files and the report (HTML and PNGs) after the probes
 STATS_FACTOR = 3.0  # a run's statistics (bootstrap, permutations, its own MDE) against one planned MDE's time
 DEFAULT_MODULUS = 8  # models without a compression stride: the period check runs at modulus // 2
@@ -95,12 +96,23 @@ def _spaced(n: int, k: int) -> list[int]:
     return list(range(n)) if k >= n else sorted({int(i) for i in np.linspace(0, n - 1, k)})
 
 
-def screen_templates(scorer: Scorer, options: AuditOptions, modulus: int) -> list[ScreenedTemplate]:
+def screen_templates(scorer: Scorer, options: AuditOptions, modulus: int, clock: Clock) -> list[ScreenedTemplate]:
     """Score `options.screen_prompts` calibration-split lookup prompts of every template; a template that does not
-    compile for the tokenizer is kept with its error."""
+    compile for the tokenizer is kept with its error, and once the screen has taken `SCREEN_SHARE` of the budget
+    the templates left are not screened (said so in their rows)."""
     prefix = prompt_prefix(scorer.tokenizer)
-    rows, warm = [], False
+    rows, warm, start_screen = [], False, clock.elapsed()
     for template in options.templates:
+        spent = clock.elapsed() - start_screen
+        screened = any(r.error is None for r in rows)
+        if clock.budget is not None and screened and spent > SCREEN_SHARE * clock.budget:
+            rows.append(
+                ScreenedTemplate(
+                    template=template,
+                    error=f"not screened: the screen took {spent:.0f} s, over {SCREEN_SHARE:.0%} of the budget",
+                )
+            )
+            continue
         design = lookup_design(options, template, modulus, SCREEN_MAPPINGS, split=SCREEN_SPLIT)
         try:
             prompt_set = lookup_prompts(scorer.tokenizer, design, prefix)
@@ -239,7 +251,7 @@ def run_audit(
     out = Path(out)
     stride = options.stride or scorer.compression_stride
     modulus = options.modulus or default_modulus(scorer.compression_stride)
-    screen = screen_templates(scorer, options, modulus)
+    screen = screen_templates(scorer, options, modulus, clock)
     chosen = best_template(screen)
     echo(
         "screen: "

@@ -83,3 +83,12 @@ def eval_command(model: dict, probe: str, like: str | Path, model_args: str | No
             if press:
                 model_args += f" --press {shlex.quote(str(press['spec'] if isinstance(press, dict) else press))}"
     return f"phasekv eval {probe} {model_args} --like {shlex.quote(str(like))}"
+
+
+def remeasure_list(rows) -> str:
+    """The lines under a table that name, for every row, the command that re-measures it: `rows` are (row
+    label, command or None: a row no command reproduces)."""
+    lines = ["\nRe-measure a row (the probe options are the row's result file's):"]
+    for label, command in rows:
+        lines.append(f"- {label}: " + (f"`{command}`" if command else "no command (made inside the profile run)"))
+    return "\n".join(lines)
