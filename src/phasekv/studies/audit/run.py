@@ -104,7 +104,7 @@ def screen_templates(scorer: Scorer, options: AuditOptions, modulus: int, clock:
     rows, warm, start_screen = [], False, clock.elapsed()
     for template in options.templates:
         spent = clock.elapsed() - start_screen
-        screened = any(r.error is None for r in rows)
+        screened = any(r.usable for r in rows)
         if clock.budget is not None and screened and spent > SCREEN_SHARE * clock.budget:
             rows.append(
                 ScreenedTemplate(
@@ -145,7 +145,7 @@ def screen_templates(scorer: Scorer, options: AuditOptions, modulus: int, clock:
 
 def best_template(screen: list[ScreenedTemplate]) -> ScreenedTemplate:
     """The usable template with the highest screen accuracy (the first listed among equals)."""
-    usable = [s for s in screen if s.error is None]
+    usable = [s for s in screen if s.usable]
     if not usable:
         raise AuditError(
             "no lookup template compiles for this tokenizer: " + "; ".join(f"{s.template}: {s.error}" for s in screen)
@@ -253,13 +253,7 @@ def run_audit(
     modulus = options.modulus or default_modulus(scorer.compression_stride)
     screen = screen_templates(scorer, options, modulus, clock)
     chosen = best_template(screen)
-    echo(
-        "screen: "
-        + ", ".join(
-            f"{s.template} {100 * s.accuracy:.1f}%" if s.error is None else f"{s.template} unusable" for s in screen
-        )
-        + f" -> {chosen.template} ({chosen.seconds_per_prompt:.2f} s per prompt)"
-    )
+    echo(f"screen: {' · '.join(s.brief() for s in screen)} -> {chosen.template}")
     sized = size_design(
         scorer,
         lookup_prompts,
