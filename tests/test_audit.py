@@ -17,7 +17,7 @@ from phasekv.evaluate.record import prompt_prefix
 from phasekv.stats.format import format_verdict
 from phasekv.studies.audit.options import AuditOptions, parse_duration
 from phasekv.studies.audit.result import AuditResult
-from phasekv.studies.audit.run import REPORT_RESERVE_S, SCREEN_SPLIT, AuditError, lookup_design, run_audit
+from phasekv.studies.audit.run import REPORT_RESERVE_S, SCREEN_SPLIT, AuditError, lookup_design, run_audit, spreads
 from phasekv.tasks.lookup import lookup_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer
 
@@ -75,6 +75,8 @@ def test_durations_and_goals_are_checked_before_anything_runs():
     with pytest.raises(ValueError, match="templates must be"):
         AuditOptions(templates=("poem",))
     assert AuditOptions().budget == 600 and AuditOptions(mde_points=10).budget is None
+    # with a budget a design may narrow its span of positions before the audit gives up; an MDE target may not
+    assert spreads(AuditOptions()) == [6, 4, 2] and spreads(AuditOptions(mde_points=10)) == [6]
 
 
 def test_a_budget_too_small_fails_before_any_scoring(tmp_path):

@@ -38,6 +38,7 @@ SCREEN_MAPPINGS = 2
 SCREEN_SHARE = 0.2  # of the budget: once the screen has taken this much, the templates left are not screened
 REPORT_RESERVE_S = 20.0  # the result files and the report (HTML and PNGs) after the probes
 STATS_FACTOR = 3.0  # a run's statistics (bootstrap, permutations, its own MDE) against one planned MDE's time
+NARROWER_SPREADS = (4, 2)
 DEFAULT_MODULUS = 8  # models without a compression stride: the period check runs at modulus // 2
 
 
@@ -227,6 +228,14 @@ def size_design(
     )
 
 
+def spreads(options: AuditOptions) -> list[int]:
+    """The spreads of target positions a design may use: the one asked for and, with a budget, the narrower
+    `NARROWER_SPREADS` (fewer distinct prompts, a larger MDE) when no design at it fits."""
+    if options.goal == "mde":
+        return [options.spread_blocks]
+    return [options.spread_blocks, *(s for s in NARROWER_SPREADS if s < options.spread_blocks)]
+
+
 def run_audit(
     scorer: Scorer,
     options: AuditOptions,
@@ -254,19 +263,27 @@ def run_audit(
     screen = screen_templates(scorer, options, modulus, clock)
     chosen = best_template(screen)
     echo(f"screen: {' · '.join(s.brief() for s in screen)} -> {chosen.template}")
-    sized = size_design(
-        scorer,
-        lookup_prompts,
-        lambda n: lookup_design(options, chosen.template, modulus, n),
-        options.mappings,
-        options,
-        chosen,
-        stride,
-        chosen.accuracy,
-        lambda: clock.left() - REPORT_RESERVE_S,
-    )
+    tried = spreads(options)
+    for spread in tried:  # with a budget, a narrower span of positions before giving up
+        options = replace(options, spread_blocks=spread)
+        sized = size_design(
+            scorer,
+            lookup_prompts,
+            lambda n, o=options: lookup_design(o, chosen.template, modulus, n),
+            options.mappings,
+            options,
+            chosen,
+            stride,
+            chosen.accuracy,
+            lambda: clock.left() - REPORT_RESERVE_S,
+        )
+        if not isinstance(sized, str):
+            break
     if isinstance(sized, str):
-        raise AuditError(f"lookup: {sized}; nothing was scored beyond the template screen")
+        raise AuditError(
+            f"lookup: {sized} (spread blocks {', '.join(map(str, tried))} tried); nothing was scored "
+            "beyond the template screen"
+        )
     plans, runs = [sized[0]], [("lookup", sized[1])]
     needle = options.needle if options.needle is not None else options.goal == "budget"
     if needle:
