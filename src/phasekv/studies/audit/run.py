@@ -172,22 +172,21 @@ def _candidate(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
     return Candidate(options, prompts, plan.n_prompts, plan.n_rows, scoring)
 
 
-def _planned(candidate: Candidate, stride: int | None, accuracy: float) -> tuple[PlannedProbe, float]:
-    """(the plan of `candidate` with its planned MDE and ETA, the seconds the MDE took to simulate)."""
+def _planned(candidate: Candidate, stride: int | None, accuracy: float) -> PlannedProbe:
+    """The plan of `candidate` with its planned MDE and its ETA: the scoring, and the run's statistics priced at
+    `STATS_FACTOR` times the time the planned MDE took to simulate."""
     o = candidate.options
     start = time.perf_counter()
     _, mde, _ = planned_mde(candidate.prompts, stride, o.modulus, o.n_records, accuracy)
     simulated = time.perf_counter() - start
-    probe = "lookup" if isinstance(o, LookupOptions) else "needle"
-    plan = PlannedProbe(
-        probe=probe,
+    return PlannedProbe(
+        probe="lookup" if isinstance(o, LookupOptions) else "needle",
         options=asdict(o),
         prompts=candidate.n_prompts,
         distinct_prompts=candidate.distinct,
         eta_s=round(candidate.scoring_s + STATS_FACTOR * simulated, 1),
         planned_mde=mde,
     )
-    return plan, simulated
 
 
 def size_design(
@@ -200,7 +199,7 @@ def size_design(
         best = None
         for count in counts:
             candidate = _candidate(scorer, build, design(count), rate)
-            plan, _ = _planned(candidate, stride, accuracy)
+            plan = _planned(candidate, stride, accuracy)
             best = plan
             if plan.planned_mde is not None and plan.planned_mde["points"] is not None:
                 if plan.planned_mde["points"] <= options.mde_points:
@@ -217,7 +216,7 @@ def size_design(
             break
         fitting.append(candidate)
     while fitting:
-        plan, _ = _planned(fitting[-1], stride, accuracy)
+        plan = _planned(fitting[-1], stride, accuracy)
         if plan.eta_s <= left():
             return plan, fitting[-1]
         fitting.pop()
