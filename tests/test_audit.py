@@ -18,7 +18,7 @@ from phasekv.stats.format import format_verdict
 from phasekv.studies.audit.options import AuditOptions, parse_duration
 from phasekv.studies.audit.result import AuditResult
 from phasekv.studies.audit.run import REPORT_RESERVE_S, SCREEN_SPLIT, AuditError, lookup_design, run_audit, spreads
-from phasekv.tasks.lookup import lookup_prompts
+from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer
 
 TOKENIZER = build_word_tokenizer()
@@ -154,3 +154,24 @@ def test_an_mde_target_picks_the_smallest_design_that_reaches_it(tmp_path):
     with pytest.raises(AuditError, match="no design up to 2 units reaches an MDE of 0.5"):
         run_audit(scorer, unreachable, tmp_path / "u", echo=lambda _: None, progress=False)
     assert not (tmp_path / "u" / "lookup.json").exists()
+
+
+@pytest.mark.slow
+def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
+    from phasekv.evaluate import run_lookup
+    from phasekv.scoring import load_scorer
+    from phasekv.serve import EndpointScorer
+    from test_serve import serving
+
+    local = load_scorer(phasekv_dir)
+    options = AuditOptions(budget_s=600, **{**SMALL, "templates": ("paper",), "mappings": (2,)})
+    with serving(local, name="tiny") as server:
+        remote = EndpointScorer(server.url + "/v1", "tiny", phasekv_dir, cache=None)
+        audit = run_audit(remote, options, tmp_path / "served", echo=lambda _: None, progress=False)
+    assert audit.model["kind"] == "endpoint" and audit.summary_text.startswith("audit of tiny")
+    endpoint = audit.model["endpoint"]
+    assert f"phasekv eval lookup --endpoint {endpoint} --served-model tiny --tokenizer {phasekv_dir}" in str(audit)
+    served = audit.probe_result()
+    here = run_lookup(local, LookupOptions(**served.extra("requested_options")), n_resamples=50, progress=False)
+    assert served.extra("cell_accuracy") == here["cell_accuracy"]
+    assert served.extra("mean_answer_logprob") == pytest.approx(here["mean_answer_logprob"], rel=1e-5)
