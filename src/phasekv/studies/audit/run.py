@@ -172,19 +172,23 @@ def _candidate(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
     return Candidate(options, prompts, plan.n_prompts, plan.n_rows, scoring)
 
 
-def _planned(candidate: Candidate, stride: int | None, accuracy: float) -> PlannedProbe:
-    """The plan of `candidate` with its planned MDE and its ETA: the scoring, and the run's statistics priced at
-    `STATS_FACTOR` times the time the planned MDE took to simulate."""
+def _simulated(candidate: Candidate, stride: int | None, accuracy: float) -> tuple[dict | None, float]:
+    """(the planned MDE of `candidate` at a flat `accuracy`, the seconds its simulation took)."""
     o = candidate.options
     start = time.perf_counter()
     _, mde, _ = planned_mde(candidate.prompts, stride, o.modulus, o.n_records, accuracy)
-    simulated = time.perf_counter() - start
+    return mde, time.perf_counter() - start
+
+
+def _plan(candidate: Candidate, mde: dict | None, stats_s: float) -> PlannedProbe:
+    """The plan of `candidate`: its counts, planned MDE and ETA (the scoring and `stats_s` of statistics)."""
+    o = candidate.options
     return PlannedProbe(
         probe="lookup" if isinstance(o, LookupOptions) else "needle",
         options=asdict(o),
         prompts=candidate.n_prompts,
         distinct_prompts=candidate.distinct,
-        eta_s=round(candidate.scoring_s + STATS_FACTOR * simulated, 1),
+        eta_s=round(candidate.scoring_s + stats_s, 1),
         planned_mde=mde,
     )
 
@@ -193,38 +197,51 @@ def size_design(
     scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, stride, accuracy, left
 ) -> tuple[PlannedProbe, Candidate] | str:
     """The design of one probe: with a budget, the largest of `counts` (units) whose ETA fits in the seconds
-    `left()` says are left (pricing a design takes time too); with a target MDE, the smallest whose planned MDE
-    reaches it. A string says why none is possible."""
+    `left()` says are left (pricing takes time too: designs are priced from the smallest up, and one simulated MDE,
+    the smallest's, prices the statistics of all, whose cost grows with the distinct prompts); with a target MDE,
+    the smallest whose planned MDE reaches it. A string says why none is possible.
+
+    A run's statistics (bootstrap, permutations, its own MDE) are priced at `STATS_FACTOR` times a planned MDE's
+    simulation."""
     if options.goal == "mde":
-        best = None
+        found = None
         for count in counts:
             candidate = _candidate(scorer, build, design(count), rate)
-            plan = _planned(candidate, stride, accuracy)
-            best = plan
-            if plan.planned_mde is not None and plan.planned_mde["points"] is not None:
-                if plan.planned_mde["points"] <= options.mde_points:
-                    return plan, candidate
-        found = "none" if best.planned_mde is None else best.planned_mde["points"]
+            mde, seconds = _simulated(candidate, stride, accuracy)
+            found = None if mde is None else mde["points"]
+            if found is not None and found <= options.mde_points:
+                return _plan(candidate, mde, STATS_FACTOR * seconds), candidate
         return (
             f"no design up to {counts[-1]} units reaches an MDE of {options.mde_points:g} points at the screen's "
-            f"accuracy of {100 * accuracy:.0f}% (the largest: {found}); give a larger --mde or a --budget"
+            f"accuracy of {100 * accuracy:.0f}% (the largest: {'none' if found is None else found}); give a larger "
+            "--mde or a --budget"
         )
-    fitting = []
+    fitting, smallest = [], _candidate(scorer, build, design(counts[0]), rate)
     for count in counts:
-        candidate = _candidate(scorer, build, design(count), rate)
+        candidate = smallest if count == counts[0] else _candidate(scorer, build, design(count), rate)
         if candidate.scoring_s > left():
             break
         fitting.append(candidate)
-    while fitting:
-        plan = _planned(fitting[-1], stride, accuracy)
-        if plan.eta_s <= left():
-            return plan, fitting[-1]
-        fitting.pop()
-    smallest = _candidate(scorer, build, design(counts[0]), rate)
-    return (
-        f"the smallest design ({counts[0]} units, {smallest.distinct} distinct prompts) needs about "
-        f"{format_seconds(smallest.scoring_s)} of scoring and the budget leaves {format_seconds(max(0.0, left()))}"
-    )
+    chosen = None
+    if fitting:
+        mde, seconds = _simulated(fitting[0], stride, accuracy)
+        per_prompt = seconds / fitting[0].distinct
+
+        def stats(c: Candidate) -> float:
+            return STATS_FACTOR * per_prompt * c.distinct
+
+        # the chosen design's own planned MDE is simulated before the run, so it is paid for too
+        chosen = next(
+            (c for c in reversed(fitting) if c.scoring_s + stats(c) + per_prompt * c.distinct <= left()), None
+        )
+    if chosen is None:
+        return (
+            f"the smallest design ({counts[0]} units, {smallest.distinct} distinct prompts) needs about "
+            f"{format_seconds(smallest.scoring_s)} of scoring and the budget leaves {format_seconds(max(0.0, left()))}"
+        )
+    if chosen is not fitting[0]:
+        mde, _ = _simulated(chosen, stride, accuracy)
+    return _plan(chosen, mde, stats(chosen)), chosen
 
 
 def spreads(options: AuditOptions) -> list[int]:
