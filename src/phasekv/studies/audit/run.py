@@ -216,12 +216,17 @@ def size_design(
             f"accuracy of {100 * accuracy:.0f}% (the largest: {'none' if found is None else found}); give a larger "
             "--mde or a --budget"
         )
-    fitting, smallest = [], _candidate(scorer, build, design(counts[0]), rate)
+    fitting = []
     for count in counts:
-        candidate = smallest if count == counts[0] else _candidate(scorer, build, design(count), rate)
+        start = time.perf_counter()
+        candidate = _candidate(scorer, build, design(count), rate)
+        if count == counts[0]:
+            smallest = candidate
         if candidate.scoring_s > left():
             break
         fitting.append(candidate)
+        if time.perf_counter() - start > left() - candidate.scoring_s:  # no time left to price a larger design
+            break
     chosen = None
     if fitting:
         mde, seconds = _simulated(fitting[0], stride, accuracy)
