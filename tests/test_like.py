@@ -53,6 +53,7 @@ def _measured(path) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_the_table_names_the_command_that_re_measures_its_row(profile, tmp_path):
     root, result = profile
     rows = table_rows({NAME: result}, root / "results")
@@ -76,6 +77,7 @@ def test_the_table_names_the_command_that_re_measures_its_row(profile, tmp_path)
     assert _measured(default)["logprob"] != before["logprob"]
 
 
+@pytest.mark.slow
 def test_a_run_folder_and_flags_beside_it(profile, tmp_path):
     root, result = profile
     found = recorded(root / "runs" / NAME, "lookup")
