@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import phasekv
 from phasekv.model import PhaseKVModel
 from phasekv.model.presets import preset_config
+from phasekv.stats.format import format_verdict
 from phasekv.studies.probe.result import ProbeResult
 from phasekv.tasks import tokenizer
 
@@ -21,6 +24,12 @@ def test_probe_returns_a_typed_result_with_its_verdict():
     assert isinstance(result, ProbeResult) and result.probe == "lookup"
     assert result.verdict == result.phase_test["verdict"] == "not judged: at chance"  # an untrained model
     assert result.to_dict()["summary"]["modulus"] == 8 and result.phase_test["mde"]["distinct_prompts"] > 0
+    # the one-screen text is the verdict's own wording, and the figure is the report's residue chart
+    assert str(result) == result.summary_text and format_verdict(result.phase_test) in result.summary_text
+    assert result.summary_text.startswith("lookup on ") and f"{100 * result.summary.mean:.1f}%" in result.summary_text
+    spec = result.figure()
+    assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite") and "accuracy" in json.dumps(spec)
+    assert json.loads(result.to_json())["summary"]["mean"] == result.summary.mean
 
 
 def test_bad_options_are_refused_before_any_model_loads(tmp_path):

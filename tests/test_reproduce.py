@@ -139,6 +139,12 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     cycled = json.loads((tmp_path / "mit" / "analysis" / f"cycle-{best}.json").read_text())  # W = S: cyclable
     assert cycled["run"] == best and json.loads((tmp_path / "mit" / "designs.json").read_text())["cycle_run"] == best
     assert "| stagger | 42 |" in (tmp_path / "mit" / "designs.md").read_text()
+    # every seed of every row names the command that re-measures it, and the run table does too
+    stagger = tmp_path / "mit" / "results" / "w8s8-1kv-stagger-s42.json"
+    assert (
+        f"- stagger, seed 42: `phasekv eval lookup --like {stagger}`" in (tmp_path / "mit" / "designs.md").read_text()
+    )
+    assert f"`phasekv eval lookup --like {stagger}`" in (tmp_path / "mit" / "table.md").read_text()
     report = (tmp_path / "mit" / "report.html").read_text()
     assert 'id="designs-table"' in report and "not learned (chance)" in report
     assert (tmp_path / "mit" / "report_figures" / "designs.png").stat().st_size > 10_000

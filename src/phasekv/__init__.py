@@ -3,8 +3,15 @@
 from .version import __version__ as __version__
 
 
-def probe(model, probe: str = "lookup", **options):
+def probe(model=None, probe: str = "lookup", **options):
     """Run a lookup or needle probe and return its typed result (`phasekv.api.probe`)."""
     from .api import probe as run
 
     return run(model, probe, **options)
+
+
+def audit(model, **options):
+    """Audit a model for phase-sensitive retrieval and return its typed result (`phasekv.api.audit`)."""
+    from .api import audit as run
+
+    return run(model, **options)

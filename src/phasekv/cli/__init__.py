@@ -22,6 +22,7 @@ app = typer.Typer(
 
 def _mount_subcommands() -> None:
     from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
+    from phasekv.cli.audit import audit_command
     from phasekv.cli.conformance import conformance_command
     from phasekv.cli.evaluate import eval_app
     from phasekv.cli.report import report_command
@@ -33,6 +34,11 @@ def _mount_subcommands() -> None:
         "train",
         help="Pretrain a model (synthetic retrieval mixture or token files); resumable; runs under torchrun.",
     )(train_command)
+    app.command(
+        "audit",
+        help="Audit a model for phase-sensitive retrieval in one command: template screen, a design sized to a "
+        "budget or an MDE, the probes, a one-screen verdict, the JSON results and the report.",
+    )(audit_command)
     app.command("knockout", help="KV-head (or whole-layer) knockouts by mean replacement: the knockout map.")(
         knockout_command
     )

@@ -42,6 +42,35 @@ PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
 SPREAD = typer.Option(
     None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
 )
+LIKE = typer.Option(
+    None,
+    "--like",
+    help="measure like an earlier result: take the probe options of a profile run folder (runs/PROFILE/runs/NAME), "
+    "a result JSON or an audit folder; flags given here override them (MODEL defaults to the model it scored)",
+)
+
+
+def _like(
+    ctx: typer.Context, probe: str, like: Path | None, given: dict[str, tuple[str, object]], model, stride, resamples
+):
+    """(option fields, model, stride, resamples) of a lookup or needle command: `given` maps each option field to
+    (its parameter, its value); with --like the recorded measurement fills every field whose flag was not given
+    (`studies.probe.like.recorded`). Fields left None take the options' own defaults."""
+
+    def explicit(parameter: str) -> bool:  # by name: typer may ship its own click, with its own enum
+        return ctx.get_parameter_source(parameter).name not in ("DEFAULT", "DEFAULT_MAP")
+
+    chosen = {name: value for name, (_, value) in given.items()}
+    if like is not None:
+        from phasekv.studies.probe.like import recorded
+
+        found = recorded(like, probe)
+        chosen = {**found.options, **{name: value for name, (flag, value) in given.items() if explicit(flag)}}
+        stride = stride if explicit("stride") else found.stride
+        resamples = resamples if explicit("resamples") else found.n_resamples or resamples
+        if model is None and found.model is not None:
+            model = Path(found.model)
+    return {k: v for k, v in chosen.items() if v is not None}, model, stride, resamples
 
 
 def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[[object], int] | None = None):
@@ -144,6 +173,10 @@ def _finish(result: dict, table: str, out: Path | None) -> None:
         from phasekv.evaluate.record import write_results
 
         typer.echo(f"wrote {write_results(result, out)}")
+        if result["probe"] in ("lookup", "needle"):
+            from phasekv.studies.probe.like import eval_command
+
+            typer.echo(f"re-measure: {eval_command(result['model'], result['probe'], out)}")
 
 
 def _controls_line(result: dict) -> str:
@@ -185,6 +218,7 @@ def _summary_table(result: dict, heading: str) -> str:
 @eval_app.command()
 @expand_groups
 def lookup(
+    ctx: typer.Context,
     model: Path = MODEL,
     records: int = typer.Option(64, min=1, help="key-name records per prompt"),
     demos: int = typer.Option(8, min=0, help="demonstrations before the target"),
@@ -204,6 +238,7 @@ def lookup(
     template: str = TEMPLATE,
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
+    like: Path = LIKE,
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = OUT,
@@ -218,20 +253,29 @@ def lookup(
 
     with one_line_errors("eval"):
         _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
-        options = LookupOptions(
-            n_records=records,
-            n_demos=demos,
-            modulus=modulus,
-            n_mappings=mappings,
-            placements_per_mapping=placements,
-            protocol=protocol,
-            padding=padding,
-            **({} if spread_blocks is None else {"spread_blocks": spread_blocks}),
-            seed=seed,
-            held_out_seed=held_out_seed,
-            held_out_modulus=held_out_modulus,
-            template=template,
+        fields, model, stride, resamples = _like(
+            ctx,
+            "lookup",
+            like,
+            {
+                "n_records": ("records", records),
+                "n_demos": ("demos", demos),
+                "modulus": ("modulus", modulus),
+                "n_mappings": ("mappings", mappings),
+                "placements_per_mapping": ("placements", placements),
+                "protocol": ("protocol", protocol),
+                "padding": ("padding", padding),
+                "spread_blocks": ("spread_blocks", spread_blocks),
+                "seed": ("seed", seed),
+                "held_out_seed": ("held_out_seed", held_out_seed),
+                "held_out_modulus": ("held_out_modulus", held_out_modulus),
+                "template": ("template", template),
+            },
+            model,
+            stride,
+            resamples,
         )
+        options = LookupOptions(**fields)
         scorer = _prompt_set_scorer(model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts, stride)
         if scorer is None:
             return
@@ -239,10 +283,14 @@ def lookup(
             scorer, options, stride=stride, n_resamples=resamples, progress=not quiet, grid_shift=grid_shift
         )
         agg = result["aggregation"]
-        pairs = "any pairs" if held_out_seed is None else f"held-out pairs (seed {held_out_seed}, 1/{held_out_modulus})"
+        pairs = (
+            "any pairs"
+            if options.held_out_seed is None
+            else f"held-out pairs (seed {options.held_out_seed}, 1/{options.held_out_modulus})"
+        )
         heading = (
-            f"lookup on {remote['url'] or model}: {protocol} padding, {pairs}, {result['n_prompts']} prompts = "
-            f"{agg['n_mappings']} mappings x {modulus} residues x {agg['placements_per_mapping']} placements\n"
+            f"lookup on {remote['url'] or model}: {options.protocol} padding, {pairs}, {result['n_prompts']} prompts = "
+            f"{agg['n_mappings']} mappings x {options.modulus} residues x {agg['placements_per_mapping']} placements\n"
             "bootstrap unit: mapping (cells = means over placements); intervals: percentile per residue and "
             "mean, basic for worst/best/gap/period"
         )
@@ -252,6 +300,7 @@ def lookup(
 @eval_app.command()
 @expand_groups
 def needle(
+    ctx: typer.Context,
     model: Path = MODEL,
     context_length: int = typer.Option(4096, min=8, help="tokens per prompt, query included"),
     records: int = typer.Option(512, min=1, help="key-value records per prompt"),
@@ -266,6 +315,7 @@ def needle(
     seed: int = SEED,
     stride: int = STRIDE,
     resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
+    like: Path = LIKE,
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = OUT,
@@ -280,19 +330,28 @@ def needle(
 
     with one_line_errors("eval"):
         _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
-        options = NeedleOptions(
-            context_length=context_length,
-            n_records=records,
-            key_tokens=key_tokens,
-            value_tokens=value_tokens,
-            modulus=modulus,
-            n_haystacks=haystacks,
-            placements_per_haystack=placements,
-            protocol=protocol,
-            **({} if spread_blocks is None else {"spread_blocks": spread_blocks}),
-            seed=seed,
-            template=template,
+        fields, model, stride, resamples = _like(
+            ctx,
+            "needle",
+            like,
+            {
+                "context_length": ("context_length", context_length),
+                "n_records": ("records", records),
+                "key_tokens": ("key_tokens", key_tokens),
+                "value_tokens": ("value_tokens", value_tokens),
+                "modulus": ("modulus", modulus),
+                "n_haystacks": ("haystacks", haystacks),
+                "placements_per_haystack": ("placements", placements),
+                "protocol": ("protocol", protocol),
+                "spread_blocks": ("spread_blocks", spread_blocks),
+                "seed": ("seed", seed),
+                "template": ("template", template),
+            },
+            model,
+            stride,
+            resamples,
         )
+        options = NeedleOptions(**fields)
         scorer = _prompt_set_scorer(model, scoring, remote, needle_prompts, options, dry_run, dump_prompts, stride)
         if scorer is None:
             return
@@ -300,8 +359,8 @@ def needle(
             scorer, options, stride=stride, n_resamples=resamples, progress=not quiet, grid_shift=grid_shift
         )
         heading = (
-            f"needle on {remote['url'] or model}: {context_length} tokens, {records} records, "
-            f"{protocol} padding, {result['n_prompts']} prompts"
+            f"needle on {remote['url'] or model}: {options.context_length} tokens, {options.n_records} records, "
+            f"{options.protocol} padding, {result['n_prompts']} prompts"
         )
         _finish(result, _summary_table(result, heading), out)
 

@@ -183,6 +183,7 @@ def run_unit_probe(
         protocol=options.protocol,
         seed=options.seed,
         options={**asdict(options), **prompt_set.options},
+        requested_options=asdict(options),  # as asked (defaults unresolved): what `--like` re-runs
         n_prompts=len(scores.correct),
         stride={"value": stride, "source": stride_source},
         aggregation={

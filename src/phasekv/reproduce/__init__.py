@@ -38,7 +38,7 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     if progress:
         tqdm.write(f"stage train: {trained - started:.0f} s wall\nstage evaluate: {evaluated - trained:.0f} s wall")
     stages = run_stages(profile, out, profile.analyses, progress) if profile.analyses else {}
-    rows = table_rows(results)
+    rows = table_rows(results, out / "results")
     table = markdown_table(rows)
     across_seeds = None
     if profile.seed_comparisons:

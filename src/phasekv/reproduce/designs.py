@@ -16,6 +16,7 @@ from statistics import fmean
 
 from ..config import ModelConfig
 from ..files import write_atomic
+from ..studies.probe.like import remeasure_list
 from .profiles import Profile, RunSpec
 from .seeds import pooled
 
@@ -177,7 +178,9 @@ def _seeds(values: list[float], fmt: str = "{:.1f}") -> str:
     return " / ".join(fmt.format(v) for v in values)
 
 
-def markdown(table: list[dict]) -> str:
+def markdown(table: list[dict], results_dir: Path | None = None) -> str:
+    """The designs table; with `results_dir` (where the runs' probe results are) it lists the command that
+    re-measures each seed of each row."""
     lines = [
         "| Design | seeds | cache B/token | val. loss | mean | worst | gap | period diff. | key gate eff. "
         "(static; per window) | key gate weight per overlap slot | target |",
@@ -209,6 +212,14 @@ def markdown(table: list[dict]) -> str:
         f"Target: gap within "
         f"{GAP_MARGIN:g} points of full attention's, mean >= W8/S8's, same cache bytes (seed means)."
     )
+    if results_dir is not None:
+        lines.append(
+            remeasure_list(
+                (f"{d['design']}, seed {seed}", f"phasekv eval lookup --like {results_dir / f'{run}.json'}")
+                for d in table
+                for seed, run in zip(d["seeds"], d["runs"], strict=True)
+            )
+        )
     return "\n".join(lines)
 
 
@@ -217,5 +228,6 @@ def write_designs(table: list[dict], out: Path, mechanism: dict) -> None:
     data = {"schema": SCHEMA, "designs": table, **mechanism}
     write_atomic(out / "designs.json", lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2) + "\n"))
     write_atomic(
-        out / "designs.md", lambda tmp: Path(tmp).write_text(f"# Designs against the weak spots\n\n{markdown(table)}\n")
+        out / "designs.md",
+        lambda tmp: Path(tmp).write_text(f"# Designs against the weak spots\n\n{markdown(table, out / 'results')}\n"),
     )

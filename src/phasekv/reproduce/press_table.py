@@ -18,6 +18,7 @@ from ..files import write_atomic
 from ..report import vega
 from ..scoring.press_spec import PoolSpec, parse_press
 from ..stats.format import verdict_cell
+from ..studies.probe.like import eval_command, remeasure_list
 from ..studies.probe.result import ProbeResult
 
 
@@ -34,7 +35,8 @@ def kept_fraction(result: ProbeResult) -> float:
     return spec.cache_entries(length) / length
 
 
-def press_row(method, probe: str, result: ProbeResult) -> dict:
+def press_row(method, probe: str, result: ProbeResult, cell: str | Path) -> dict:
+    """The table row of one cell (`cell`: its result file, which the row's command re-measures)."""
     s = result.summary
     intervals = s.stat_intervals or {}
     phase = result.phase_verdict
@@ -57,6 +59,7 @@ def press_row(method, probe: str, result: ProbeResult) -> dict:
         "uniformity_p": s.uniformity.p_value,
         "kept_fraction": kept_fraction(result),
         "learned": result.learned(),
+        "command": eval_command(result.model, probe, cell),
         "accuracy": s.accuracy,
         "ci_low": s.ci_low,
         "ci_high": s.ci_high,
@@ -90,6 +93,7 @@ def markdown_press_table(rows: list[dict]) -> str:
         "entries kept per layer and head over the compressed tokens; not judged: at chance = the lower end of the "
         "mean's 95% interval is at most twice the name-guessing level 2/records (a wide interval does this too)."
     )
+    lines.append(remeasure_list((f"{r['label']}, {r['probe']}", r.get("command")) for r in rows))
     return "\n".join(lines)
 
 
@@ -131,9 +135,10 @@ def write_press_table(profile, results: dict[str, dict[str, dict]], out: Path) -
     """Write out/table.md, out/presses.json and out/residues.png; returns the rows."""
     methods = {m.name: m for m in profile.methods}
     rows = [
-        press_row(methods[name], probe, ProbeResult.from_dict(result, f"{out / 'cells'}/{name}-{probe}.json"))
+        press_row(methods[name], probe, ProbeResult.from_dict(result, str(cell)), cell)
         for probe, by in results.items()
         for name, result in by.items()
+        for cell in [out / "cells" / f"{name}-{probe}.json"]
     ]
     table = markdown_press_table(rows)
     write_atomic(out / "table.md", lambda tmp: Path(tmp).write_text(f"# {profile.description}\n\n{table}\n"))

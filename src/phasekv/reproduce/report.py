@@ -7,7 +7,10 @@ flatness is never presented as a result.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..stats.format import verdict_cell
+from ..studies.probe.like import remeasure_list
 from ..studies.probe.result import ProbeResult, learned
 
 
@@ -15,7 +18,16 @@ def _stride(result: dict) -> int | None:
     return result["stride"]["value"] if result["stride"]["source"].startswith("model") else None
 
 
-def table_rows(results: dict[str, dict]) -> list[dict]:
+def remeasure_command(name: str, result: dict, results_dir: Path | None) -> str | None:
+    """`phasekv eval lookup --like RESULTS_DIR/NAME.json`: the result names its checkpoint, so the command needs no
+    MODEL; None for a reading no eval flag makes (DeepSeek-V4's every-entry counterfactual) or without a folder."""
+    if results_dir is None or "counterfactual" in result:
+        return None
+    return f"phasekv eval lookup --like {results_dir / f'{name}.json'}"
+
+
+def table_rows(results: dict[str, dict], results_dir: Path | None = None) -> list[dict]:
+    """One row per result; `results_dir`, where the results are, gives each row the command that re-measures it."""
     rows = []
     for name, r in results.items():
         s, typed = r["summary"], ProbeResult.from_dict(r)
@@ -34,6 +46,7 @@ def table_rows(results: dict[str, dict]) -> list[dict]:
                 "p_value": s["uniformity"]["p_value"],
                 "learned": learned(typed),
                 "phase_test": typed.phase_verdict,
+                "command": remeasure_command(name, r, results_dir),
             }
         )
     return rows
@@ -65,4 +78,6 @@ def markdown_table(rows: list[dict]) -> str:
         "compares the phase frequencies k/P with their neighbours after each unit's smooth curve and needs the phase "
         "amplitude's lower bound (points) to clear 5 points; MDE = the smallest drop at one phase found with 80% power."
     )
+    if any(row.get("command") for row in rows):
+        lines.append(remeasure_list((row["model"], row.get("command")) for row in rows))
     return "\n".join(lines)

@@ -156,3 +156,22 @@ def format_verdict(verdict: dict) -> str:
     if verdict.get("note"):
         lines.append(f"note: {verdict['note']}")
     return "\n".join(lines)
+
+
+def format_headline(summary: ResidueSummary, verdict: dict | None) -> str:
+    """The finding of a probe in a few lines: the mean with its interval, worst and best residue, the gap with
+    its interval, then the phase verdict (`format_verdict`) when the result has one."""
+    intervals = summary.stat_intervals or {}
+    mean = f"mean {100 * summary.mean:.1f}%"
+    if "mean" in intervals:
+        mean += " [{:.1f}, {:.1f}]".format(*(100 * v for v in intervals["mean"]))
+    gap = f"gap {summary.gap_points:.1f} points"
+    if "gap_points" in intervals:
+        gap += " [{:.1f}, {:.1f}]".format(*intervals["gap_points"])
+    lines = [
+        f"{mean}; worst {100 * summary.worst:.1f}% (r={summary.worst_residue}), best {100 * summary.best:.1f}% "
+        f"(r={summary.best_residue}); {gap}"
+    ]
+    if verdict:
+        lines.append(format_verdict(verdict))
+    return "\n".join(lines)

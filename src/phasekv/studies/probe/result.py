@@ -148,6 +148,43 @@ class ProbeResult(TypedResult):
         return None if self.phase_verdict is None else self.phase_verdict.get("verdict")
 
     @property
+    def summary_text(self) -> str:
+        """The one-screen finding (`.summary` is the typed residue summary): what was run, the mean, gap and
+        phase verdict with its effect size, interval, p, minimum detectable effect and smooth trend."""
+        from phasekv.stats.format import format_headline
+
+        test = self.phase_test or {}
+        distinct = (test.get("test") or {}).get("n_distinct_prompts")
+        options = self.options
+        template = f"{options['template']} template, " if "template" in options else ""
+        heading = (
+            f"{self.probe} on {self.model_label}: {template}{self.protocol or '-'} padding, {self.n_prompts} prompts"
+            + (f" ({distinct} distinct)" if distinct is not None else "")
+            + (f", {self.wall_time_s:.0f} s" if self.wall_time_s is not None else "")
+        )
+        return heading + "\n" + format_headline(self.summary, self.phase_test)
+
+    def __str__(self) -> str:
+        return self.summary_text
+
+    @property
+    def model_label(self) -> str:
+        """The scored model as a reader names it: the served model's name, else its folder."""
+        return str(self.model.get("served_model") or self.model.get("path") or self.model.get("kind", "model"))
+
+    def figure(self, name: str | None = None) -> dict:
+        """Accuracy by residue as the report draws it: a Vega-Lite spec (a dict), shown in a notebook by
+        `altair.Chart.from_dict(spec)` or any Vega-Lite renderer."""
+        from pathlib import Path
+
+        from phasekv.report.inputs import Inputs, Result
+        from phasekv.studies.probe import figure
+
+        label = name or self.model_label
+        inputs = Inputs(Path("."), {"residues": [Result("residues", Path(label), self.to_dict(), label, self)]})
+        return figure.spec(figure.section(inputs))
+
+    @property
     def schema_version(self) -> int:
         return int(self.schema_id.rsplit("/", 1)[1])
 

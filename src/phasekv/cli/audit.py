@@ -1,0 +1,104 @@
+"""`phasekv audit MODEL`: one command from a model to its phase verdict (`phasekv.studies.audit`)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import typer
+
+from phasekv.cli.errors import one_line_errors
+from phasekv.cli.options import expand_groups
+from phasekv.cli.scoring import ENDPOINT, SCORING
+from phasekv.studies.audit.options import AuditOptions
+
+DEFAULTS = AuditOptions()
+
+
+def default_out(model: Path | None, remote: dict, press: str | None) -> Path:
+    """runs/audit/<the model folder's name, or the served model's>[-<press>], made file-safe."""
+    name = remote["served_model"] if remote["url"] is not None else Path(model).resolve().name
+    if press:
+        name += "-" + press
+    return Path("runs/audit") / re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_")
+
+
+def _model_args(model: Path | None, scoring: dict, remote: dict) -> str:
+    """How an eval command names the audited model: as this command was given it."""
+    import shlex
+
+    if remote["url"] is not None:
+        tokenizer = remote["tokenizer"] or model
+        return (
+            f"--endpoint {shlex.quote(remote['url'])} --served-model {shlex.quote(str(remote['served_model']))} "
+            f"--tokenizer {shlex.quote(str(tokenizer))}"
+        )
+    return shlex.quote(str(model)) + (f" --press {shlex.quote(scoring['press'])}" if scoring["press"] else "")
+
+
+@expand_groups
+def audit_command(
+    model: Path = typer.Argument(None, help="phasekv checkpoint or HF model folder (with --endpoint: its tokenizer)"),
+    budget: str = typer.Option(
+        None, "--budget", help="wall time for the whole audit, e.g. 10m, 90s, 1h (default 10m unless --mde)"
+    ),
+    mde: float = typer.Option(
+        None, "--mde", help="size the design instead to reach this minimum detectable effect (accuracy points)"
+    ),
+    needle: bool = typer.Option(
+        None, "--needle/--no-needle", help="also run the needle probe (default: when the budget leaves time for it)"
+    ),
+    templates: str = typer.Option(",".join(DEFAULTS.templates), help="comma-separated templates to screen"),
+    records: int = typer.Option(DEFAULTS.n_records, min=2, help="key-name records per lookup prompt"),
+    stride: int = typer.Option(None, min=1, help="period of the verdict (default: the model's stride, else 4)"),
+    seed: int = typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests"),
+    scoring: dict = SCORING,
+    remote: dict = ENDPOINT,
+    out: Path = typer.Option(None, "--out", help="folder for the results and the report (default runs/audit/MODEL)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bars"),
+) -> None:
+    """Audit a model for phase-sensitive retrieval in one command: screen the templates, size the design from a
+    budget or a target MDE (the plan is printed first), run the lookup (and the needle when there is time), print
+    the verdict and write the JSON results and the HTML report."""
+    started = time.perf_counter()
+    from phasekv.files import check_output
+    from phasekv.studies.audit.options import parse_duration
+
+    with one_line_errors("audit"):
+        options = AuditOptions(
+            budget_s=None if budget is None else parse_duration(budget),
+            mde_points=mde,
+            templates=tuple(t.strip() for t in templates.split(",") if t.strip()),
+            n_records=records,
+            n_demos=min(DEFAULTS.n_demos, records - 1),
+            needle=needle,
+            stride=stride,
+            seed=seed,
+        )
+        if remote["url"] is None:
+            if model is None:
+                raise ValueError("give MODEL (a model folder) or --endpoint URL")
+            if not model.is_dir():
+                raise FileNotFoundError(f"no model folder at {model}")
+        elif scoring["press"] is not None:
+            raise ValueError("--press compresses a local model's cache: it cannot apply to --endpoint")
+        out = out or default_out(model, remote, scoring["press"])
+        check_output(out, directory=True)  # a bad path fails now, not after the probes
+        from phasekv.cli.scoring import scorer_from_options
+        from phasekv.studies.audit.run import run_audit
+
+        scorer = scorer_from_options(model, scoring, remote)
+        goal = f"budget {budget or '10m'}" if options.goal == "budget" else f"target MDE {mde:g} points"
+        typer.echo(f"audit of {remote['url'] or model} ({goal}), loaded in {time.perf_counter() - started:.0f} s")
+        result = run_audit(
+            scorer,
+            options,
+            out,
+            started=started,
+            model_args=_model_args(model, scoring, remote),
+            echo=typer.echo,
+            progress=not quiet,
+        )
+    typer.echo("")
+    typer.echo(result.summary_text)

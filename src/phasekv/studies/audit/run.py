@@ -1,0 +1,365 @@
+"""The audit end to end: screen the lookup templates, size the design from a budget or a target minimum
+detectable effect, run the lookup (and the needle when there is time), write the results and the report.
+
+The screen scores a few prompts of every template on mappings of the calibration split, which the run (the eval
+split) never draws, after one untimed warm-up prompt; the template the model answers best is used. Its time per
+distinct prompt, scaled by sequence length, prices every candidate design (`evaluate.scored.plan_prompt_set`
+counts the distinct prompts a design forwards); the planned MDE (`evaluate.units.planned_mde`) is simulated at
+the screen's accuracy. A budget counts the whole audit from `started` (model loading included): the design is
+the largest whose scoring, statistics and report fit in what the screen left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from phasekv.evaluate import run_lookup, run_needle, write_results
+from phasekv.evaluate.plan import format_seconds, scores_by_request
+from phasekv.evaluate.press import bind_question, question_tokens
+from phasekv.evaluate.record import prompt_prefix
+from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
+from phasekv.evaluate.units import planned_mde
+from phasekv.scoring import Scorer
+from phasekv.studies.probe.like import eval_command
+from phasekv.studies.probe.result import ProbeResult
+from phasekv.tasks.lookup import LookupOptions, lookup_prompts
+from phasekv.tasks.needle import NeedleOptions, needle_prompts
+
+from .options import SCHEMA, AuditOptions
+from .result import AuditedProbe, AuditResult, PlannedProbe, ScreenedTemplate, plan_line
+
+SCREEN_SPLIT = "calibration"
+SCREEN_MAPPINGS = 2
+SCREEN_SHARE = 0.2  # of the budget: once the screen has taken this much, the templates left are not screened
+REPORT_RESERVE_S = 20.0  # the result files and the report (HTML and PNGs) after the probes
+STATS_FACTOR = 3.0  # a run's statistics (bootstrap, permutations, its own MDE) against one planned MDE's time
+NARROWER_SPREADS = (4, 2)
+DEFAULT_MODULUS = 8  # models without a compression stride: the period check runs at modulus // 2
+
+
+class AuditError(ValueError):
+    """An audit that cannot be run as asked (no usable template, no design within the budget or the MDE)."""
+
+
+def default_modulus(stride: int | None) -> int:
+    """Two periods of the model's compression stride, else `DEFAULT_MODULUS`."""
+    return 2 * stride if stride else DEFAULT_MODULUS
+
+
+def lookup_design(options: AuditOptions, template: str, modulus: int, n_mappings: int, split: str = "eval"):
+    return LookupOptions(
+        n_records=options.n_records,
+        n_demos=options.n_demos,
+        modulus=modulus,
+        n_mappings=n_mappings,
+        protocol=options.protocol,
+        spread_blocks=options.spread_blocks,
+        seed=options.seed,
+        split=split,
+        template=template,
+    )
+
+
+def needle_design(options: AuditOptions, template: str, modulus: int, n_haystacks: int):
+    return NeedleOptions(
+        context_length=options.needle_context_length,
+        n_records=options.needle_records,
+        key_tokens=1,
+        value_tokens=1,
+        modulus=modulus,
+        n_haystacks=n_haystacks,
+        spread_blocks=options.spread_blocks,
+        seed=options.seed,
+        template=template,
+    )
+
+
+class Clock:
+    """Seconds since `started` and what is left of the budget (None: no budget)."""
+
+    def __init__(self, started: float, budget: float | None):
+        self.started, self.budget = started, budget
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return float("inf") if self.budget is None else self.budget - self.elapsed()
+
+
+def _spaced(n: int, k: int) -> list[int]:
+    """k indices spread evenly over range(n) (all of them when k >= n)."""
+    return list(range(n)) if k >= n else sorted({int(i) for i in np.linspace(0, n - 1, k)})
+
+
+def screen_templates(scorer: Scorer, options: AuditOptions, modulus: int, clock: Clock) -> list[ScreenedTemplate]:
+    """Score `options.screen_prompts` calibration-split lookup prompts of every template; a template that does not
+    compile for the tokenizer is kept with its error, and once the screen has taken `SCREEN_SHARE` of the budget
+    the templates left are not screened (said so in their rows)."""
+    prefix = prompt_prefix(scorer.tokenizer)
+    rows, warm, start_screen = [], False, clock.elapsed()
+    for template in options.templates:
+        spent = clock.elapsed() - start_screen
+        screened = any(r.usable for r in rows)
+        if clock.budget is not None and screened and spent > SCREEN_SHARE * clock.budget:
+            rows.append(
+                ScreenedTemplate(
+                    template=template,
+                    error=f"not screened: the screen took {spent:.0f} s, over {SCREEN_SHARE:.0%} of the budget",
+                )
+            )
+            continue
+        design = lookup_design(options, template, modulus, SCREEN_MAPPINGS, split=SCREEN_SPLIT)
+        try:
+            prompt_set = lookup_prompts(scorer.tokenizer, design, prefix)
+        except ValueError as err:
+            rows.append(ScreenedTemplate(template=template, error=str(err)))
+            continue
+        prompts = [prompt_set.prompts[i] for i in _spaced(len(prompt_set.prompts), options.screen_prompts)]
+        key_length = prompt_set.options["answer_offset"]
+        bind_question(scorer, question_tokens(scorer.tokenizer, design))
+        if not warm:  # the first forward carries one-off costs that would inflate every estimate
+            score_prompt_set(scorer, prompts[:1], key_length, "warm-up", progress=False)
+            warm = True
+        start = time.perf_counter()
+        scores = score_prompt_set(scorer, prompts, key_length, "screen", progress=False)
+        seconds = time.perf_counter() - start
+        distinct = len(set(scores.prompt_id.tolist()))
+        rows.append(
+            ScreenedTemplate(
+                template=template,
+                accuracy=float(scores.correct.mean()),
+                prompts=len(prompts),
+                distinct_prompts=distinct,
+                seconds=round(seconds, 3),
+                seconds_per_prompt=round(seconds / distinct, 4),
+                longest=max(len(p.input_ids) + len(p.answer_ids) - 1 for p in prompts),
+            )
+        )
+    return rows
+
+
+def best_template(screen: list[ScreenedTemplate]) -> ScreenedTemplate:
+    """The usable template with the highest screen accuracy (the first listed among equals)."""
+    usable = [s for s in screen if s.usable]
+    if not usable:
+        raise AuditError(
+            "no lookup template compiles for this tokenizer: " + "; ".join(f"{s.template}: {s.error}" for s in screen)
+        )
+    return max(usable, key=lambda s: s.accuracy)  # max keeps the first of equal keys
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One design priced before scoring."""
+
+    options: LookupOptions | NeedleOptions
+    prompts: list
+    n_prompts: int
+    distinct: int
+    scoring_s: float
+
+
+def _candidate(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
+    prompts = build(scorer.tokenizer, options, prompt_prefix(scorer.tokenizer)).prompts
+    plan = plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer))
+    scoring = plan.n_rows * rate.seconds_per_prompt * max(1.0, plan.longest / rate.longest)
+    return Candidate(options, prompts, plan.n_prompts, plan.n_rows, scoring)
+
+
+def _simulated(candidate: Candidate, stride: int | None, accuracy: float) -> tuple[dict | None, float]:
+    """(the planned MDE of `candidate` at a flat `accuracy`, the seconds its simulation took)."""
+    o = candidate.options
+    start = time.perf_counter()
+    _, mde, _ = planned_mde(candidate.prompts, stride, o.modulus, o.n_records, accuracy)
+    return mde, time.perf_counter() - start
+
+
+def _plan(candidate: Candidate, mde: dict | None, stats_s: float) -> PlannedProbe:
+    """The plan of `candidate`: its counts, planned MDE and ETA (the scoring and `stats_s` of statistics)."""
+    o = candidate.options
+    return PlannedProbe(
+        probe="lookup" if isinstance(o, LookupOptions) else "needle",
+        options=asdict(o),
+        prompts=candidate.n_prompts,
+        distinct_prompts=candidate.distinct,
+        eta_s=round(candidate.scoring_s + stats_s, 1),
+        planned_mde=mde,
+    )
+
+
+def size_design(
+    scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, stride, accuracy, left
+) -> tuple[PlannedProbe, Candidate] | str:
+    """The design of one probe: with a budget, the largest of `counts` (units) whose ETA fits in the seconds
+    `left()` says are left (pricing takes time too: designs are priced from the smallest up, and one simulated MDE,
+    the smallest's, prices the statistics of all, whose cost grows with the distinct prompts); with a target MDE,
+    the smallest whose planned MDE reaches it. A string says why none is possible.
+
+    A run's statistics (bootstrap, permutations, its own MDE) are priced at `STATS_FACTOR` times a planned MDE's
+    simulation."""
+    if options.goal == "mde":
+        found = None
+        for count in counts:
+            candidate = _candidate(scorer, build, design(count), rate)
+            mde, seconds = _simulated(candidate, stride, accuracy)
+            found = None if mde is None else mde["points"]
+            if found is not None and found <= options.mde_points:
+                return _plan(candidate, mde, STATS_FACTOR * seconds), candidate
+        return (
+            f"no design up to {counts[-1]} units reaches an MDE of {options.mde_points:g} points at the screen's "
+            f"accuracy of {100 * accuracy:.0f}% (the largest: {'none' if found is None else found}); give a larger "
+            "--mde or a --budget"
+        )
+    fitting = []
+    for count in counts:
+        start = time.perf_counter()
+        candidate = _candidate(scorer, build, design(count), rate)
+        if count == counts[0]:
+            smallest = candidate
+        if candidate.scoring_s > left():
+            break
+        fitting.append(candidate)
+        if time.perf_counter() - start > left() - candidate.scoring_s:  # no time left to price a larger design
+            break
+    chosen = None
+    if fitting:
+        mde, seconds = _simulated(fitting[0], stride, accuracy)
+        per_prompt = seconds / fitting[0].distinct
+
+        def stats(c: Candidate) -> float:
+            return STATS_FACTOR * per_prompt * c.distinct
+
+        # the chosen design's own planned MDE is simulated before the run, so it is paid for too
+        chosen = next(
+            (c for c in reversed(fitting) if c.scoring_s + stats(c) + per_prompt * c.distinct <= left()), None
+        )
+    if chosen is None:
+        return (
+            f"the smallest design ({counts[0]} units, {smallest.distinct} distinct prompts) needs about "
+            f"{format_seconds(smallest.scoring_s)} of scoring and the budget leaves {format_seconds(max(0.0, left()))}"
+        )
+    if chosen is not fitting[0]:
+        mde, _ = _simulated(chosen, stride, accuracy)
+    return _plan(chosen, mde, stats(chosen)), chosen
+
+
+def spreads(options: AuditOptions) -> list[int]:
+    """The spreads of target positions a design may use: the one asked for and, with a budget, the narrower
+    `NARROWER_SPREADS` (fewer distinct prompts, a larger MDE) when no design at it fits."""
+    if options.goal == "mde":
+        return [options.spread_blocks]
+    return [options.spread_blocks, *(s for s in NARROWER_SPREADS if s < options.spread_blocks)]
+
+
+def run_audit(
+    scorer: Scorer,
+    options: AuditOptions,
+    out: str | Path,
+    *,
+    started: float | None = None,
+    model_args: str | None = None,
+    echo: Callable[[str], object] = print,
+    progress: bool = True,
+) -> AuditResult:
+    """Screen, plan (printed through `echo` before any probe is scored), run, write `out`/lookup.json (needle.json),
+    audit.json and report.html; returns the typed result. `started` (time.perf_counter) is when the budget began
+    (default: now); `model_args` how an eval command names the model (default: from the scorer's record)."""
+    from phasekv.report import build_report
+
+    clock = Clock(time.perf_counter() if started is None else started, options.budget)
+    if clock.left() <= REPORT_RESERVE_S:
+        raise AuditError(
+            f"a budget of {format_seconds(options.budget)} leaves {format_seconds(max(0.0, clock.left()))}, not even "
+            f"the {REPORT_RESERVE_S:.0f} s the results and the report take; nothing was scored"
+        )
+    out = Path(out)
+    stride = options.stride or scorer.compression_stride
+    modulus = options.modulus or default_modulus(scorer.compression_stride)
+    screen = screen_templates(scorer, options, modulus, clock)
+    chosen = best_template(screen)
+    echo(f"screen: {' · '.join(s.brief() for s in screen)} -> {chosen.template}")
+    tried = spreads(options)
+    for spread in tried:  # with a budget, a narrower span of positions before giving up
+        options = replace(options, spread_blocks=spread)
+        sized = size_design(
+            scorer,
+            lookup_prompts,
+            lambda n, o=options: lookup_design(o, chosen.template, modulus, n),
+            options.mappings,
+            options,
+            chosen,
+            stride,
+            chosen.accuracy,
+            lambda: clock.left() - REPORT_RESERVE_S,
+        )
+        if not isinstance(sized, str):
+            break
+    if isinstance(sized, str):
+        raise AuditError(
+            f"lookup: {sized} (spread blocks {', '.join(map(str, tried))} tried); nothing was scored "
+            "beyond the template screen"
+        )
+    plans, runs = [sized[0]], [("lookup", sized[1])]
+    needle = options.needle if options.needle is not None else options.goal == "budget"
+    if needle:
+        needle_sized = size_design(
+            scorer,
+            needle_prompts,
+            lambda n: needle_design(options, chosen.template, modulus, n),
+            options.haystacks,
+            options,
+            chosen,
+            stride,
+            chosen.accuracy,
+            lambda: clock.left() - REPORT_RESERVE_S - sized[0].eta_s,
+        )
+        if isinstance(needle_sized, str):
+            plans.append(PlannedProbe(probe="needle", skipped=needle_sized))
+        else:
+            plans.append(needle_sized[0])
+            runs.append(("needle", needle_sized[1]))
+    else:
+        plans.append(PlannedProbe(probe="needle", skipped="not asked for (--needle runs it)"))
+    for plan in plans:
+        echo(plan_line(plan))
+    probes = {}
+    for probe, candidate in runs:
+        run = run_lookup if probe == "lookup" else run_needle
+        bind_question(scorer, question_tokens(scorer.tokenizer, candidate.options))
+        result = run(
+            scorer, candidate.options, stride=options.stride, n_resamples=options.n_resamples, progress=progress
+        )
+        path = write_results(result, out / f"{probe}.json")
+        typed = ProbeResult.from_dict(result, str(path))
+        probes[probe] = AuditedProbe(
+            file=path.name,
+            verdict=typed.verdict,
+            text=typed.summary_text,
+            command=eval_command(result["model"], probe, path, model_args),
+        )
+    audit = AuditResult.from_dict(
+        {
+            "schema": SCHEMA,
+            "model": scorer.describe(),
+            "options": asdict(replace(options, budget_s=options.budget)),
+            "out": str(out),
+            "screen": [s.model_dump() for s in screen],
+            "template": chosen.template,
+            "screen_split": SCREEN_SPLIT,
+            "plan": [p.model_dump() for p in plans],
+            "probes": {k: v.model_dump() for k, v in probes.items()},
+            "budget_s": options.budget,
+            "wall_time_s": 0.0,
+            "report": "report.html",
+        }
+    )
+    build_report(out, out / "report.html", pngs=False)  # the page only: PNGs cost a budget more than they add
+    audit = audit.model_copy(update={"wall_time_s": round(clock.elapsed(), 1)})
+    audit.write(out / "audit.json")
+    return audit

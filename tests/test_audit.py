@@ -1,0 +1,177 @@
+"""`phasekv audit` and `phasekv.audit`: the screen uses mappings the run never scores, the plan comes before any
+probe is scored, the design follows the budget or the target MDE, bad input fails before scoring, and the
+result, its files and its one-screen text agree."""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import phasekv
+from phasekv.cli import app
+from phasekv.evaluate.record import prompt_prefix
+from phasekv.stats.format import format_verdict
+from phasekv.studies.audit.options import AuditOptions, parse_duration
+from phasekv.studies.audit.result import AuditResult
+from phasekv.studies.audit.run import REPORT_RESERVE_S, SCREEN_SPLIT, AuditError, lookup_design, run_audit, spreads
+from phasekv.tasks.lookup import LookupOptions, lookup_prompts
+from phasekv.tasks.tokenizer import build_word_tokenizer
+
+TOKENIZER = build_word_tokenizer()
+SMALL = dict(
+    n_records=8,
+    n_demos=2,
+    spread_blocks=2,
+    mappings=(2, 3),
+    haystacks=(2,),
+    needle=False,
+    screen_prompts=6,
+    n_resamples=50,
+)
+
+
+class InductionScorer:
+    """Answers like an induction head: the token after the last earlier occurrence of the two tokens before the
+    predicted position; right on about `share` of the prompts (chosen by a hash of the prompt), otherwise one
+    token off, so its accuracy is known without a model."""
+
+    batch_size = 16
+    compression_stride = None
+
+    def __init__(self, share: float = 0.7):
+        self.tokenizer = TOKENIZER
+        self.share = share
+        self.calls = 0
+
+    def logprobs(self, sequences, n_last=1):
+        self.calls += 1
+        vocab = len(self.tokenizer)
+        out = torch.full((len(sequences), n_last, vocab), -20.0)
+        for i, sequence in enumerate(sequences):
+            right = zlib.crc32(bytes(str(sequence[: len(sequence) - n_last + 1]), "ascii")) % 100 < 100 * self.share
+            for j in range(n_last):
+                end = len(sequence) - n_last + 1 + j
+                key = sequence[end - 2 : end]
+                starts = [s for s in range(end - 2) if sequence[s : s + 2] == key]
+                token = sequence[starts[-1] + 2] if starts else 0
+                out[i, j, token if right else (token + 1) % vocab] = 0.0
+        return torch.log_softmax(out, -1)
+
+    def describe(self):
+        return {"kind": "induction", "path": "induction-scorer"}
+
+
+def test_durations_and_goals_are_checked_before_anything_runs():
+    assert parse_duration("10m") == 600 and parse_duration("90s") == 90 and parse_duration("1.5h") == 5400
+    for bad in ("ten minutes", "0", "-5m"):
+        with pytest.raises(ValueError, match="budget"):
+            parse_duration(bad)
+    with pytest.raises(ValueError, match="not both"):
+        AuditOptions(budget_s=60, mde_points=10)
+    with pytest.raises(ValueError, match="templates must be"):
+        AuditOptions(templates=("poem",))
+    assert AuditOptions().budget == 600 and AuditOptions(mde_points=10).budget is None
+    # with a budget a design may narrow its span of positions before the audit gives up; an MDE target may not
+    assert spreads(AuditOptions()) == [6, 4, 2] and spreads(AuditOptions(mde_points=10)) == [6]
+
+
+def test_a_budget_too_small_fails_before_any_scoring(tmp_path):
+    scorer = InductionScorer()
+    with pytest.raises(AuditError, match="nothing was scored"):
+        run_audit(scorer, AuditOptions(budget_s=REPORT_RESERVE_S / 2, **SMALL), tmp_path / "a", echo=lambda _: None)
+    assert scorer.calls == 0 and not (tmp_path / "a").exists()
+    # a budget the screen leaves too little of: the design fails before the lookup is scored
+    calls = []
+    with pytest.raises(AuditError, match="the smallest design .* needs about"):
+        run_audit(
+            scorer,
+            AuditOptions(budget_s=REPORT_RESERVE_S + 1.0, **{**SMALL, "templates": ("paper",), "screen_prompts": 2}),
+            tmp_path / "b",
+            started=time.perf_counter(),
+            echo=calls.append,
+        )
+    assert not (tmp_path / "b" / "lookup.json").exists() and not any(c.startswith("plan lookup") for c in calls)
+
+
+def test_bad_input_on_the_command_line_is_one_line_before_loading(tmp_path):
+    runner = CliRunner()
+    missing = runner.invoke(app, ["audit", str(tmp_path / "nope"), "--budget", "10m"])
+    assert missing.exit_code == 2 and "no model folder at" in missing.output
+    both = runner.invoke(app, ["audit", str(tmp_path), "--budget", "10m", "--mde", "10"])
+    assert both.exit_code == 2 and "not both" in both.output
+    bad = runner.invoke(app, ["audit", str(tmp_path), "--budget", "soon"])
+    assert bad.exit_code == 2 and "give a duration" in bad.output
+
+
+@pytest.mark.slow
+def test_audit_screens_apart_plans_first_and_writes_what_it_prints(tmp_path):
+    scorer, out, lines = InductionScorer(), tmp_path / "audit", []
+
+    def echo(line):  # the plan must be printed before any probe result exists
+        lines.append((line, (out / "lookup.json").exists()))
+
+    audit = run_audit(scorer, AuditOptions(budget_s=600, **SMALL), out, echo=echo, progress=False)
+    assert isinstance(audit, AuditResult) and str(audit) == audit.summary_text
+    screened = {s.template: s for s in audit.screen}
+    assert screened["sentence"].error is not None  # the word tokenizer lacks its words
+    assert audit.template in ("natural", "paper") and screened[audit.template].accuracy > 0.4
+    plan_lines = [written for line, written in lines if line.startswith("plan lookup")]
+    assert plan_lines == [False]
+    # the budget left room for the largest design offered
+    assert audit.plan[0].options["n_mappings"] == 3 and audit.plan[1].skipped
+    lookup = audit.probe_result("lookup")
+    assert lookup.options["n_mappings"] == 3 and lookup.options["split"] == "eval"
+    # the screen drew its mappings from another split: none of its prompts is one the run scored
+    prefix = prompt_prefix(TOKENIZER)
+    design = lookup_design(audit_options := AuditOptions(**SMALL), audit.template, 8, 3)
+    screen = lookup_design(audit_options, audit.template, 8, 2, split=SCREEN_SPLIT)
+    run_prompts = {tuple(p.input_ids) for p in lookup_prompts(TOKENIZER, design, prefix).prompts}
+    assert audit.screen_split == "calibration"
+    assert not run_prompts & {tuple(p.input_ids) for p in lookup_prompts(TOKENIZER, screen, prefix).prompts}
+    # what is printed is what was written: the verdict block is `format_verdict`'s, the files are there
+    assert format_verdict(lookup.phase_test) in audit.summary_text
+    assert audit.verdict == lookup.verdict
+    assert f"re-measure: phasekv eval lookup induction-scorer --like {out / 'lookup.json'}" in audit.summary_text
+    assert (out / "report.html").stat().st_size > 10_000
+    assert AuditResult.load(out / "audit.json").summary_text == audit.summary_text
+    assert audit.figure()["$schema"].startswith("https://vega.github.io/schema/vega-lite")
+
+
+@pytest.mark.slow
+def test_an_mde_target_picks_the_smallest_design_that_reaches_it(tmp_path):
+    scorer = InductionScorer()
+    # every design whose MDE is finite reaches 100 points: the smallest of them must be taken, not the largest
+    audit = phasekv.audit(scorer, out=tmp_path / "m", mde=100, **{**SMALL, "mappings": (2, 3)})
+    planned = audit.plan[0].planned_mde
+    assert planned["points"] <= 100 and audit.budget_s is None
+    assert audit.plan[0].options["n_mappings"] == 2 == audit.probe_result().options["n_mappings"]
+    assert '"schema": "phasekv.audit/1"' in audit.to_json()
+    unreachable = AuditOptions(mde_points=0.5, **{**SMALL, "mappings": (2,)})
+    with pytest.raises(AuditError, match="no design up to 2 units reaches an MDE of 0.5"):
+        run_audit(scorer, unreachable, tmp_path / "u", echo=lambda _: None, progress=False)
+    assert not (tmp_path / "u" / "lookup.json").exists()
+
+
+@pytest.mark.slow
+def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
+    from phasekv.evaluate import run_lookup
+    from phasekv.scoring import load_scorer
+    from phasekv.serve import EndpointScorer
+    from test_serve import serving
+
+    local = load_scorer(phasekv_dir)
+    options = AuditOptions(budget_s=600, **{**SMALL, "templates": ("paper",), "mappings": (2,)})
+    with serving(local, name="tiny") as server:
+        remote = EndpointScorer(server.url + "/v1", "tiny", phasekv_dir, cache=None)
+        audit = run_audit(remote, options, tmp_path / "served", echo=lambda _: None, progress=False)
+    assert audit.model["kind"] == "endpoint" and audit.summary_text.startswith("audit of tiny")
+    endpoint = audit.model["endpoint"]
+    assert f"phasekv eval lookup --endpoint {endpoint} --served-model tiny --tokenizer {phasekv_dir}" in str(audit)
+    served = audit.probe_result()
+    here = run_lookup(local, LookupOptions(**served.extra("requested_options")), n_resamples=50, progress=False)
+    assert served.extra("cell_accuracy") == here["cell_accuracy"]
+    assert served.extra("mean_answer_logprob") == pytest.approx(here["mean_answer_logprob"], rel=1e-5)
