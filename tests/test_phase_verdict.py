@@ -501,3 +501,33 @@ def test_the_rule_at_its_boundaries():
     assert judge(replace(strong, mean_ci=[0.25, 0.6]), 0.05, 5.0, 0.25) == AT_CHANCE
     assert judge(replace(strong, mean_ci=[0.251, 0.6]), 0.05, 5.0, 0.25) == PHASE_SENSITIVE
     assert judge(replace(strong, testable=False), 0.05, 5.0, 0.25) == NOT_TESTABLE
+
+
+def test_the_minimum_effect_is_an_option_of_the_probe_and_of_its_dry_run(phasekv_dir, capsys):
+    """--min-effect moves the rule's floor: the verdict records it and words it, and the dry run's MDE is
+    simulated under it (a floor of 60 points needs a larger drop than a floor of 5)."""
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+
+    runner = CliRunner()
+    common = ["eval", "lookup", str(phasekv_dir), "--records", "8", "--demos", "2", "--mappings", "4", "--dry-run"]
+    low = runner.invoke(app, [*common, "--min-effect", "5"])
+    high = runner.invoke(app, [*common, "--min-effect", "60"])
+    assert low.exit_code == 0 and high.exit_code == 0, low.output + high.output
+
+    def mde(output: str) -> float:
+        text = output.split("minimum detectable effect")[1].split()
+        return 101.0 if text[0] == ":" else float(text[0])
+
+    assert mde(high.output) > mde(low.output)
+    refused = runner.invoke(app, [*common, "--min-effect", "150"])
+    assert refused.exit_code != 0 and "min-effect" in refused.output
+
+
+def test_a_run_judges_with_the_minimum_effect_it_was_given(phasekv_dir):
+    import phasekv
+
+    result = phasekv.probe(phasekv_dir, "lookup", n_records=8, n_demos=2, n_mappings=4, min_effect=42.0)
+    assert result.phase_test["min_effect_points"] == 42.0
+    assert "42 points" in result.phase_test["rule"]

@@ -46,6 +46,7 @@ def probe(
     stride: int | None = None,
     n_resamples: int | None = None,
     grid_shift: bool = False,
+    min_effect: float = 5.0,
     progress: bool = False,
     **options,
 ):
@@ -79,6 +80,7 @@ def probe(
         stride=stride,
         n_resamples=n_resamples or 2000,
         grid_shift=grid_shift,
+        min_effect=min_effect,
         progress=progress,
     )
     return ProbeResult.from_dict(result)

@@ -29,6 +29,14 @@ GRID_SHIFT = typer.Option(
     "pool: presses, kvpress presses with a chunk grid): "
     "a phase effect moves with the grid, a position effect does not (S times the scoring)",
 )
+MIN_EFFECT = typer.Option(
+    5.0,
+    "--min-effect",
+    min=0.0,
+    max=100.0,
+    help="the phase amplitude (points) whose lower bound a 'phase-sensitive' verdict must clear; smaller "
+    "replicated patterns read 'phase effect below N points'",
+)
 DRY_RUN = typer.Option(
     False, "--dry-run", help="print the plan (prompts, forward passes, design) and exit: loads only the tokenizer"
 )
@@ -125,7 +133,15 @@ def _built(tokenizer, build, options):
 
 
 def _prompt_set_scorer(
-    model, scoring: dict, remote: dict, build, options, dry_run: bool, dump: Path | None, stride: int | None = None
+    model,
+    scoring: dict,
+    remote: dict,
+    build,
+    options,
+    dry_run: bool,
+    dump: Path | None,
+    stride: int | None = None,
+    min_effect: float = 5.0,
 ):
     """The scorer of a lookup or needle run (`build`: the task's `*_prompts`), after dumping its prompts
     when asked; None after a dry run, which prints the plan and the design's minimum detectable effect and
@@ -138,7 +154,7 @@ def _prompt_set_scorer(
     if dry_run:
         tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
         prompts = _built(tokenizer, build, options)
-        period, mde, note = planned_mde(prompts, stride, options.modulus, options.n_records)
+        period, mde, note = planned_mde(prompts, stride, options.modulus, options.n_records, min_effect=min_effect)
         typer.echo(f"phase verdict at period {period}: {format_mde(mde)}, {note}")
         _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump, tokenizer)
         return None
@@ -246,6 +262,7 @@ def lookup(
     dry_run: bool = DRY_RUN,
     dump_prompts: Path = DUMP,
     grid_shift: bool = GRID_SHIFT,
+    min_effect: float = MIN_EFFECT,
 ) -> None:
     """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
     from phasekv.evaluate.lookup import run_lookup
@@ -276,11 +293,19 @@ def lookup(
             resamples,
         )
         options = LookupOptions(**fields)
-        scorer = _prompt_set_scorer(model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts, stride)
+        scorer = _prompt_set_scorer(
+            model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts, stride, min_effect
+        )
         if scorer is None:
             return
         result = run_lookup(
-            scorer, options, stride=stride, n_resamples=resamples, progress=not quiet, grid_shift=grid_shift
+            scorer,
+            options,
+            stride=stride,
+            n_resamples=resamples,
+            progress=not quiet,
+            grid_shift=grid_shift,
+            min_effect=min_effect,
         )
         agg = result["aggregation"]
         pairs = (
@@ -323,6 +348,7 @@ def needle(
     dry_run: bool = DRY_RUN,
     dump_prompts: Path = DUMP,
     grid_shift: bool = GRID_SHIFT,
+    min_effect: float = MIN_EFFECT,
 ) -> None:
     """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
     from phasekv.evaluate.needle import run_needle
@@ -352,11 +378,19 @@ def needle(
             resamples,
         )
         options = NeedleOptions(**fields)
-        scorer = _prompt_set_scorer(model, scoring, remote, needle_prompts, options, dry_run, dump_prompts, stride)
+        scorer = _prompt_set_scorer(
+            model, scoring, remote, needle_prompts, options, dry_run, dump_prompts, stride, min_effect
+        )
         if scorer is None:
             return
         result = run_needle(
-            scorer, options, stride=stride, n_resamples=resamples, progress=not quiet, grid_shift=grid_shift
+            scorer,
+            options,
+            stride=stride,
+            n_resamples=resamples,
+            progress=not quiet,
+            grid_shift=grid_shift,
+            min_effect=min_effect,
         )
         heading = (
             f"needle on {remote['url'] or model}: {options.context_length} tokens, {options.n_records} records, "

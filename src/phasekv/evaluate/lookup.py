@@ -21,6 +21,7 @@ summary above stays as the paper's moment-matched figure.
 from __future__ import annotations
 
 from ..scoring import Scorer
+from ..stats.verdict import MIN_EFFECT_POINTS
 from ..tasks.lookup import LookupOptions, lookup_prompts
 from .units import run_unit_probe
 
@@ -33,6 +34,7 @@ def run_lookup(
     n_resamples: int = 2000,
     progress: bool = True,
     grid_shift: bool = False,
+    min_effect: float = MIN_EFFECT_POINTS,
 ) -> dict:
     """Generate, score and summarise a lookup run; returns the result dict (see module docstring).
 
@@ -56,4 +58,5 @@ def run_lookup(
         n_resamples=n_resamples,
         progress=progress,
         grid_shift=grid_shift,
+        min_effect=min_effect,
     )

@@ -10,6 +10,7 @@ verdict on phase sensitivity comes from `stats.phase_verdict` with haystacks as 
 from __future__ import annotations
 
 from ..scoring import Scorer
+from ..stats.verdict import MIN_EFFECT_POINTS
 from ..tasks.needle import NeedleOptions, needle_prompts
 from .units import run_unit_probe
 
@@ -22,6 +23,7 @@ def run_needle(
     n_resamples: int = 2000,
     progress: bool = True,
     grid_shift: bool = False,
+    min_effect: float = MIN_EFFECT_POINTS,
 ) -> dict:
     """Generate, score and summarise a needle run; returns the result dict."""
     return run_unit_probe(
@@ -41,4 +43,5 @@ def run_needle(
         n_resamples=n_resamples,
         progress=progress,
         grid_shift=grid_shift,
+        min_effect=min_effect,
     )

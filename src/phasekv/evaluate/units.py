@@ -54,7 +54,12 @@ PLANNING_ACCURACY = 0.7  # the accuracy a dry run assumes where the run has not 
 
 
 def planned_mde(
-    prompts, stride: int | None, modulus: int, n_records: int, accuracy: float = PLANNING_ACCURACY
+    prompts,
+    stride: int | None,
+    modulus: int,
+    n_records: int,
+    accuracy: float = PLANNING_ACCURACY,
+    min_effect: float = MIN_EFFECT_POINTS,
 ) -> tuple[int, dict | None, str]:
     """(period, the minimum detectable effect of the phase verdict on these prompts at a flat `accuracy`,
     a note): what a dry run can say about a design before any scoring. The period is `--stride`, else the
@@ -69,7 +74,7 @@ def planned_mde(
         design,
         np.full(design.cell_count.size, accuracy),
         0.05,
-        MIN_EFFECT_POINTS,
+        min_effect,
         basis=f"a flat accuracy of {100 * accuracy:.0f}% (assumed before the run)",
     )
     return period, mde, f"at an assumed flat accuracy of {100 * accuracy:.0f}%; the run states its own MDE"
@@ -87,6 +92,7 @@ def summarize_units(
     n_resamples: int,
     unit: str = "mapping",
     chance: float | None = None,
+    min_effect: float = MIN_EFFECT_POINTS,
 ) -> tuple[np.ndarray, ResidueSummary, PhaseVerdict]:
     """(cells [n_units, M], the paired residue summary, the phase verdict) of one run.
 
@@ -114,6 +120,7 @@ def summarize_units(
         n_resamples=n_resamples,
         prompt_ids=scores.prompt_id,
         chance=chance,
+        min_effect=min_effect,
         mde=True,
     )
     return cells, summary, verdict
@@ -132,6 +139,7 @@ def run_unit_probe(
     n_resamples: int,
     progress: bool,
     grid_shift: bool = False,
+    min_effect: float = MIN_EFFECT_POINTS,
 ) -> dict:
     """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack") are each placed at every
     residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes the prompt set,
@@ -163,6 +171,7 @@ def run_unit_probe(
         n_resamples=n_resamples,
         unit=unit,
         chance=chance_level(options.n_records),
+        min_effect=min_effect,
     )
     position_stats, controls = position_controls(scores, options.modulus)
     phase = verdict.to_dict()
