@@ -5,7 +5,8 @@ Every attention layer's query at position t attends, in one softmax, to
 - the pooled entries of the complete windows: window j covers positions o+jS .. o+jS+W-1 (o, the grid
   offset, is 0 unless the grid-shift test moves it; positions before o belong to no window) and becomes one
   entry, the mean of its W keys and the mean of its W values (the paper's uniform gate, alpha = 1/W,
-  applied to the model's own keys and values); the entry is visible iff t >= o+jS+W-1 (`compress.windows.WindowGeometry`, phasekv's semantics);
+  applied to the model's own keys and values); the entry is visible iff t >= o+jS+W-1
+  (`compress.windows.WindowGeometry`, phasekv's semantics);
 - the exact tokens of its local window t-L+1 .. t (own token included). Entries overlapping the local
   window are kept, as in phasekv's models.
 
