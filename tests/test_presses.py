@@ -381,7 +381,7 @@ def test_a_press_at_the_floor_is_not_judged_in_the_summary_and_the_press_table(q
     old = {**saved, "phase_test": {**before_the_rule, "verdict": NO_EFFECT}}
     method = PressMethod("pool", "pool", "pool:w=4,s=2,local=3")
     for cell in (saved, old):
-        row = press_row(method, "lookup", ProbeResult.from_dict(cell))
+        row = press_row(method, "lookup", ProbeResult.from_dict(cell), out)
         assert row["phase_verdict"].startswith("not judged: at chance (")
         assert "no phase effect" not in markdown_press_table([row])
     # a learned model's verdict from such a file is left as it was given
