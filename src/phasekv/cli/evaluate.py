@@ -298,15 +298,8 @@ def lookup(
         )
         if scorer is None:
             return
-        result = run_lookup(
-            scorer,
-            options,
-            stride=stride,
-            n_resamples=resamples,
-            progress=not quiet,
-            grid_shift=grid_shift,
-            min_effect=min_effect,
-        )
+        run_options = dict(stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect)
+        result = run_lookup(scorer, options, progress=not quiet, **run_options)
         agg = result["aggregation"]
         pairs = (
             "any pairs"
@@ -383,15 +376,8 @@ def needle(
         )
         if scorer is None:
             return
-        result = run_needle(
-            scorer,
-            options,
-            stride=stride,
-            n_resamples=resamples,
-            progress=not quiet,
-            grid_shift=grid_shift,
-            min_effect=min_effect,
-        )
+        run_options = dict(stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect)
+        result = run_needle(scorer, options, progress=not quiet, **run_options)
         heading = (
             f"needle on {remote['url'] or model}: {options.context_length} tokens, {options.n_records} records, "
             f"{options.protocol} padding, {result['n_prompts']} prompts"
