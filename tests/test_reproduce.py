@@ -1,9 +1,11 @@
 import json
+import platform
 from dataclasses import replace
 
 import pytest
 import torch
 
+from phasekv import provenance
 from phasekv.model import PhaseKVModel
 from phasekv.reproduce import PROFILES, Profile, RunSpec, get_profile, reproduce
 from phasekv.reproduce import designs as designs_module
@@ -74,8 +76,19 @@ def test_reproduce_end_to_end_on_a_miniature_profile(tmp_path):
     assert sparse["topk_hits"] and "topk_hits" not in dense and "every visible entry" in dense["counterfactual"]
     assert dense["label"] == "DeepSeek-V4 CSA · every entry read" and dense["checkpoint"] == sparse["checkpoint"]
     assert not any(row["learned"] for row in summary["rows"])  # 4 steps: at chance, and labelled so
-    assert "not learned (chance)" in (tmp_path / "table.md").read_text()
-    assert (tmp_path / "report_figures" / "residues.png").stat().st_size > 10_000
+    document = (tmp_path / f"{mini.name}.md").read_text()
+    assert "not learned (chance)" in document and summary["table"] in document
+    for written in (
+        f"commit {provenance.code_commit()['commit'][:12]}",
+        f"Python {platform.python_version()}",
+        f"torch {torch.__version__}",
+        provenance.machine_description()["cpu"],
+        "wall time**: train ",
+    ):
+        assert written in document, written
+    assert f"![accuracy by residue]({mini.name}-residues.png)" in document
+    figure = (tmp_path / "report_figures" / "residues.png").read_bytes()
+    assert len(figure) > 10_000 and (tmp_path / f"{mini.name}-residues.png").read_bytes() == figure
     assert "not shown above guessing" in (tmp_path / "report.html").read_text()
     result = json.loads((tmp_path / "results" / "w8s8-1kv.json").read_text())
     assert result["controls"] and result["stride"]["value"] == 8 and not learned(result)
@@ -144,7 +157,7 @@ def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(
     assert (
         f"- stagger, seed 42: `phasekv eval lookup --like {stagger}`" in (tmp_path / "mit" / "designs.md").read_text()
     )
-    assert f"`phasekv eval lookup --like {stagger}`" in (tmp_path / "mit" / "table.md").read_text()
+    assert f"`phasekv eval lookup --like {stagger}`" in (tmp_path / "mit" / "mit.md").read_text()
     report = (tmp_path / "mit" / "report.html").read_text()
     assert 'id="designs-table"' in report and "not learned (chance)" in report
     assert (tmp_path / "mit" / "report_figures" / "designs.png").stat().st_size > 10_000

@@ -149,6 +149,17 @@ def test_resume_after_sigkill_is_bitwise_exact(tmp_path, options):
     assert losses(killed) == losses(tmp_path / "reference")  # the log reads as if never stopped
 
 
+def test_the_same_run_twice_trains_the_same_losses_and_weights(tmp_path):
+    """Determinism on one machine: what lets a results document say its table repeats here to the digit."""
+    config = small_config(steps=12, val_every=6)
+    first, second = (train(config, tmp_path / name, progress=False) for name in ("first", "second"))
+    assert losses(tmp_path / "first") == losses(tmp_path / "second") and len(losses(tmp_path / "first")) == 12
+    vals = [[r["val_loss"] for r in read_log(tmp_path / name) if "val_loss" in r] for name in ("first", "second")]
+    assert vals[0] == vals[1] and vals[0]
+    a, b = weights(first.checkpoint), weights(second.checkpoint)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_run_dir_belongs_to_one_config(tmp_path):
     config = small_config("full-1kv", steps=2, gate_steps=(0, 2))
     first = train(config, tmp_path, progress=False)

@@ -206,7 +206,8 @@ def reproduce(
     wall = summary["wall_seconds"]
     typer.echo("\nwall time: " + ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in wall.items()))
     typer.echo(
-        f"written: {out}/report.html, {out}/report_figures/residues.png, {out}/table.md, {out}/summary.json, "
+        f"written: {out}/{chosen.name}.md (the results, with {chosen.name}-residues.png), {out}/report.html, "
+        f"{out}/report_figures/, {out}/summary.json, "
         f"{out}/results/"
         + (f", {out}/analysis/" if summary["stages"] else "")
         + (f", {out}/designs.md, {out}/designs.json, {out}/analysis/" if "designs" in summary else "")

@@ -24,35 +24,22 @@ of numbers are written on one line each (`results_json`).
 from __future__ import annotations
 
 import json
-import platform
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..files import write_atomic
+from ..provenance import software_versions
 from ..results.text import results_json
 from ..scoring import Scorer
 from ..studies.probe.result import PROBE_SCHEMA
 
 SCHEMA = PROBE_SCHEMA
 METRIC = "full-vocabulary top-1 at every answer token (teacher forced = greedy decoding yields the answer)"
-_PACKAGES = ("phasekv", "torch", "transformers", "tokenizers", "numpy", "scipy")
-
-
-def software_versions() -> dict[str, str]:
-    """Versions of Python and the packages a result depends on."""
-    versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
 
 
 def prompt_prefix(tokenizer) -> list[int]:

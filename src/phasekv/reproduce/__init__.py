@@ -3,12 +3,14 @@ and write the paper-style table and figure."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
+from ..files import write_text_atomic
 from ..model.io import read_config
 from ..report import build_report
 from ..studies.cycle.cycling import cycling_problem
@@ -19,19 +21,21 @@ from ..studies.knockout.run import KnockoutOptions, run_knockout
 from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
+from .results_doc import figure_name, results_document
 from .runner import evaluate_all, final_checkpoint, logged_training_seconds, run_dir, train_all, write_json
 from .sizes import AnalysisSizes
 from .stages import analysis_scorer, cached_result, labelled, run_stages
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
-    """Train (or reuse) every run of `profile` in `out`, evaluate them, write table.md, summary.json and
-    report.html (with report_figures/residues.png); returns the summary."""
+    """Train (or reuse) every run of `profile` in `out`, evaluate them, write summary.json, report.html (with
+    report_figures/residues.png) and the results document `<profile>.md` (`results_doc`); returns the summary."""
     profile = get_profile(profile) if isinstance(profile, str) else profile
+    jobs = jobs or profile.jobs
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    train_seconds = train_all(profile, out, jobs or profile.jobs, progress)
+    train_seconds = train_all(profile, out, jobs, progress)
     trained = time.perf_counter()
     results = evaluate_all(profile, out, progress)
     evaluated = time.perf_counter()
@@ -45,7 +49,6 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
         by_design = seeds.design_rows(profile, rows)
         across_seeds = {"designs": by_design, "tests": seeds.comparisons(profile, by_design)}
         table += "\n\n## Across seeds\n\n" + seeds.markdown(by_design, across_seeds["tests"])
-    (out / "table.md").write_text(f"# Reproduction ({profile.name} profile)\n\n{table}\n")
     summary = {
         "profile": profile.name,
         "description": profile.description,
@@ -70,8 +73,15 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     write_json(out / "summary.json", summary)
     reported = time.perf_counter()
     build_report(out, out / "report.html", compressor=illustration(_illustrated_model(profile, out)))
+    summary["wall_seconds"]["report"] = time.perf_counter() - reported
+    summary["wall_seconds"]["total"] = time.perf_counter() - started
     if progress:
-        tqdm.write(f"stage report: {time.perf_counter() - reported:.0f} s wall")
+        tqdm.write(f"stage report: {summary['wall_seconds']['report']:.0f} s wall")
+    figure = out / "report_figures" / "residues.png"
+    if figure.is_file():
+        shutil.copyfile(figure, out / figure_name(profile))
+    document = results_document(profile, out, summary, table, jobs, with_figure=figure.is_file())
+    write_text_atomic(out / f"{profile.name}.md", document)
     return {**summary, "table": table}
 
 
