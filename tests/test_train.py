@@ -265,21 +265,24 @@ def test_short_run_learns_and_snapshots_gates(tmp_path):
 def test_train_command(tmp_path):
     from typer.testing import CliRunner
 
-    from phasekv.cli.train import train_app
+    from phasekv.cli import app
+
+    def run_train(args):
+        return CliRunner().invoke(app, ["train", *args])
 
     out = str(tmp_path / "run")
     common = ["--out", out, "--no-progress"]
     options = ["--preset", "full-1kv", "--steps", "1", "--batch-size", "2", "--seq-len", "64", "--val-batches", "1"]
-    first = CliRunner().invoke(train_app, [*common, *options])
+    first = run_train([*common, *options])
     assert first.exit_code == 0, first.output
     assert json.loads(first.output.strip().splitlines()[-1])["step"] == 1
-    assert CliRunner().invoke(train_app, [*common, "--resume"]).exit_code == 0  # the saved config
-    other = CliRunner().invoke(train_app, [*common, *options, "--lr", "0.01", "--resume"])
+    assert run_train([*common, "--resume"]).exit_code == 0  # the saved config
+    other = run_train([*common, *options, "--lr", "0.01", "--resume"])
     assert other.exit_code == 2 and "optim.lr" in other.output
-    both = CliRunner().invoke(train_app, [*common, "--config", str(tmp_path / "run" / "run.json"), "--steps", "3"])
+    both = run_train([*common, "--config", str(tmp_path / "run" / "run.json"), "--steps", "3"])
     assert both.exit_code == 2 and "not allowed" in both.output
     mitigated = ["--random-window-offset", "--static-concentration-weight", "0.1"]
-    full = CliRunner().invoke(train_app, ["--out", str(tmp_path / "m"), "--no-progress", *options, *mitigated])
+    full = run_train(["--out", str(tmp_path / "m"), "--no-progress", *options, *mitigated])
     assert full.exit_code == 2 and "need a compressed model" in full.output
 
 
@@ -426,9 +429,10 @@ def test_train_command_defaults_are_the_run_config_defaults_and_every_option_rea
     config's, and options such as --text-fraction (mixed data) and --lr land where they belong."""
     import typer
 
-    from phasekv.cli.train import RUN_OPTIONS, run_config_from_options, train_app
+    from phasekv.cli import app
+    from phasekv.cli.train import RUN_OPTIONS, run_config_from_options
 
-    command = typer.main.get_command(train_app)
+    command = typer.main.get_command(app).commands["train"]
 
     def config(*args: str) -> RunConfig:
         params = command.make_context("train", ["--out", "x", *args]).params

@@ -1,6 +1,5 @@
-"""Command-line entry points: `train_command` (mounted as `phasekv train`) and `data_app`
-(`phasekv data tokenize`). `python -m phasekv.train ...` runs `train_command` alone, which is the
-form to launch with torchrun: `torchrun --nproc_per_node 8 -m phasekv.train --config run.json --out DIR`.
+"""Command-line entry points: `train_command` (mounted as `phasekv train`) and `data_app` (`phasekv data
+tokenize`). Training from a run file alone, the form torchrun launches, is `python -m phasekv.train`.
 """
 
 from __future__ import annotations
@@ -128,9 +127,6 @@ def run_config_from_options(o: dict):
 
 RUN_OPTIONS = [name for name in inspect.signature(train_command).parameters if name not in COMMAND_ONLY]
 
-
-train_app = typer.Typer(add_completion=False)
-train_app.command()(train_command)
 
 data_app = typer.Typer(no_args_is_help=True, add_completion=False)
 

@@ -7,8 +7,9 @@ Drive it from Python::
     result = train(RunConfig(model=ModelSpec("w8s8-1kv", "tiny"), steps=600), "runs/w8s8", resume=True)
     result.checkpoint  # runs/w8s8/checkpoints/step_000600 (phasekv.model.load_checkpoint reads it)
 
-Modules: `config`, `schedule`, `optim`, `rng`, `checkpoint`, `log`, `gates`, `runtime`, `loop`; the
-commands are `phasekv.cli.train`.
+Modules: `config`, `schedule`, `optim`, `rng`, `checkpoint`, `log`, `gates`, `runtime`, `loop`;
+`python -m phasekv.train --config run.json --out DIR` trains from a run file (torchrun's form); `phasekv train`
+takes run options as flags.
 """
 
 from phasekv.corpus.mixture import MixtureConfig
