@@ -21,12 +21,13 @@ import vl_convert
 from typer.testing import CliRunner
 
 from conftest import randomize
+from phasekv.charts import vega
+from phasekv.charts.labels import head_label
+from phasekv.charts.vega import VEGALITE_VERSION, write_png
 from phasekv.cli.report import report_command
 from phasekv.evaluate import run_lookup, write_results
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
-from phasekv.report import ReportInputError, build_report, load_results, vega
-from phasekv.report.common import head_label
-from phasekv.report.vega import VEGALITE_VERSION, write_png
+from phasekv.report import ReportInputError, build_report, load_results
 from phasekv.scoring import PhaseKVScorer
 from phasekv.stats.seeds import compare_seeds, seed_summary
 from phasekv.studies.cycle import figure as cycle
@@ -679,7 +680,7 @@ def test_report_refuses_no_results_other_json_and_an_unreadable_model(results, t
 
 
 def test_ctrl_c_during_the_report_leaves_no_figures_without_their_page(results, tmp_path, monkeypatch):
-    from phasekv.report import compressor as compressor_figure
+    from phasekv.studies.gates import compressor_figure
 
     app = typer.Typer()
     app.command()(report_command)

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from phasekv.report import compressor
+from phasekv.studies.gates import compressor_figure as compressor
 
 
 def _checkpoint_like(w: int = 8, n: int = 16, channels: int = 3) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 from phasekv.studies import registry
 
 from ..files import write_text_atomic
-from . import compressor as compressor_figure
+from ..studies.gates import compressor_figure
 from .html import page
 from .load import Inputs, ReportInputError, load_results
 

@@ -9,10 +9,10 @@ import html
 
 from phasekv.studies import registry
 
-from . import compressor
+from ..charts.vega import figure_html, javascript_bundle
+from ..studies.gates import compressor_figure as compressor
 from .assets_css import CSS
 from .assets_js import EARLY, JS
-from .vega import figure_html, javascript_bundle
 
 
 def compressor_html(d: dict) -> str:

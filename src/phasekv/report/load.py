@@ -21,8 +21,8 @@ from phasekv.results import ResultFileError, TypedResult
 from phasekv.studies import registry
 from phasekv.studies.gates.snapshots import snapshot_rows
 
-from .common import given_name
-from .inputs import Inputs, Result
+from ..charts.inputs import Inputs, Result
+from ..charts.labels import given_name
 
 SKIP_DIRS = {"checkpoints", "tokenizer", "configs", ".git", "__pycache__"}
 SNAPSHOT = re.compile(r"^step_(\d+)\.json$")

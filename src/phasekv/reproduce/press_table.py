@@ -14,8 +14,8 @@ from pathlib import Path
 
 import altair as alt
 
+from ..charts import vega
 from ..files import write_atomic
-from ..report import vega
 from ..scoring.press_spec import PoolSpec, parse_press
 from ..stats.format import verdict_cell
 from ..studies.probe.like import eval_command, remeasure_list

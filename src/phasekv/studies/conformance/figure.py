@@ -7,9 +7,9 @@ from pathlib import Path
 
 import altair as alt
 
-from phasekv.report import vega
-from phasekv.report.inputs import Inputs
-from phasekv.report.vega import figure_html
+from phasekv.charts import vega
+from phasekv.charts.inputs import Inputs
+from phasekv.charts.vega import figure_html
 
 FLOOR = 1e-12  # errors are drawn on a log scale: exact agreement shows at this floor
 

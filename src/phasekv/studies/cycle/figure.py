@@ -7,10 +7,10 @@ from pathlib import Path
 
 import altair as alt
 
-from phasekv.report import vega
-from phasekv.report.common import model_name, num, nums
-from phasekv.report.inputs import Inputs
-from phasekv.report.vega import figure_html
+from phasekv.charts import vega
+from phasekv.charts.inputs import Inputs
+from phasekv.charts.labels import model_name, num, nums
+from phasekv.charts.vega import figure_html
 
 
 def model_block(data: dict, name: str) -> dict:

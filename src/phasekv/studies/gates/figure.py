@@ -7,10 +7,10 @@ from pathlib import Path
 
 import altair as alt
 
-from phasekv.report import vega
-from phasekv.report.common import head_label, model_name, num
-from phasekv.report.inputs import Inputs
-from phasekv.report.vega import figure_html
+from phasekv.charts import vega
+from phasekv.charts.inputs import Inputs
+from phasekv.charts.labels import head_label, model_name, num
+from phasekv.charts.vega import figure_html
 
 TRACED = 3  # the report traces the most statically concentrated heads at the end of training
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
+from phasekv.charts.labels import model_name
 from phasekv.model.io import load_checkpoint
-from phasekv.report.common import model_name
-from phasekv.report.compressor import CHANNELS, illustrative
+from phasekv.studies.gates.compressor_figure import CHANNELS, illustrative
 
 
 def from_checkpoint(path: str | Path) -> dict:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import altair as alt
 
-from phasekv.report import vega
-from phasekv.report.common import head_label, model_name, nums
-from phasekv.report.inputs import Inputs, Result
-from phasekv.report.vega import figure_html
+from phasekv.charts import vega
+from phasekv.charts.inputs import Inputs, Result
+from phasekv.charts.labels import head_label, model_name, nums
+from phasekv.charts.vega import figure_html
 
 
 def _run_dir(path) -> str | None:

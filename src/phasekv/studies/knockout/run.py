@@ -31,10 +31,10 @@ import torch
 
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.charts.labels import head_label
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.stride import resolve_stride
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
-from phasekv.report.common import head_label
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
 from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.tasks.lookup import LookupOptions

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import altair as alt
 
-from phasekv.report import vega
-from phasekv.report.common import fmt, num, nums
-from phasekv.report.inputs import Inputs
-from phasekv.report.vega import figure_html
+from phasekv.charts import vega
+from phasekv.charts.inputs import Inputs
+from phasekv.charts.labels import fmt, num, nums
+from phasekv.charts.vega import figure_html
 from phasekv.stats.format import effect_cell, mde_cell, verdict_cell
 from phasekv.studies.probe import positions
 

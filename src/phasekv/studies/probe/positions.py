@@ -10,8 +10,8 @@ import json
 import altair as alt
 import numpy as np
 
-from phasekv.report import vega
-from phasekv.report.common import num, nums
+from phasekv.charts import vega
+from phasekv.charts.labels import num, nums
 from phasekv.stats import wilson_interval
 
 MAX_BINS = 12

@@ -177,7 +177,7 @@ class ProbeResult(TypedResult):
         `altair.Chart.from_dict(spec)` or any Vega-Lite renderer."""
         from pathlib import Path
 
-        from phasekv.report.inputs import Inputs, Result
+        from phasekv.charts.inputs import Inputs, Result
         from phasekv.studies.probe import figure
 
         label = name or self.model_label

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import altair as alt
 
-from . import vega
-from .common import num
+from phasekv.charts import vega
+from phasekv.charts.labels import num
 
 TOKENS = ["the", "owl", "is", "Mia", "the", "cat", "is", "Ben"]
 CHANNELS = 6
