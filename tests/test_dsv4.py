@@ -5,12 +5,13 @@ import pytest
 import torch
 
 from conftest import randomize
-from phasekv.attention.dsv4_indexer import NO_ENTRY, reference_select_top_k, select_top_k
+from phasekv.attention.dsv4_indexer import NO_ENTRY, select_top_k
 from phasekv.attention.dsv4_layer import (
     DSV4Attention,
     gathered_attention,
     transformers_state_dict,
 )
+from phasekv.attention.reference import reference_gathered_attention, reference_select_top_k
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.studies.conformance.dsv4_layers import LAYER_KINDS as TYPES
 from phasekv.studies.conformance.dsv4_layers import TOP_K, layer_pair
@@ -136,7 +137,6 @@ def test_top_k_picks_do_not_depend_on_how_many_later_entries_the_scores_hold():
 
 def test_gathered_attention_equals_its_reference_and_compressed_attention_when_every_entry_is_picked():
     from phasekv.attention import KVView, reference_compressed_attention
-    from phasekv.attention.reference import reference_gathered_attention
 
     gen = torch.Generator().manual_seed(6)
     q, entries = torch.randn(2, 12, 4, 8, generator=gen), torch.randn(2, 7, 1, 8, generator=gen)

@@ -1,6 +1,7 @@
 """Plain, obviously correct attention: one query at a time, written from the definitions.
 
-Slow (Python loops); used by tests to check the fast paths.
+Slow (Python loops); used by tests to check the fast paths: the compressed-attention kernels (`dispatch.py`),
+DeepSeek-V4's gathered attention and top-k picks, full attention, and a whole compressed layer.
 """
 
 from __future__ import annotations
@@ -53,6 +54,21 @@ def _reference_attention(q, q_start, kv: KVView, entries_of) -> torch.Tensor:
                 weights = torch.softmax(logits.double(), dim=0)[: len(keys)].to(q.dtype)
                 z[b, step, h] = sum(w * v for w, v in zip(weights, values, strict=True))
     return z
+
+
+def reference_select_top_k(scores: torch.Tensor, visible: torch.Tensor, k: int) -> list[list[set[int]]]:
+    """`dsv4_indexer.select_top_k`'s picks from the definition, one query at a time: per [b][t] the set of
+    visible rows with the k highest scores (ties broken towards lower rows)."""
+    visible = visible.expand_as(scores)
+    picks = []
+    for b in range(scores.shape[0]):
+        rows = []
+        for t in range(scores.shape[1]):
+            candidates = [j for j in range(scores.shape[2]) if visible[b, t, j]]
+            candidates.sort(key=lambda j, b=b, t=t: (-float(scores[b, t, j]), j))
+            rows.append(set(candidates[:k]))
+        picks.append(rows)
+    return picks
 
 
 def reference_full_attention(q, k, v, q_start, k_start) -> torch.Tensor:
