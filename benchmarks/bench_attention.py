@@ -12,7 +12,7 @@ and thread pools) minus the RSS before it.
 On CUDA (`--device cuda`) the times are synchronised and peak memory is the growth of
 `torch.cuda.max_memory_allocated` during one forward+backward, in the same process. `--size paper` is the
 Qwen3-0.6B attention shape (d_model 1024, 16 heads x 128, 1 KV head); `--flex` routes the compressed layer
-through flex_attention (`phasekv.attention.flex.USE_ON_CUDA`); lengths that run out of memory print "oom".
+through flex_attention (`phasekv.attention.dispatch.USE_ON_CUDA`); lengths that run out of memory print "oom".
 
     .venv/bin/python benchmarks/bench_attention.py --lengths 1024,4096,8192,16384 --threads 2 --out bench.json
     python benchmarks/bench_attention.py --device cuda --dtype bfloat16 --size paper --lengths 8192,32768 --flex
@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from phasekv.attention import Attention, compressed, flex
+from phasekv.attention import Attention, dispatch
 from phasekv.compress import paper
 from phasekv.config import CompressionConfig, ModelConfig
 from phasekv.model.presets import DSV4_STYLE
@@ -113,10 +113,9 @@ def cuda_peak_mib(layer: Attention, length: int) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def _peak_worker(kind: str, length: int, threads: int, queue, implementation: str, pooling: str, size: str) -> None:
+def _peak_worker(kind: str, length: int, threads: int, queue, pooling: str, size: str) -> None:
     torch.set_num_threads(threads)
     use_size(size)
-    compressed.IMPLEMENTATION = implementation
     paper.POOLING = pooling
     layer = build(kind)
     # a short pass first: the code pages and thread pools it loads are not the layer's memory
@@ -148,12 +147,10 @@ def _status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def peak_mib(
-    kind: str, length: int, threads: int, implementation: str = "flash", pooling: str = "fused", size: str = "issue"
-) -> float:
+def peak_mib(kind: str, length: int, threads: int, pooling: str = "fused", size: str = "issue") -> float:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, implementation, pooling, size))
+    proc = ctx.Process(target=_peak_worker, args=(kind, length, threads, queue, pooling, size))
     proc.start()
     value = queue.get()
     proc.join()
@@ -168,12 +165,6 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument(
-        "--implementation",
-        default=compressed.IMPLEMENTATION,
-        choices=["flash", "blocked"],
-        help="compressed attention: flash (O(T)-memory autograd function, the default) or blocked (autograd)",
-    )
-    parser.add_argument(
         "--pooling",
         default=paper.POOLING,
         choices=["fused", "plain"],
@@ -186,13 +177,12 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    compressed.IMPLEMENTATION = args.implementation
     paper.POOLING = args.pooling
-    flex.USE_ON_CUDA = args.flex
+    dispatch.USE_ON_CUDA = args.flex
     use_size(args.size)
     dtype = getattr(torch, args.dtype)
     cuda = args.device.startswith("cuda")
-    attention = "flex" if args.flex and cuda else f"{args.implementation} compressed attention"
+    attention = "flex" if args.flex and cuda else "flash compressed attention"
     print(
         f"fwd+bwd, {args.dtype} on {args.device}, d_model {D_MODEL}, {HEADS} heads x {HEAD_DIM}, {KV_HEADS} KV head, "
         f"L={LOCAL}, {args.threads} threads, median of {args.reps}, {attention}, {args.pooling} pooling"
@@ -219,7 +209,7 @@ def main() -> None:
             )
     if args.out:
         with open(args.out, "w") as f:
-            meta = {k: getattr(args, k) for k in ("threads", "reps", "implementation", "pooling", "device", "dtype")}
+            meta = {k: getattr(args, k) for k in ("threads", "reps", "pooling", "device", "dtype")}
             json.dump({**meta, "size": args.size, "flex": args.flex, "rows": rows}, f, indent=2)
 
 
@@ -229,7 +219,7 @@ def measure(kind: str, length: int, args, dtype: torch.dtype) -> tuple[float | N
         seconds = time_fwd_bwd(build(kind), length, args.reps)
         if args.no_memory:
             return seconds, None
-        return seconds, peak_mib(kind, length, args.threads, args.implementation, args.pooling, args.size)
+        return seconds, peak_mib(kind, length, args.threads, args.pooling, args.size)
     try:
         layer = build(kind, args.device, dtype)
         seconds = time_fwd_bwd(layer, length, args.reps)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from phasekv.attention import flex
+from phasekv.attention import dispatch
 from phasekv.compress import PaperCompressor
 from phasekv.config import ModelConfig
 from phasekv.model import PhaseKVModel, preset_config
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    flex.USE_ON_CUDA = args.flex
+    dispatch.USE_ON_CUDA = args.flex
     print(
         f"train step (fwd+bwd+AdamW), {args.size} presets, {args.dtype} on {args.device}, {args.batch_tokens} "
         f"tokens/step, {args.threads} threads, median of {args.reps} after {args.warmup} warm-up"

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from phasekv.attention import (
-    compressed,
+    KVView,
     compressed_attention,
     full_attention,
     reference_compressed_attention,
@@ -39,20 +39,42 @@ def test_chunked_compressed_attention_matches_reference(
     length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk
 ):
     q, ek, ev, end, xk, xv = _inputs(length, q_start, exact_start, window, stride, heads, kv_heads)
-    sink_logits = torch.randn(heads) if sink else None
-    fast = compressed_attention(q, q_start, ek, ev, end, xk, xv, exact_start, local, sink_logits, chunk=chunk)
-    ref = reference_compressed_attention(q, q_start, ek, ev, end, xk, xv, exact_start, local, sink_logits)
-    torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-5)
+    kv = KVView(ek, ev, end, xk, xv, exact_start, local, torch.randn(heads) if sink else None)
+    fast = compressed_attention(q, q_start, kv, chunk=chunk)
+    torch.testing.assert_close(fast, reference_compressed_attention(q, q_start, kv), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("q_start", "exact_start", "kv_heads", "sink"), [(70, 61, 1, True), (30, 21, 4, False), (3, 0, 2, True)]
+)
+def test_decode_attention_matches_the_reference_and_the_flash_path(q_start, exact_start, kv_heads, sink):
+    """A decoding step's kernel (one query, no gradients; what `compressed_attention` picks for it)."""
+    from phasekv.attention.autograd import flash_compressed_attention
+    from phasekv.attention.decode import decode_attention
+
+    q, ek, ev, end, xk, xv = _inputs(1, q_start, exact_start, 8, 4, heads=4, kv_heads=kv_heads, seed=q_start)
+    kv = KVView(ek, ev, end, xk, xv, exact_start, 10, torch.randn(4) if sink else None)
+    got = decode_attention(q, q_start, kv)
+    torch.testing.assert_close(got, reference_compressed_attention(q, q_start, kv))
+    torch.testing.assert_close(got, flash_compressed_attention(q, q_start, kv))
+
+
+def test_a_view_whose_keys_and_values_disagree_is_rejected():
+    q, ek, ev, end, xk, xv = _inputs(12, 0, 0, 8, 4, heads=4, kv_heads=2)
+    with pytest.raises(ValueError, match="keys and values differ"):
+        KVView(ek, ev[:, 1:], end, xk, xv, 0, 4)
+    with pytest.raises(ValueError, match="one position per entry"):
+        KVView(ek, ev, end[1:], xk, xv, 0, 4)
 
 
 def test_entry_is_invisible_until_its_window_completes():
     """Changing entry j changes no output before position j*S+W-1, and does change that position."""
     q, ek, ev, end, xk, xv = _inputs(48, 0, 0, 8, 4, 4, 1, pad_first=False)
-    base = compressed_attention(q, 0, ek, ev, end, xk, xv, 0, 16)
+    base = compressed_attention(q, 0, KVView(ek, ev, end, xk, xv, 0, 16))
     for j in range(ek.shape[1]):
         ev2 = ev.clone()
         ev2[:, j] += 100.0
-        out = compressed_attention(q, 0, ek, ev2, end, xk, xv, 0, 16)
+        out = compressed_attention(q, 0, KVView(ek, ev2, end, xk, xv, 0, 16))
         changed = (out - base).abs().amax(dim=(0, 2, 3)) > 1e-6
         first = int(changed.nonzero()[0])
         assert first == int(end[j]) == j * 4 + 7
@@ -88,8 +110,7 @@ def test_grouped_query_full_attention_equals_the_expanded_heads_path(k_start, fi
     torch.testing.assert_close(got, reference_full_attention(q, k, v, q_start, k_start))
 
 
-@pytest.mark.parametrize("implementation", ["flash", "blocked"])
-def test_long_sequence_never_builds_a_square_score_tensor(implementation, monkeypatch):
+def test_long_sequence_never_builds_a_square_score_tensor(monkeypatch):
     """With chunk C, the largest score block is C x G x (entries + C + L), far below T x T (forward and
     backward)."""
     length, chunk = 4096, 128
@@ -103,9 +124,8 @@ def test_long_sequence_never_builds_a_square_score_tensor(implementation, monkey
         largest.append(out.shape[-2] * out.shape[-1])
         return out
 
-    monkeypatch.setattr(compressed, "IMPLEMENTATION", implementation)
     monkeypatch.setattr(torch.Tensor, "__matmul__", spy)
-    compressed_attention(q, 0, ek, ev, end, xk, xv, 0, 16, chunk=chunk).sum().backward()
+    compressed_attention(q, 0, KVView(ek, ev, end, xk, xv, 0, 16), chunk=chunk).sum().backward()
     monkeypatch.undo()
     group = 16 // 2
     assert max(largest) <= chunk * group * (length // 8 + chunk + 16)
@@ -120,7 +140,7 @@ def test_gradients_of_chunked_attention_match_the_reference():
     grads = []
     for fn, extra in ((compressed_attention, {"chunk": 6}), (reference_compressed_attention, {})):
         a, b, c, d, e, s = leaves
-        out = fn(a, 0, b, c, end, d, e, 0, 5, s, **extra)
+        out = fn(a, 0, KVView(b, c, end, d, e, 0, 5, s), **extra)
         weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
         grads.append(torch.autograd.grad((out * weights).sum(), leaves))
     for fast, ref in zip(*grads, strict=True):
@@ -128,7 +148,7 @@ def test_gradients_of_chunked_attention_match_the_reference():
 
 
 # The flash-style autograd function (attention/autograd.py): outputs and gradients in float64 equal the
-# plain reference and the autograd-differentiated blocked path to ~1e-10.
+# plain reference (differentiated by autograd) to ~1e-10.
 FLASH_CASES = [
     # length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk
     (40, 0, 0, 8, 8, 16, 4, 1, False, 128),
@@ -153,26 +173,21 @@ def _leaves(case, seed=0):
 def _output_and_grads(fn, case, end, leaves, **extra):
     length, q_start, exact_start, window, stride, local, heads, kv_heads, sink, chunk = case
     q, ek, ev, xk, xv = leaves[:5]
-    out = fn(q, q_start, ek, ev, end, xk, xv, exact_start, local, leaves[5] if sink else None, **extra)
+    out = fn(q, q_start, KVView(ek, ev, end, xk, xv, exact_start, local, leaves[5] if sink else None), **extra)
     weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
     return out, torch.autograd.grad((out * weights).sum(), leaves)
 
 
 @pytest.mark.parametrize("case", FLASH_CASES)
-def test_flash_attention_outputs_and_gradients_match_reference_and_autograd_path(case):
+def test_flash_attention_outputs_and_gradients_match_the_reference(case):
     from phasekv.attention.autograd import flash_compressed_attention
-    from phasekv.attention.compressed import blocked_compressed_attention
 
     end, leaves = _leaves(case)
-    chunk = case[-1]
-    flash = _output_and_grads(flash_compressed_attention, case, end, leaves, chunk=chunk)
-    for other in (
-        _output_and_grads(reference_compressed_attention, case, end, leaves),
-        _output_and_grads(blocked_compressed_attention, case, end, leaves, chunk=chunk),
-    ):
-        torch.testing.assert_close(flash[0], other[0], rtol=1e-10, atol=1e-10)
-        for got, want in zip(flash[1], other[1], strict=True):
-            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    flash = _output_and_grads(flash_compressed_attention, case, end, leaves, chunk=case[-1])
+    want = _output_and_grads(reference_compressed_attention, case, end, leaves)
+    torch.testing.assert_close(flash[0], want[0], rtol=1e-10, atol=1e-10)
+    for got, expected in zip(flash[1], want[1], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("case", [FLASH_CASES[1], FLASH_CASES[4]])
@@ -185,7 +200,7 @@ def test_flash_attention_passes_gradcheck(case):
     def fn(*xs):
         q, ek, ev, xk, xv = xs[:5]
         s = xs[5] if sink else None
-        return flash_compressed_attention(q, q_start, ek, ev, end, xk, xv, exact_start, local, s, chunk=chunk)
+        return flash_compressed_attention(q, q_start, KVView(ek, ev, end, xk, xv, exact_start, local, s), chunk=chunk)
 
     # fast mode checks random projections of the Jacobian (the full gradients are compared with autograd's above)
     assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7, fast_mode=True)
@@ -203,7 +218,7 @@ def test_flash_attention_saves_only_linear_memory():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = compressed_attention(q, 0, *leaves[1:3], end, *leaves[3:], 0, 16, torch.zeros(heads))
+        out = compressed_attention(q, 0, KVView(*leaves[1:3], end, *leaves[3:], 0, 16, torch.zeros(heads)))
     inputs = sum(t.numel() for t in leaves) + end.numel() + heads
     assert sum(saved) <= inputs + out.numel() + 2 * out.shape[0] * length * heads  # + lse, lse_e
     out.sum().backward()
@@ -218,11 +233,12 @@ def test_flash_attention_large_logits_and_low_precision():
     q, ek, ev, end, xk, xv = _inputs(70, 0, 0, 8, 4, 4, 2)
     ek = ek * 40.0
     q = q * 20.0
-    want = reference_compressed_attention(q.double(), 0, ek.double(), ev.double(), end, xk.double(), xv.double(), 0, 8)
-    got = flash_compressed_attention(q, 0, ek, ev, end, xk, xv, 0, 8, chunk=16)
+    wide = KVView(ek.double(), ev.double(), end, xk.double(), xv.double(), 0, 8)
+    want = reference_compressed_attention(q.double(), 0, wide)
+    got = flash_compressed_attention(q, 0, KVView(ek, ev, end, xk, xv, 0, 8), chunk=16)
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
     leaves = [t.bfloat16().requires_grad_() for t in (q / 20, ek / 40, ev, xk, xv)]
-    out = flash_compressed_attention(leaves[0], 0, *leaves[1:3], end, *leaves[3:], 0, 8, torch.zeros(4))
+    out = flash_compressed_attention(leaves[0], 0, KVView(*leaves[1:3], end, *leaves[3:], 0, 8, torch.zeros(4)))
     assert out.dtype == torch.bfloat16
     out.float().sum().backward()
     assert all(t.grad.dtype == torch.bfloat16 and torch.isfinite(t.grad.float()).all() for t in leaves)

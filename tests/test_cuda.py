@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from conftest import randomize
-from phasekv.attention import compressed_attention, flex, reference_compressed_attention
+from phasekv.attention import KVView, dispatch, reference_compressed_attention
+from phasekv.attention.autograd import flash_compressed_attention
 from phasekv.attention.flex import flex_compressed_attention
 from phasekv.cache import KVCache
 from phasekv.cache.generate import prefill
@@ -74,11 +75,18 @@ def _attention_inputs(dtype, length=160, q_start=5, window=8, stride=4, local=16
 
 
 def _output_and_grads(fn, args: dict, weight: torch.Tensor):
-    """fn(**args) and the gradients of sum(out * weight) with respect to every tensor that requires them."""
-    out = fn(**args)
+    """fn(q, q_start, KVView) of `args` and the gradients of sum(out * weight) with respect to every tensor
+    that requires them."""
+    out = fn(*_call(args))
     leaves = [v for v in args.values() if torch.is_tensor(v) and v.requires_grad]
     grads = torch.autograd.grad((out * weight.to(out)).sum(), leaves)
     return out, grads
+
+
+def _call(args: dict) -> tuple:
+    """(q, q_start, KVView) of `_attention_inputs`' named arguments."""
+    view = {k: v for k, v in args.items() if k not in ("q", "q_start")}
+    return args["q"], args["q_start"], KVView(**view)
 
 
 def _on_device(args: dict, dtype) -> dict:
@@ -98,10 +106,10 @@ def test_compressed_attention_on_device_matches_the_float64_reference(path, dtyp
     args = _attention_inputs(dtype)
     weight = torch.randn(args["q"].shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     want, want_grads = _output_and_grads(reference_compressed_attention, args, weight)
-    fn = compressed_attention if path == "pytorch" else flex_compressed_attention
+    fn = flash_compressed_attention if path == "pytorch" else flex_compressed_attention
     device_args = _on_device(args, dtype)
     if path == "flex" and DEVICE == "cpu":  # flex_attention has no backward on the CPU: values only
-        got = fn(**{k: v.detach() if torch.is_tensor(v) else v for k, v in device_args.items()})
+        got = fn(*_call({k: v.detach() if torch.is_tensor(v) else v for k, v in device_args.items()}))
         torch.testing.assert_close(got.double().cpu(), want.detach(), **OUTPUT_TOL[dtype])
         return
     got, got_grads = _output_and_grads(fn, device_args, weight.to(DEVICE))
@@ -115,11 +123,11 @@ def test_flex_switch_gives_the_pytorch_path_loss_and_gradients(dtype, monkeypatc
     """The model's layers with flex switched on (PHASEKV_FLEX=1) against the default pure-PyTorch path."""
     torch.manual_seed(0)
     model = randomize(PhaseKVModel(preset_config("w8s8-1kv", vocab_size=64)), seed=2, std=0.1).to(DEVICE, dtype)
-    ids = torch.randint(0, 64, (2, 2 * flex.FLEX_MIN_QUERIES), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, 64, (2, 2 * dispatch.FLEX_MIN_QUERIES), generator=torch.Generator().manual_seed(0))
     ids = ids.to(DEVICE)
     results = {}
     for use in (False, True):
-        monkeypatch.setattr(flex, "USE_ON_CUDA", use)
+        monkeypatch.setattr(dispatch, "USE_ON_CUDA", use)
         model.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
         loss.backward()

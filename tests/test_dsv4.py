@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from conftest import randomize
-from phasekv.attention.dsv4_indexer import NO_ENTRY, reference_select_top_k, select_top_k
+from phasekv.attention.dsv4_indexer import NO_ENTRY, select_top_k
 from phasekv.attention.dsv4_layer import (
     DSV4Attention,
     gathered_attention,
-    reference_gathered_attention,
     transformers_state_dict,
 )
+from phasekv.attention.reference import reference_gathered_attention, reference_select_top_k
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.studies.conformance.dsv4_layers import LAYER_KINDS as TYPES
 from phasekv.studies.conformance.dsv4_layers import TOP_K, layer_pair
@@ -136,29 +136,28 @@ def test_top_k_picks_do_not_depend_on_how_many_later_entries_the_scores_hold():
 
 
 def test_gathered_attention_equals_its_reference_and_compressed_attention_when_every_entry_is_picked():
-    from phasekv.attention import reference_compressed_attention
+    from phasekv.attention import KVView, reference_compressed_attention
 
     gen = torch.Generator().manual_seed(6)
-    q, entries = torch.randn(2, 12, 4, 8, generator=gen), torch.randn(2, 7, 8, generator=gen)
-    exact, sink = torch.randn(2, 20, 8, generator=gen), torch.randn(4, generator=gen)
+    q, entries = torch.randn(2, 12, 4, 8, generator=gen), torch.randn(2, 7, 1, 8, generator=gen)
+    exact, sink = torch.randn(2, 20, 1, 8, generator=gen), torch.randn(4, generator=gen)
     start, exact_start, window = 8, 3, 6
     ends = torch.arange(7) * 3 + 2
+    kv = KVView(entries, entries, ends, exact, exact, exact_start, window, sink)  # one shared K=V head
     visible = ends[None, :] <= (start + torch.arange(12))[:, None]
     every = torch.where(visible, torch.arange(7), NO_ENTRY).expand(2, 12, 7)
     some = select_top_k(torch.randn(2, 12, 7, generator=gen), visible[None], 2)
     for picks in (every, some):
-        z, probs = gathered_attention(q, start, entries, picks, exact, exact_start, window, sink)
-        torch.testing.assert_close(
-            z, reference_gathered_attention(q, start, entries, picks, exact, exact_start, window, sink)
-        )
+        z, probs = gathered_attention(q, start, kv, picks)
+        torch.testing.assert_close(z, reference_gathered_attention(q, start, kv, picks))
         assert probs.shape == (2, 12, 4, picks.shape[-1] + window) and (probs.sum(-1) < 1).all()  # the sink's share
-    ek, ex = entries[:, :, None], exact[:, :, None]
-    expected = reference_compressed_attention(q, start, ek, ek, ends, ex, ex, exact_start, window, sink)
-    torch.testing.assert_close(
-        gathered_attention(q, start, entries, every, exact, exact_start, window, sink)[0], expected
-    )
+    torch.testing.assert_close(gathered_attention(q, start, kv, every)[0], reference_compressed_attention(q, start, kv))
+    tail = exact[:, 5:]
+    late = KVView(entries, entries, ends, tail, tail, exact_start + 5, window, sink)
     with pytest.raises(ValueError, match="need earlier ones"):
-        gathered_attention(q, start, entries, every, exact[:, 5:], exact_start + 5, window, sink)
+        gathered_attention(q, start, late, every)
+    with pytest.raises(ValueError, match="shared K=V head"):
+        gathered_attention(q, start, KVView(entries, entries.clone(), ends, exact, exact, exact_start, window), every)
 
 
 def test_top_k_changes_what_a_csa_layer_reads():

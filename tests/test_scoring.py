@@ -243,29 +243,3 @@ def test_bad_scorer_settings_are_rejected(qwen_dir):
         load_scorer(qwen_dir, dtype="float8")
     with pytest.raises(ScorerError, match="at least n_last"):
         load_scorer(qwen_dir).logprobs([[1, 2]], n_last=3)
-
-
-@pytest.mark.parametrize(
-    ("length", "q_start", "kv_heads", "sink"), [(40, 0, 1, False), (37, 30, 4, True), (1, 70, 1, True)]
-)
-def test_both_compressed_attention_paths_match_the_reference(length, q_start, kv_heads, sink):
-    """compressed_attention picks blocks or per-query gathering (`_blocks_pay`); both must equal the
-    plain reference, whichever one a shape selects."""
-    from phasekv.attention import compressed as fast
-    from phasekv.attention import reference_compressed_attention
-    from phasekv.compress import WindowGeometry
-
-    gen = torch.Generator().manual_seed(length)
-    geometry = WindowGeometry(8, 4)
-    n = geometry.num_complete(q_start + length)
-    end = geometry.window_end(torch.arange(n))
-    exact_start = max(0, q_start - 9)
-    q = torch.randn(2, length, 4, 8, generator=gen)
-    ek, ev = (torch.randn(2, n, kv_heads, 8, generator=gen) for _ in range(2))
-    xk, xv = (torch.randn(2, q_start + length - exact_start, kv_heads, 8, generator=gen) for _ in range(2))
-    sink_logits = torch.randn(4, generator=gen) if sink else None
-    args = (q, q_start, ek, ev, end, xk, xv, exact_start, 10, sink_logits)
-    reference = reference_compressed_attention(*args)
-    torch.testing.assert_close(fast.compressed_attention(*args, chunk=16), reference)
-    torch.testing.assert_close(fast._per_query_attention(*args, 16), reference)
-    torch.testing.assert_close(fast._block_attention(*args, 16), reference)

@@ -1,14 +1,15 @@
 """Attention over compressed entries plus a local window of exact tokens; full attention baseline."""
 
-from .compressed import compressed_attention
+from .dispatch import compressed_attention
 from .full import full_attention
 from .layer import Attention
 from .reference import reference_compressed_attention, reference_full_attention
 from .rope import Rotary
-from .state import LayerState
+from .state import KVView, LayerState
 
 __all__ = [
     "Attention",
+    "KVView",
     "LayerState",
     "Rotary",
     "compressed_attention",

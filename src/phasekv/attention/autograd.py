@@ -1,8 +1,9 @@
 """Compressed attention as one autograd function that keeps O(T) memory (FlashAttention-style).
 
-Same semantics as `compressed.py` and `reference.py`: one softmax per query over [entries j with
+The semantics of `KVView` (and `reference.py`): one softmax per query over [entries j with
 entry_end[j] <= t  ||  exact tokens t-L+1 .. t], plus an optional per-head sink logit that only adds
-exp(sink) to the denominator.
+exp(sink) to the denominator. What every call with more than one query, or with gradients, runs on the
+CPU (`dispatch.py`).
 
 Forward, over chunks of queries (rows are (query, group) pairs of one KV head):
 - entries: one matmul of the chunk's queries with the entries visible to its last query; only the
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from .state import KVView
 
 NEG_INF = float("-inf")
 # Queries per chunk (at most). Entry work does not depend on it (only the tail is masked); long chunks
@@ -299,24 +302,13 @@ class CompressedAttentionFunction(torch.autograd.Function):
         )  # fmt: skip
 
 
-def flash_compressed_attention(
-    q: torch.Tensor,
-    q_start: int,
-    entry_k: torch.Tensor,
-    entry_v: torch.Tensor,
-    entry_end: torch.Tensor,
-    exact_k: torch.Tensor,
-    exact_v: torch.Tensor,
-    exact_start: int,
-    local_window: int,
-    sink: torch.Tensor | None = None,
-    chunk: int = CHUNK,
-) -> torch.Tensor:
-    """Same arguments and result as `compressed_attention` (q [B, T, H, hd] -> z [B, T, H, hd]); memory
-    O(T) for backward. `chunk` queries are scored at a time."""
+def flash_compressed_attention(q: torch.Tensor, q_start: int, kv: KVView, chunk: int = CHUNK) -> torch.Tensor:
+    """q: [B, T, H, hd] at positions q_start.. -> z [B, T, H, hd] over `kv`; memory O(T) for backward.
+    `chunk` queries are scored at a time."""
     if q.shape[1] == 0:
         return q.new_zeros(q.shape)
-    entry_end = entry_end.to(device=q.device, dtype=torch.long)
+    entry_end = kv.entry_end.to(device=q.device, dtype=torch.long)
     return CompressedAttentionFunction.apply(
-        q, entry_k, entry_v, exact_k, exact_v, sink, entry_end, q_start, exact_start, local_window, chunk
-    )
+        q, kv.entry_k, kv.entry_v, kv.exact_k, kv.exact_v, kv.sink, entry_end, q_start, kv.exact_start,
+        kv.local_window, chunk,
+    )  # fmt: skip

@@ -7,9 +7,9 @@ the query at t as
     I[t, s] = sum_h w[t, h] * ReLU(q[t, h] . k[s]) / sqrt(index_head_dim),   w = weights_proj(x) / sqrt(heads)
 
 with q from the layer's low-rank query residual. Each query keeps the `index_topk` visible entries of
-highest score, ties going to the lower row (`select_top_k`; `reference_select_top_k` is its per-query
-twin). Given the same weights, scores and picks equal transformers' `DeepseekV4Indexer`, except where
-scores tie at the cut: its `torch.topk` then picks by no stated rule.
+highest score, ties going to the lower row (`select_top_k`; `reference.reference_select_top_k` is its
+per-query twin). Given the same weights, scores and picks equal transformers' `DeepseekV4Indexer`, except
+where scores tie at the cut: its `torch.topk` then picks by no stated rule.
 
 The picks are not differentiable, so the language-model loss never reaches the indexer. It learns from
 `indexer_loss`: KL(main attention over its picks, summed over heads || softmax of its scores over the
@@ -100,21 +100,6 @@ def select_top_k(scores: torch.Tensor, visible: torch.Tensor, k: int) -> torch.T
     picks = picks.gather(-1, order)
     valid = visible.expand_as(scores).gather(-1, picks)
     return picks.masked_fill(~valid, NO_ENTRY)
-
-
-def reference_select_top_k(scores: torch.Tensor, visible: torch.Tensor, k: int) -> list[list[set[int]]]:
-    """The same picks from the definition, one query at a time: per [b][t] the set of visible rows with
-    the k highest scores (ties broken towards lower rows)."""
-    visible = visible.expand_as(scores)
-    picks = []
-    for b in range(scores.shape[0]):
-        rows = []
-        for t in range(scores.shape[1]):
-            candidates = [j for j in range(scores.shape[2]) if visible[b, t, j]]
-            candidates.sort(key=lambda j, b=b, t=t: (-float(scores[b, t, j]), j))
-            rows.append(set(candidates[:k]))
-        picks.append(rows)
-    return picks
 
 
 def indexer_loss(scores: torch.Tensor, picks: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:

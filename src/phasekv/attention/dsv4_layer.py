@@ -9,8 +9,8 @@ entry (hca). Since the values carry the keys' rotation, the output's rope slice 
 query's position; a grouped low-rank projection (o_a_proj per group of heads, then o_b_proj) mixes heads.
 
 The attention (`gathered_attention`) gathers each query's keys ([its picks || its L exact tokens]), so
-work and memory are O(T * (k + L)) and no T x T tensor is built; `reference_gathered_attention` is its
-plain twin. Module names match transformers' (`transformers_state_dict` maps a transformers layer's
+work and memory are O(T * (k + L)) and no T x T tensor is built; `reference.reference_gathered_attention`
+is its plain twin. Module names match transformers' (`transformers_state_dict` maps a transformers layer's
 weights onto these modules).
 """
 
@@ -25,7 +25,7 @@ from ..hooks import HookPoint
 from ..norm import RMSNorm
 from .dsv4_indexer import NO_ENTRY, LightningIndexer, indexer_loss
 from .rope import Rotary
-from .state import LayerState, append_rows, keep_last
+from .state import KVView, LayerState, append_rows, keep_last
 
 
 def hca_windows(cfg: ModelConfig) -> CompressionConfig:
@@ -108,10 +108,7 @@ class DSV4Attention(nn.Module):
         q = self.rotary(unit_rms(q, cfg.rms_norm_eps), positions)
         mem = self._memory(x, start, state)
         picks, scores = self._picks(x, q_residual, positions, mem)
-        entries = None if mem.entry_k is None else mem.entry_k[:, :, 0]
-        z, probs = gathered_attention(
-            q, start, entries, picks, mem.exact_k[:, :, 0], mem.exact_start, self.local_window, self.sinks
-        )
+        z, probs = gathered_attention(q, start, KVView.of(mem, self.local_window, self.sinks), picks)
         if state is not None:
             vars(state).update(vars(self._trim(mem)))
         z = self.rotary(self.hook_z(z), -positions)  # undo the values' rotation at the query position
@@ -193,29 +190,25 @@ class _AddAuxiliaryLoss(torch.autograd.Function):
 
 
 def gathered_attention(
-    q: torch.Tensor,
-    q_start: int,
-    entries: torch.Tensor | None,
-    picks: torch.Tensor,
-    exact: torch.Tensor,
-    exact_start: int,
-    local_window: int,
-    sink: torch.Tensor | None,
+    q: torch.Tensor, q_start: int, kv: KVView, picks: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One shared K=V head. q: [B, T, H, hd] at positions q_start..; entries: [B, n, hd] (None: n = 0);
-    picks: [B, T, k] entry rows per query (NO_ENTRY: empty slot); exact: [B, Te, hd] rows of positions
-    exact_start.. (reaching back to q_start - L + 1, or 0). Each query attends to its picks and its exact
-    tokens t-L+1..t in one softmax (plus exp(sink) per head in the denominator).
-    Returns (z [B, T, H, hd], probabilities [B, T, H, k + L])."""
+    """One shared K=V head (kv's values are its keys, Hkv = 1). q: [B, T, H, hd] at positions q_start..;
+    picks: [B, T, k] entry rows per query (NO_ENTRY: empty slot); kv's exact rows must reach back to
+    q_start - L + 1 (or 0). Each query attends to its picks and its exact tokens t-L+1..t in one softmax
+    (plus exp(sink) per head in the denominator). Returns (z [B, T, H, hd], probabilities [B, T, H, k + L])."""
+    if kv.entry_v is not kv.entry_k or kv.exact_v is not kv.exact_k or kv.exact_k.shape[2] != 1:
+        raise ValueError("gathered_attention reads one shared K=V head: the view's values must be its keys")
     batch, length, heads, dim = q.shape
     positions = q_start + torch.arange(length, device=q.device)
+    local_window, exact_start, sink = kv.local_window, kv.exact_start, kv.sink
     band = positions[:, None] - local_window + 1 + torch.arange(local_window, device=q.device)  # [T, L]
     if exact_start > max(0, q_start - local_window + 1):
         raise ValueError(f"exact rows start at position {exact_start}; queries from {q_start} need earlier ones")
-    local = exact[:, (band - exact_start).clamp_min(0)]  # [B, T, L, hd]
+    local = kv.exact_k[:, (band - exact_start).clamp_min(0), 0]  # [B, T, L, hd]
     keys, valid = local, (band >= 0).expand(batch, length, local_window)
     if picks.shape[-1]:
-        picked = entries[torch.arange(batch, device=q.device)[:, None, None], picks.clamp_min(0)]  # [B, T, k, hd]
+        rows = torch.arange(batch, device=q.device)[:, None, None]
+        picked = kv.entry_k[rows, picks.clamp_min(0), 0]  # [B, T, k, hd]
         keys, valid = torch.cat([picked, keys], dim=2), torch.cat([picks != NO_ENTRY, valid], dim=2)
     logits = torch.einsum("bthd,btkd->bthk", q, keys) * dim**-0.5
     logits = logits.masked_fill(~valid[:, :, None, :], float("-inf"))
@@ -225,25 +218,6 @@ def gathered_attention(
     probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1).to(q.dtype)
     probs = probs[..., :-1] if sink is not None else probs
     return torch.einsum("bthk,btkd->bthd", probs, keys), probs
-
-
-def reference_gathered_attention(q, q_start, entries, picks, exact, exact_start, local_window, sink=None):
-    """`gathered_attention`'s z from the definition, one query and head at a time."""
-    batch, length, heads, dim = q.shape
-    z = torch.zeros_like(q)
-    for b in range(batch):
-        for step in range(length):
-            t = q_start + step
-            keys = [entries[b, int(j)] for j in picks[b, step] if int(j) != NO_ENTRY]
-            keys += [exact[b, p - exact_start] for p in range(max(0, t - local_window + 1), t + 1)]
-            keys = torch.stack(keys)
-            for h in range(heads):
-                logits = keys @ q[b, step, h] / dim**0.5
-                if sink is not None:
-                    logits = torch.cat([logits, sink[h].reshape(1)])
-                weights = torch.softmax(logits.double(), dim=0)[: len(keys)].to(q.dtype)
-                z[b, step, h] = weights @ keys
-    return z
 
 
 def transformers_state_dict(hf_attention_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

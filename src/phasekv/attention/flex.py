@@ -1,49 +1,30 @@
-"""Compressed attention with torch's flex_attention: the CUDA path, opt-in until checked on a GPU.
+"""Compressed attention with torch's flex_attention: the CUDA kernel (`dispatch.py` says when it runs).
 
 Keys and values are [compressed entries || exact tokens] (one tensor each), and a block mask says
 what each query sees: entry j iff entry_end[j] <= t, exact token p iff t-L+1 <= p <= t. flex_attention
 skips the blocks the mask empties (most of the entry staircase and everything outside the local band),
 so the work is proportional to what is visible, forward and backward, in one fused kernel on CUDA.
 The sink (a per-head logit added to the softmax denominator) scales the output by
-sigmoid(logsumexp - sink), as in `compressed.py`.
-
-`compressed_attention_auto` (what the model's layers call) picks this path only when it is switched on
-(`PHASEKV_FLEX=1` in the environment, or `phasekv.attention.flex.USE_ON_CUDA = True`), for CUDA tensors
-and calls of at least FLEX_MIN_QUERIES queries (training, prefill); everything else, and every call by
-default, runs the pure-PyTorch `compressed_attention`. It stays opt-in until the CUDA tests
-(tests/test_cuda.py, run by benchmarks/gpu_check.sh) have passed on a GPU. Off CUDA flex_attention runs
-unfused in eager mode (correct, slow): tests use it to check the mask on any machine.
+sigmoid(logsumexp - sink), as in `autograd.py`. Off CUDA flex_attention runs unfused in eager mode
+(correct, slow): tests use it to check the mask on any machine.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from .compressed import compressed_attention
+from .state import KVView
 
 
-def flex_compressed_attention(
-    q: torch.Tensor,
-    q_start: int,
-    entry_k: torch.Tensor,
-    entry_v: torch.Tensor,
-    entry_end: torch.Tensor,
-    exact_k: torch.Tensor,
-    exact_v: torch.Tensor,
-    exact_start: int,
-    local_window: int,
-    sink: torch.Tensor | None = None,
-    block_size: int = 128,
-) -> torch.Tensor:
-    """Same arguments and result as `compressed_attention` (q [B, T, H, hd] -> z [B, T, H, hd])."""
+def flex_compressed_attention(q: torch.Tensor, q_start: int, kv: KVView, block_size: int = 128) -> torch.Tensor:
+    """q: [B, T, H, hd] at positions q_start.. -> z [B, T, H, hd] over `kv`."""
     from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
 
-    length, n_entries, n_exact = q.shape[1], entry_k.shape[1], exact_k.shape[1]
-    keys = torch.cat([entry_k, exact_k], dim=1).transpose(1, 2)  # [B, Hkv, N + Tk, hd]
-    values = torch.cat([entry_v, exact_v], dim=1).transpose(1, 2)
-    ends = entry_end.to(device=q.device, dtype=torch.long)
+    length, n_entries, n_exact = q.shape[1], kv.entry_k.shape[1], kv.exact_k.shape[1]
+    exact_start, local_window = kv.exact_start, kv.local_window
+    keys = torch.cat([kv.entry_k, kv.exact_k], dim=1).transpose(1, 2)  # [B, Hkv, N + Tk, hd]
+    values = torch.cat([kv.entry_v, kv.exact_v], dim=1).transpose(1, 2)
+    ends = kv.entry_end.to(device=q.device, dtype=torch.long)
     # pad so the mask can index ends[kv] for every kv (exact columns read a clamped, unused value)
     ends = torch.cat([ends, ends.new_zeros(1)])
 
@@ -63,17 +44,12 @@ def flex_compressed_attention(
     enable_gqa = query.shape[1] != keys.shape[1]
     out, aux = _flex(cuda)(query, keys, values, block_mask=mask, enable_gqa=enable_gqa, return_aux=AuxRequest(lse=True))
     lse = aux.lse
-    if sink is not None:
+    if kv.sink is not None:
         # lse is the natural log-sum-exp of the scaled scores: adding exp(sink) to the denominator
         # multiplies the output by S / (S + e^sink) = sigmoid(lse - sink)
-        out = out * torch.sigmoid(lse.float() - sink.float().view(1, -1, 1)).to(out.dtype)[..., None]
+        out = out * torch.sigmoid(lse.float() - kv.sink.float().view(1, -1, 1)).to(out.dtype)[..., None]
     return out.transpose(1, 2)
 
-
-# Opt-in (see the module's docstring). Shorter calls (decoding steps, small cached chunks) keep the
-# PyTorch path: flex would compile a kernel for every new shape.
-USE_ON_CUDA = os.environ.get("PHASEKV_FLEX", "0") == "1"
-FLEX_MIN_QUERIES = 128
 
 _COMPILED = {}
 
@@ -87,13 +63,3 @@ def _flex(cuda: bool):
     if "flex" not in _COMPILED:
         _COMPILED["flex"] = torch.compile(flex_attention, dynamic=False)
     return _COMPILED["flex"]
-
-
-def compressed_attention_auto(*args, **kwargs) -> torch.Tensor:
-    """`flex_compressed_attention` where it is switched on and pays (CUDA, >= FLEX_MIN_QUERIES queries),
-    `compressed_attention` otherwise (same arguments)."""
-    q = args[0] if args else kwargs["q"]
-    if USE_ON_CUDA and q.is_cuda and q.shape[1] >= FLEX_MIN_QUERIES:
-        kwargs.pop("chunk", None)
-        return flex_compressed_attention(*args, **kwargs)
-    return compressed_attention(*args, **kwargs)

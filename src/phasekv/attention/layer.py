@@ -9,10 +9,10 @@ from ..compress import build_compressor
 from ..config import ModelConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
-from .flex import compressed_attention_auto
+from .dispatch import compressed_attention
 from .full import full_attention
 from .rope import Rotary
-from .state import LayerState, append_rows, keep_last
+from .state import KVView, LayerState, append_rows, keep_last
 
 
 class Attention(nn.Module):
@@ -54,10 +54,7 @@ class Attention(nn.Module):
         if self.compressor is None:
             z = full_attention(q, mem.exact_k, mem.exact_v, start, mem.exact_start)
         else:
-            z = compressed_attention_auto(
-                q, start, mem.entry_k, mem.entry_v, mem.entry_end, mem.exact_k, mem.exact_v, mem.exact_start,
-                self.compressor.cfg.local_window, self.sink,
-            )  # fmt: skip
+            z = compressed_attention(q, start, KVView.of(mem, self.compressor.cfg.local_window, self.sink))
         if state is not None:
             vars(state).update(vars(self._trim(mem)))
         z = self.hook_z(z)

@@ -1,4 +1,5 @@
-"""What one attention layer remembers between incremental calls (the compressed KV cache of a layer)."""
+"""What one attention layer remembers between incremental calls (the compressed KV cache of a layer), and
+the view of it that the attention kernels read."""
 
 from __future__ import annotations
 
@@ -37,6 +38,54 @@ class LayerState:
         """Bytes of key/value memory held (exact tokens and entries; not the compressor's hidden buffer)."""
         tensors = (self.exact_k, self.exact_v, self.entry_k, self.entry_v, self.index_k)
         return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+@dataclass(frozen=True)
+class KVView:
+    """What a compressed-attention kernel reads besides its queries q [B, T, H, hd] at positions q_start..:
+    one softmax per query at t over [entries j with entry_end[j] <= t  ||  exact tokens t-L+1 .. t (>= 0)],
+    plus exp(sink) per head in the denominator. Built once per call (`of`); every kernel and its
+    reference take it.
+
+    entry_k, entry_v: [B, N, Hkv, hd]  compressed entries, in window order
+    entry_end:        [N]              position from which each entry is visible (non-decreasing)
+    exact_k, exact_v: [B, Tk, Hkv, hd] exact tokens at positions exact_start .. exact_start+Tk-1; must hold
+                                       every position q_start-L+1 .. q_start+T-1 that is >= 0
+    local_window:     L, the exact tokens a query sees (its own included)
+    sink:             [H] or None      per-head logit added to each softmax denominator
+    """
+
+    entry_k: torch.Tensor
+    entry_v: torch.Tensor
+    entry_end: torch.Tensor
+    exact_k: torch.Tensor
+    exact_v: torch.Tensor
+    exact_start: int
+    local_window: int
+    sink: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.entry_k.shape != self.entry_v.shape or self.exact_k.shape != self.exact_v.shape:
+            raise ValueError(
+                f"keys and values differ in shape: entries {tuple(self.entry_k.shape)} / {tuple(self.entry_v.shape)}, "
+                f"exact tokens {tuple(self.exact_k.shape)} / {tuple(self.exact_v.shape)}"
+            )
+        if self.entry_end.shape != self.entry_k.shape[1:2]:
+            raise ValueError(f"entry_end {tuple(self.entry_end.shape)} must have one position per entry")
+
+    @classmethod
+    def of(cls, state: LayerState, local_window: int, sink: torch.Tensor | None = None) -> KVView:
+        """The view of a layer's memory. A state without values (K=V layers keep one tensor) reads its keys
+        as values; one without entries (sliding-window layers) has none."""
+        exact_v = state.exact_k if state.exact_v is None else state.exact_v
+        entry_k = state.exact_k[:, :0] if state.entry_k is None else state.entry_k
+        entry_v = entry_k if state.entry_v is None else state.entry_v
+        return cls(entry_k, entry_v, state.entry_end, state.exact_k, exact_v, state.exact_start, local_window, sink)
+
+    def requires_grad(self) -> bool:
+        """Whether a tensor of the view needs gradients."""
+        tensors = (self.entry_k, self.entry_v, self.exact_k, self.exact_v, self.sink)
+        return any(t is not None and t.requires_grad for t in tensors)
 
 
 def keep_last(rows: torch.Tensor, keep: int) -> tuple[torch.Tensor, int]:
