@@ -3,7 +3,7 @@
 For each preset (tiny size, float32, batch 1): prefill a random prompt of `--context` tokens in chunks
 of `--chunk` through `phasekv.cache.generate.prefill`, then feed `--steps` generated tokens one at a
 time (greedy) and time each step. Prints the median time per token, the prefill time and the cache
-size (`KVCache.nbytes()`), and the ratios compressed / full (targets from issue 7: time per token
+size (`KVCache.nbytes()`), and the ratios compressed / full (targets: time per token
 <= 0.3, cache bytes close to 1/S).
 
     .venv/bin/python benchmarks/bench_decode.py --context 32768 --steps 32 --threads 2 --out decode.json

@@ -2,7 +2,7 @@
 probe's size), in a fresh subprocess per mode, reporting its wall time and peak RSS (ru_maxrss).
 
 Modes: `forward` (one `model(ids)` call under inference_mode) and `prefill` (the same prompt fed
-through `phasekv.cache.generate.prefill(model, ids, cache, chunk_size)`). Target from issue 7: peak
+through `phasekv.cache.generate.prefill(model, ids, cache, chunk_size)`). Target: peak
 RSS under 4 GB. The baseline RSS of a subprocess that only imports torch and builds the model is
 printed beside it.
 

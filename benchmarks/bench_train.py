@@ -3,7 +3,7 @@
 One training step = forward + cross-entropy + backward + AdamW step on a random token batch of
 `--batch-tokens` tokens (batch = batch_tokens / T sequences of T tokens; the same tokens for every
 preset at a given T). Warm-up steps, then the median of `--reps` timed steps per (preset, T).
-Targets from issue 7: tokens/s ratio >= 0.8 at T = 512 and >= 1.5 at T = 2048.
+Targets: tokens/s ratio >= 0.8 at T = 512 and >= 1.5 at T = 2048.
 
     .venv/bin/python benchmarks/bench_train.py --lengths 512,2048 --threads 1 --out train.json
 

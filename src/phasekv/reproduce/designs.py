@@ -1,4 +1,4 @@
-"""Issue #9's comparison: every design (its seeds side by side) against W8/S8 · 1 KV and full attention.
+"""The designs comparison: every design (its seeds side by side) against W8/S8 · 1 KV and full attention.
 
 A design meets the target when every seed (and the control) has learned and, averaged over its seeds,
 its gap is within 5 points of full attention's gap, its mean accuracy is at least W8/S8's, and its cache

@@ -24,7 +24,7 @@ class RunSpec:
     seed: int = 42
     steps: int = 1000
     design: str = ""  # runs of one design (seeds) share it; "" = the label
-    training: dict = field(default_factory=dict)  # extra RunConfig options (issue #9's training mitigations)
+    training: dict = field(default_factory=dict)  # extra RunConfig options (the training-time mitigations)
     model: dict = field(default_factory=dict)  # ModelConfig overrides of this run (over the profile's)
 
     @property
@@ -195,7 +195,7 @@ CPU = _register(
     )
 )
 
-# Issue #9: designs meant to remove the weak spots at W8/S8's cache size (one entry of one KV head per 8
+# Designs meant to remove the weak spots at W8/S8's cache size (one entry of one KV head per 8
 # tokens and layer), trained exactly like the quick profile's runs, two seeds each. The control and the
 # W8/S8 baseline are the quick profile's runs (copied from runs/quick when that reproduction exists).
 # The regulariser weight is fixed in advance (not tuned on the probe): 0.5 nats at most ~1 nat of loss.
@@ -245,7 +245,7 @@ MITIGATIONS = _register(
     )
 )
 
-# Issue #19's second round, at W8/S8's cache bytes, three seeds each: the smallest overlaps at W8/S8's entry
+# The second round of designs, at W8/S8's cache bytes, three seeds each: the smallest overlaps at W8/S8's entry
 # count (W = S + 1, S + 2: the boundary token and the next one always share a window), the first with vector
 # gates, and the static-concentration regulariser measured only over windows that hold a record key (where
 # the weak phases' static preferences sit). Same data, steps and optimiser as the quick profile's W8/S8 runs;

@@ -94,7 +94,7 @@ class RunConfig:
     end, and `keep_checkpoints` (0: all) limits how many stay. `gate_steps` lists extra steps for
     gate snapshots (0 = before training). `parallel` picks DDP or FSDP when launched by torchrun.
 
-    Issue #9's training mitigations (compressed models only; `phasekv.train.regularize`):
+    Training-time mitigations (compressed models only; `phasekv.train.regularize`):
     `random_window_offset` runs each step with every compressed layer's windows at one offset drawn
     from (seed, step), replacing the configured offsets for that step's forward and backward
     (validation, gate snapshots and checkpoints keep the configured ones);

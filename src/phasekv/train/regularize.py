@@ -1,4 +1,4 @@
-"""Issue #9's training-time mitigations: the static-concentration regulariser and random window offsets.
+"""Training-time mitigations of the weak spots: the static-concentration regulariser and random window offsets.
 
 Static concentration: trained W8/S8 gates put their weight on one offset in every window (a low
 *static* effective number exp(H(E[alpha]))), so content at the other offsets is lost. The penalty
