@@ -7,7 +7,7 @@
 # Steps (each under its own timeout, all under BUDGET_S seconds together; a step that would not fit is
 # skipped and says so). Every step's output is $OUT/<step>.txt; $OUT/summary.txt lists them with rc and time.
 #   env         GPU name, driver, torch / CUDA versions, commit
-#   tests       tests/test_cuda.py + tests/test_flex.py on CUDA (float32 2e-4, bfloat16 3e-2; see test_cuda.py)
+#   tests       tests/core/test_cuda.py + tests/core/test_flex.py on CUDA (float32 2e-4, bfloat16 3e-2; see test_cuda.py)
 #   attn_*      benchmarks/bench_attention.py, paper size (d_model 1024, 16 x 128, 1 KV head), bf16, W8/S8 vs SDPA
 #               full attention, fwd+bwd time and peak CUDA memory at T = 8K, 32K, 128K: the pure-PyTorch path,
 #               then (only if the tests passed) flex_attention
@@ -53,7 +53,7 @@ fi
 step env 30 bash -c "nvidia-smi; git rev-parse HEAD; uptime; $PY -c 'import torch; print(torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name(0), torch.backends.cudnn.version())'"
 
-step tests 110 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py tests/test_flex.py \
+step tests 110 "$PY" -m pytest -q -rs -p no:cacheprovider tests/core/test_cuda.py tests/core/test_flex.py \
     --junitxml "$OUT/tests.xml"
 TESTS_RC=$?
 FLEX=()

@@ -2,7 +2,7 @@
 
 - flex (`flex.py`): CUDA tensors and calls of at least FLEX_MIN_QUERIES queries (training, prefill), only
   where it is switched on (`PHASEKV_FLEX=1` in the environment, or `dispatch.USE_ON_CUDA = True`). It
-  stays opt-in until the CUDA tests (tests/test_cuda.py, run by benchmarks/gpu_check.sh) have passed on a
+  stays opt-in until the CUDA tests (tests/core/test_cuda.py, run by benchmarks/gpu_check.sh) have passed on a
   GPU; shorter calls (decoding steps, small cached chunks) keep the PyTorch paths, since flex would
   compile a kernel for every new shape.
 - decode (`decode.py`): one query without gradients (a decoding step), no masks at all.

@@ -88,7 +88,7 @@ def bootstrap_mappings(
     intervals sit above the estimate and under-cover when residues are near-tied. By default
     (``spread_method="basic"``) they use the basic (reverse-percentile) interval
     [2 θ̂ − q_hi, 2 θ̂ − q_lo], clipped to the statistic's valid range, which subtracts that bias
-    once. Measured (tests/test_stats.py, 8 residues with 7 tied at 0.8 and one at 0.3, 60
+    once. Measured (tests/stats/test_stats.py, 8 residues with 7 tied at 0.8 and one at 0.3, 60
     mappings, 400 simulated data sets x 500 resamples): the 95% gap interval covered the true gap
     50 points 73.5% of the time with percentile and 85% with basic (per-residue
     and mean percentile intervals are unbiased there). ``spread_method="percentile"``

@@ -16,7 +16,7 @@ import pytest
 from phasekv.scoring import load_scorer
 from phasekv.serve.completions import Limits
 from phasekv.serve.server import DEFAULT_BACKLOG
-from test_serve import serving
+from serving_helpers import serving
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-/* Measures the report in headless Chromium for tests/test_report.py: the harness page holds one iframe per
+/* Measures the report in headless Chromium for tests/report/test_report.py: the harness page holds one iframe per
    viewport width (each loads the report, so its innerWidth is that width); once every figure has drawn, each
    frame's element boxes are measured and the JSON is written into #layout-result (read with --dump-dom).
    Per width: the content column, every element under <main> whose box leaves it, and the top of each section.

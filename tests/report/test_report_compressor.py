@@ -1,7 +1,7 @@
 """The report's compressor illustration: rows precomputed for every (tokens prepended, followed token,
 gate) combination agree with a plain softmax of bias + content (uniform: 1/W), and one Vega-Lite spec
 with its params draws the page's view and the PNG. The page's interactions are checked in headless
-Chromium by tests/test_report.py (the page's self-test)."""
+Chromium by tests/report/test_report.py (the page's self-test)."""
 
 from __future__ import annotations
 

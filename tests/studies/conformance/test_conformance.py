@@ -198,7 +198,7 @@ def test_a_served_model_is_checked_through_phasekv_serve_with_and_without_echo(
     from phasekv.scoring import PhaseKVScorer
     from phasekv.serve import EndpointScorer
     from phasekv.studies.conformance.run import EndpointRunner
-    from test_serve import FAST, serving
+    from serving_helpers import FAST, serving
 
     tokenizer = word_tokenizer()
     model = _model(vocab_size=len(tokenizer))
@@ -241,7 +241,7 @@ def test_the_command_checks_a_served_engine_as_it_answers_now(tmp_path, monkeypa
     from conftest import save_with_tokenizer, word_tokenizer
     from phasekv.cli import app
     from phasekv.scoring import PhaseKVScorer
-    from test_serve import serving
+    from serving_helpers import serving
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where a default results cache would go
     tokenizer = word_tokenizer()

@@ -23,7 +23,7 @@ from phasekv.studies.flip.run import FlipOptions, flip_prompts, plan_flip, run_f
 from phasekv.studies.probe.positions import position_bins
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
-from test_serve import FAST, counting_handler, serving
+from serving_helpers import FAST, counting_handler, serving
 
 LOOKUP = LookupOptions(n_records=12, n_demos=3, modulus=6, n_mappings=4, seed=3)  # prefix: repeated prompts
 NEEDLE = NeedleOptions(context_length=96, n_records=6, n_haystacks=4, modulus=4, seed=3)

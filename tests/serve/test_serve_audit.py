@@ -30,7 +30,7 @@ from phasekv.serve import EndpointError, EndpointScorer, make_server
 from phasekv.serve.canary import canary_prompts
 from phasekv.serve.server import CompletionHandler
 from phasekv.tasks.lookup import LookupOptions
-from test_serve import counting_handler, serving
+from serving_helpers import answer_lines, counting_handler, serving
 
 # A small lookup: 3 mappings x 6 residues, about 50 distinct requests.
 LOOKUP_ARGS = ["--records", "12", "--demos", "3", "--modulus", "6", "--mappings", "3", "--seed", "3",
@@ -75,10 +75,6 @@ def assert_same_result(local: dict, remote: dict, logprob: bool = True) -> None:
         assert remote[field] == local[field], field
     if logprob:
         assert remote["mean_answer_logprob"] == pytest.approx(local["mean_answer_logprob"], rel=1e-5)
-
-
-def answer_lines(cache) -> list[dict]:
-    return [r for r in map(json.loads, cache.read_text().splitlines()) if r.get("kind") == "answer"]
 
 
 def free_port() -> int:
@@ -613,7 +609,7 @@ def test_readme_audit_commands_run_against_the_quick_layout(tmp_path, monkeypatc
     model = serve_line[2]
     (spec,) = (run for run in QUICK.runs if run.name == "w8s8-1kv-s42")
     assert model == f"{run_dir(Path('runs/quick'), spec)}/checkpoints/final"
-    readme = Path(__file__).parent.parent / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "README.md"
     if "checkpoints/final" in readme.read_text():  # the README shows these commands (pasted verbatim)
         assert all(line in readme.read_text() for line in README_AUDIT.splitlines())
     monkeypatch.chdir(tmp_path)

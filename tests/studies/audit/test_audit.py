@@ -161,7 +161,7 @@ def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
     from phasekv.evaluate import run_lookup
     from phasekv.scoring import load_scorer
     from phasekv.serve import EndpointScorer
-    from test_serve import serving
+    from serving_helpers import serving
 
     local = load_scorer(phasekv_dir)
     options = AuditOptions(budget_s=600, **{**SMALL, "templates": ("paper",), "mappings": (2,)})

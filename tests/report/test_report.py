@@ -55,7 +55,7 @@ from phasekv.train.gates import gate_snapshot, write_snapshot
 TOKENIZER = build_word_tokenizer()
 V = len(TOKENIZER)
 LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=4)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _design(name: str, role: str, mean: list, gap: list, learned: list, misses: tuple = ()) -> dict:
@@ -760,7 +760,7 @@ def layout(layout_report) -> dict:
     """The page measured at every width of WIDTHS, in one headless Chromium run (`report_layout.js`)."""
     binary = _browser()
     harness = layout_report.parent / "layout.html"
-    script = (ROOT / "tests" / "report_layout.js").as_uri()
+    script = (ROOT / "tests" / "report" / "report_layout.js").as_uri()
     harness.write_text(
         f'<!DOCTYPE html><html><body style="margin:0"><pre id="layout-result" data-report="{layout_report.name}" '
         f"data-widths='{json.dumps(WIDTHS)}'></pre><script src=\"{script}\"></script></body></html>"
