@@ -333,7 +333,7 @@ def test_residue_spec_holds_every_model_with_its_bands_boundaries_and_params(res
     assert model["bind"]["options"] == ["all", "w8s4-1kv", "w8s8-1kv"]  # a panel per compressed model
     rows = _values(spec)
     for result in inputs.of("residues"):
-        summary = result.typed.summary
+        summary = result.typed.residue_summary
         compressed = result.typed.compressed
         for panel in ("w8s4-1kv", "w8s8-1kv") if not compressed else (result.name,):
             drawn = sorted(

@@ -419,7 +419,8 @@ def flip(
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
     from phasekv.evaluate.press import FLIP_QUESTION_TOKENS
-    from phasekv.studies.flip.run import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
+    from phasekv.studies.flip.result import FlipResult
+    from phasekv.studies.flip.run import FlipOptions, flip_prompts, plan_flip, run_flip
 
     with one_line_errors("eval"):
         _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
@@ -444,8 +445,4 @@ def flip(
         if dump_prompts is not None:
             _dump(flip_prompts(scorer.tokenizer, options).rows(), dump_prompts, scorer.tokenizer)
         result = run_flip(scorer, options, progress=not quiet)
-        heading = (
-            f"flip on {remote['url'] or model}: candidates {list(options.candidates)}, "
-            f"wall time {result['wall_time_s']:.1f} s"
-        )
-        _finish(result, heading + "\n" + format_flip(result), out)
+        _finish(result, FlipResult.from_dict(result).summary, out)

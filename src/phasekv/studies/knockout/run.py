@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.stride import resolve_stride
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
-from phasekv.report.common import head_label
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
 from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.tasks.lookup import LookupOptions
@@ -129,13 +129,18 @@ def _means(scorer, cal_ids: torch.Tensor, options: KnockoutOptions, planner: Pla
     return final_attention_means(scorer.model, cal, options.n_query)
 
 
-def _check(scorer, options: KnockoutOptions) -> None:
+def check_options(options: KnockoutOptions) -> None:
+    """Raise ValueError for options no model can use (checked before any model loads)."""
     if options.mode not in MODES:
         raise ValueError(f"unknown knockout mode {options.mode!r}; choose one of {MODES}")
-    if options.mode == "heads" and not view(scorer.model).head_knockouts:
-        raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
     if options.calibration_mappings < 1 or options.n_query < 1 or options.batch_size < 1:
         raise ValueError("calibration_mappings, n_query and batch_size must be >= 1")
+
+
+def _check(scorer, options: KnockoutOptions) -> None:
+    check_options(options)
+    if options.mode == "heads" and not view(scorer.model).head_knockouts:
+        raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
 
 
 def _targets(scorer, options: KnockoutOptions) -> int:
@@ -169,7 +174,7 @@ def knockout_plan(scorer, options: KnockoutOptions, n_prompts: int, ids: torch.T
 
 def run_knockout(
     scorer,
-    lookup: LookupOptions = LookupOptions(),
+    lookup: LookupOptions = ANALYSIS_LOOKUP,
     options: KnockoutOptions = KnockoutOptions(),
     progress: bool | Planner = True,
 ) -> dict:
@@ -230,27 +235,3 @@ def run_knockout(
     result["schema"] = SCHEMA
     result["analysis"] = "knockout"
     return result
-
-
-def _cell(value: float | None) -> str:
-    return "   n/a" if value is None else f"{value:+6.0f}"
-
-
-def format_knockout(result: dict) -> str:
-    """Text table: one row per knocked-out head/layer, one column per phase (t_K mod S): the relative
-    accuracy change in %; first row the clean accuracy by phase."""
-    stride = result["stride"]["value"]
-    clean = result["clean"]
-    head = f"{'target':<8}" + "".join(f"{'r=' + str(r):>7}" for r in range(stride)) + "   all"
-    lines = [
-        f"knockout ({result['mode']}): relative accuracy change (%) by phase t_K mod {stride}; "
-        f"clean accuracy {100 * clean['accuracy']:.1f}% over {result['n_prompts']} prompts; "
-        f"calibration {result['calibration']['n_unique_prompts']} prompts (disjoint)",
-        head,
-        f"{'clean %':<8}" + "".join(f"{100 * a:7.1f}" for a in clean["accuracy_by_phase"]),
-    ]
-    for row in result["targets"]:
-        overall = None if clean["accuracy"] == 0 else 100 * (row["accuracy"] - clean["accuracy"]) / clean["accuracy"]
-        cells = "".join(f" {_cell(v)}" for v in row["relative_change_by_phase"])
-        lines.append(f"{head_label(row):<8}{cells} {_cell(overall)}")
-    return "\n".join(lines)
