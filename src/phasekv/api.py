@@ -54,11 +54,11 @@ def _scorer(model):
 
 def _option_types(probe: str) -> tuple[type, ...]:
     if probe == "flip":
-        from .studies.flip.run import FlipOptions
+        from .studies.flip.options import FlipOptions
 
         return (FlipOptions,)
     if probe == "knockout":
-        from .studies.knockout.run import KnockoutOptions
+        from .studies.knockout.options import KnockoutOptions
         from .tasks.lookup import LookupOptions
 
         return LookupOptions, KnockoutOptions
@@ -123,8 +123,9 @@ def _unit_probe(model, probe: str, options: dict, run_options: dict, like, progr
 
 
 def _flip(model, options: dict, like, progress: bool):
+    from .studies.flip.options import FlipOptions
     from .studies.flip.result import FlipResult
-    from .studies.flip.run import FlipOptions, check_options, run_flip
+    from .studies.flip.run import check_options, run_flip
 
     _needs(model, like, "flip")
     flip_options = FlipOptions(**options)
@@ -134,8 +135,9 @@ def _flip(model, options: dict, like, progress: bool):
 
 def _knockout(model, lookup: dict, options: dict, like, progress: bool):
     from .analysis.design import ANALYSIS_LOOKUP
+    from .studies.knockout.options import KnockoutOptions
     from .studies.knockout.result import KnockoutResult
-    from .studies.knockout.run import KnockoutOptions, check_options, run_knockout
+    from .studies.knockout.run import check_options, run_knockout
 
     _needs(model, like, "knockout")
     knockout_options = KnockoutOptions(**options)

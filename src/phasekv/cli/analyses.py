@@ -18,7 +18,9 @@ from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
 from phasekv.cli.planned import DRY_RUN, run_planned
 from phasekv.cli.scoring import LOADING
 from phasekv.files import check_output
+from phasekv.studies.knockout.options import KnockoutOptions
 
+KNOCKOUT = KnockoutOptions()  # the knockout command's defaults
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
 PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments, their defaults the analyses' design
@@ -81,8 +83,12 @@ def _write(result: dict, out: Path, name: str, plot) -> None:
 def knockout_command(
     model: Path = MODEL,
     layers: bool = typer.Option(False, "--layers", help="knock out whole layers' attention output (any HF model)"),
-    query_tokens: int = typer.Option(1, "--query-tokens", min=1, help="--layers: final positions replaced"),
-    calibration_mappings: int = typer.Option(16, "--calibration-mappings", min=1, help="calibration-split mappings"),
+    query_tokens: int = typer.Option(
+        KNOCKOUT.n_query, "--query-tokens", min=1, help="--layers: final positions replaced"
+    ),
+    calibration_mappings: int = typer.Option(
+        KNOCKOUT.calibration_mappings, "--calibration-mappings", min=1, help="calibration-split mappings"
+    ),
     stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
     prompts: dict = PROMPTS,
     held_out_seed: int = HELD_OUT,
@@ -94,7 +100,7 @@ def knockout_command(
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
     from phasekv.studies.knockout.figure import plot_knockout
     from phasekv.studies.knockout.result import KnockoutResult
-    from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
+    from phasekv.studies.knockout.run import run_knockout
 
     with one_line_errors("knockout"):
         check_output(out, directory=True)  # a bad path fails now, not after the analysis

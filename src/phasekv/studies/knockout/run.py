@@ -24,7 +24,7 @@ phase = t_K mod S.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -39,21 +39,9 @@ from phasekv.studies.knockout.ablation import final_position_means, knockout_log
 from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.tasks.lookup import LookupOptions
 
+from .options import MODES, KnockoutOptions
+
 SCHEMA = "phasekv.analysis.knockout/1"
-MODES = ("heads", "layers")
-
-
-@dataclass(frozen=True)
-class KnockoutOptions:
-    """`mode` heads or layers; `calibration_mappings` mappings of the calibration split (N_cal is
-    their distinct prompts); `n_query` positions replaced in layers mode; `stride` the fold
-    (None: the model's compression stride, else modulus // 2)."""
-
-    mode: str = "heads"
-    calibration_mappings: int = 16
-    n_query: int = 1
-    batch_size: int = 16
-    stride: int | None = None
 
 
 def _accuracy_by(correct: np.ndarray, groups: np.ndarray, n: int) -> list[float]:
