@@ -17,6 +17,9 @@ def test_first_hour_probes_a_model_folder_and_shows_the_typed_result(phasekv_dir
     assert "verdict: not judged: at chance\n" in printed  # an untrained model
     assert "ProbeResult: lookup, " in printed and " prompts, modulus 8\n" in printed
     assert "phase verdict at period 4: NOT JUDGED: AT CHANCE" in printed
+    flip = namespace["flip"]
+    assert type(flip).__name__ == "FlipResult" and flip.options["n_lengths"] == 8
+    assert f"flip verdict: {flip.verdict}\n" in printed and flip.verdict.endswith("period detected")
 
 
 def test_the_readme_says_how_to_run_phasekv_before_its_first_bare_command():

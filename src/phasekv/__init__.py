@@ -4,7 +4,7 @@ from .version import __version__ as __version__
 
 
 def probe(model=None, probe: str = "lookup", **options):
-    """Run a lookup or needle probe and return its typed result (`phasekv.api.probe`)."""
+    """Run a lookup, needle, flip or knockout probe and return its typed result (`phasekv.api.probe`)."""
     from .api import probe as run
 
     return run(model, probe, **options)

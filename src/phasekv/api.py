@@ -3,25 +3,39 @@
     import phasekv
     result = phasekv.probe("runs/quick/runs/w8s8-1kv-s42/checkpoints/final", "lookup", n_records=16,
                            n_mappings=32, held_out_seed=0)
+    print(result)           # result.summary: the one-screen finding the CLI prints
     result.verdict          # "phase-sensitive"
     result.phase_test["effect_points"], result.phase_test["mde"]["points"]
-    result.to_dict()        # the JSON the CLI writes
+    result.figure()         # the report's chart, a Vega-Lite spec
+    result.to_json()        # the JSON the CLI writes (`type(result).from_dict(json.loads(...))` reads it back)
+
+One call for every probe, `phasekv.probe(model, PROBE, **options)`, each returning its study's typed result:
+
+* "lookup", "needle": `ProbeResult`; options: the fields of `LookupOptions` / `NeedleOptions` and the run's
+  `stride`, `n_resamples`, `grid_shift`, `min_effect` (as `phasekv eval lookup|needle`). `like=` re-measures an
+  earlier result with its recorded options (`phasekv.probe(like="runs/quick/runs/w8s8-1kv-s42")`).
+* "flip": `FlipResult`; options: the fields of `FlipOptions` (as `phasekv eval flip`). Its verdict is the
+  period its rankings follow ("period 8 detected" or "no period detected").
+* "knockout": `KnockoutResult`; options: the fields of the lookup prompts (`LookupOptions`, starting from the
+  analyses' design `ANALYSIS_LOOKUP`, as `phasekv knockout`) and of `KnockoutOptions` (`mode="layers"` for a
+  Hugging Face model). A knockout map has no verdict (`verdict` is None).
 
 `model` is a folder (a phasekv checkpoint or a local Hugging Face causal LM), a `PhaseKVModel`, or any scorer
-(`phasekv.scoring.Scorer`); the options are those of `LookupOptions` / `NeedleOptions`. `like=` re-measures an
-earlier result with its recorded options (`phasekv.probe(like="runs/quick/runs/w8s8-1kv-s42")`).
+(`phasekv.scoring.Scorer`). Unknown options, and option values no run can use, are refused (with the list of
+the known options) before any model is loaded. `progress=True` shows the command's progress.
 
     audit = phasekv.audit("models/smollm2-135m", budget="10m")
-    print(audit)            # the one-screen verdict `phasekv audit` prints
+    print(audit)            # audit.summary: the one-screen verdict `phasekv audit` prints
     audit.probe_result("lookup").figure()   # the residue figure, a Vega-Lite spec
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
-PROBES = ("lookup", "needle")
+PROBES = ("lookup", "needle", "flip", "knockout")
+RUN_KEYWORDS = ("stride", "n_resamples", "grid_shift", "min_effect")  # run_lookup's / run_needle's, besides options
 
 
 def _scorer(model):
@@ -38,57 +52,103 @@ def _scorer(model):
     raise TypeError(f"probe() takes a model folder, a PhaseKVModel or a scorer, got {type(model).__name__}")
 
 
-def probe(
-    model=None,
-    probe: str = "lookup",
-    *,
-    like=None,
-    stride: int | None = None,
-    n_resamples: int | None = None,
-    grid_shift: bool = False,
-    min_effect: float = 5.0,
-    progress: bool = False,
-    **options,
-):
-    """Run the lookup or needle probe and return its typed `ProbeResult` (see the module docstring). `like`: a
-    result file, a profile run folder or an audit folder whose recorded options (stride, resamples, and the model
-    when `model` is None) are used, the keywords given here overriding them (`studies.probe.like`). Unknown
-    options are refused with the list of the known ones, before any model is loaded."""
-    from .evaluate import run_lookup, run_needle
-    from .studies.probe.like import OPTION_TYPES, recorded
-    from .studies.probe.result import ProbeResult
+def _option_types(probe: str) -> tuple[type, ...]:
+    if probe == "flip":
+        from .studies.flip.options import FlipOptions
 
-    if probe not in PROBES:
-        raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
-    option_type = OPTION_TYPES[probe]
-    known = {f.name for f in fields(option_type)}
+        return (FlipOptions,)
+    if probe == "knockout":
+        from .studies.knockout.options import KnockoutOptions
+        from .tasks.lookup import LookupOptions
+
+        return LookupOptions, KnockoutOptions
+    from .studies.probe.like import OPTION_TYPES
+
+    return (OPTION_TYPES[probe],)
+
+
+def _split(probe: str, options: dict) -> list[dict]:
+    """`options` as the keywords of each of the probe's option types (and, last for lookup and needle, of its run);
+    TypeError naming the known options when any is unknown."""
+    types = _option_types(probe)
+    groups = [{f.name for f in fields(t)} for t in types]
+    if probe in ("lookup", "needle"):
+        groups.append(set(RUN_KEYWORDS))
+    known = set().union(*groups)
     unknown = sorted(set(options) - known)
     if unknown:
-        raise TypeError(f"unknown {probe} option(s) {unknown}; {option_type.__name__} takes {sorted(known)}")
+        sources = " and ".join(t.__name__ for t in types) + (" and the run's" if len(groups) > len(types) else "")
+        raise TypeError(f"unknown {probe} option(s) {unknown}; {probe} takes {sorted(known)} (the fields of {sources})")
+    return [{k: v for k, v in options.items() if k in group} for group in groups]
+
+
+def probe(model=None, probe: str = "lookup", *, like=None, progress: bool = False, **options):
+    """Run one probe and return its typed result (see the module docstring). `like` (lookup and needle): a result
+    file, a profile run folder or an audit folder whose recorded options (stride, resamples, and the model when
+    `model` is None) are used, the keywords given here overriding them (`studies.probe.like`)."""
+    if probe not in PROBES:
+        raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
+    parts = _split(probe, options)
+    if probe == "flip":
+        return _flip(model, parts[0], like, progress)
+    if probe == "knockout":
+        return _knockout(model, *parts, like, progress)
+    return _unit_probe(model, probe, *parts, like, progress)
+
+
+def _needs(model, like, probe: str) -> None:
+    if like is not None:
+        raise TypeError(f"like= re-measures lookup and needle results, not {probe} ones")
+    if model is None:
+        raise TypeError("probe() needs a model")
+
+
+def _unit_probe(model, probe: str, options: dict, run_options: dict, like, progress: bool):
+    from .evaluate import run_lookup, run_needle
+    from .studies.probe.like import recorded
+    from .studies.probe.result import ProbeResult
+
     if like is not None:
         found = recorded(like, probe)
         options = {**found.options, **options}
-        stride = found.stride if stride is None else stride
-        n_resamples = n_resamples or found.n_resamples
+        given = {"stride": found.stride, "n_resamples": found.n_resamples}
+        run_options = {**{k: v for k, v in given.items() if v is not None}, **run_options}
         model = found.model if model is None else model
     if model is None:
         raise TypeError("probe() needs a model (or like= a result that names the model it scored)")
+    (option_type,) = _option_types(probe)
+    probe_options = option_type(**options)
     run = run_lookup if probe == "lookup" else run_needle
-    result = run(
-        _scorer(model),
-        option_type(**options),
-        stride=stride,
-        n_resamples=n_resamples or 2000,
-        grid_shift=grid_shift,
-        min_effect=min_effect,
-        progress=progress,
-    )
-    return ProbeResult.from_dict(result)
+    return ProbeResult.from_dict(run(_scorer(model), probe_options, progress=progress, **run_options))
+
+
+def _flip(model, options: dict, like, progress: bool):
+    from .studies.flip.options import FlipOptions
+    from .studies.flip.result import FlipResult
+    from .studies.flip.run import check_options, run_flip
+
+    _needs(model, like, "flip")
+    flip_options = FlipOptions(**options)
+    check_options(flip_options)
+    return FlipResult.from_dict(run_flip(_scorer(model), flip_options, progress=progress))
+
+
+def _knockout(model, lookup: dict, options: dict, like, progress: bool):
+    from .analysis.design import ANALYSIS_LOOKUP
+    from .studies.knockout.options import KnockoutOptions
+    from .studies.knockout.result import KnockoutResult
+    from .studies.knockout.run import check_options, run_knockout
+
+    _needs(model, like, "knockout")
+    knockout_options = KnockoutOptions(**options)
+    check_options(knockout_options)
+    result = run_knockout(_scorer(model), replace(ANALYSIS_LOOKUP, **lookup), knockout_options, progress)
+    return KnockoutResult.from_dict(result)
 
 
 def audit(model, *, out=None, budget="10m", mde: float | None = None, progress: bool = False, **options):
     """Audit a model (a folder, a `PhaseKVModel` or a scorer) as `phasekv audit` does and return the typed
-    `AuditResult` (`.summary_text`, `.verdict`, `.probe_result("lookup")`, `.figure()`, `.to_json()`). `budget`:
+    `AuditResult` (`.summary`, `.verdict`, `.probe_result("lookup")`, `.figure()`, `.to_json()`). `budget`:
     seconds or '10m' (ignored when `mde`, a target minimum detectable effect in points, is given); `out`: the
     folder for the results and the report (default runs/audit/<folder name, or "model">); `options`: the other
     `AuditOptions` fields. Bad options are refused before any model is loaded."""

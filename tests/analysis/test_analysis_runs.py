@@ -28,7 +28,8 @@ from phasekv.studies.knockout import run as knockout_run
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits_reference
 from phasekv.studies.knockout.figure import plot_knockout
 from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
-from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
+from phasekv.studies.knockout.options import KnockoutOptions
+from phasekv.studies.knockout.run import run_knockout
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
 from phasekv.train.gates import gate_snapshot, write_snapshot

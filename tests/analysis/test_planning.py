@@ -21,7 +21,8 @@ from phasekv.planning import DryRunDone, Planner, Stage, WorkPlan
 from phasekv.scoring import HFScorer, PhaseKVScorer, load_scorer
 from phasekv.studies.cycle.run import run_cycle
 from phasekv.studies.gates.run import run_gates
-from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
+from phasekv.studies.knockout.options import KnockoutOptions
+from phasekv.studies.knockout.run import run_knockout
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.theory.sweep import run_sweep
 from phasekv.theory.theorem1 import Theorem1Config, run_theorem1

@@ -35,14 +35,16 @@ from phasekv.studies.cycle.figure import plot_cycle
 from phasekv.studies.cycle.run import run_cycle
 from phasekv.studies.designs import figure as designs
 from phasekv.studies.flip import figure as flip
-from phasekv.studies.flip.run import FlipOptions, run_flip
+from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.run import run_flip
 from phasekv.studies.gates import figure as gates
 from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
 from phasekv.studies.gates.illustration import illustration
 from phasekv.studies.gates.run import run_gates
 from phasekv.studies.knockout import figure as knockout
 from phasekv.studies.knockout.figure import plot_knockout
-from phasekv.studies.knockout.run import KnockoutOptions, run_knockout
+from phasekv.studies.knockout.options import KnockoutOptions
+from phasekv.studies.knockout.run import run_knockout
 from phasekv.studies.probe import figure as residues
 from phasekv.studies.probe.positions import position_bins
 from phasekv.studies.theory import figure as theory
@@ -334,7 +336,7 @@ def test_residue_spec_holds_every_model_with_its_bands_boundaries_and_params(res
     assert model["bind"]["options"] == ["all", "w8s4-1kv", "w8s8-1kv"]  # a panel per compressed model
     rows = _values(spec)
     for result in inputs.of("residues"):
-        summary = result.typed.summary
+        summary = result.typed.residue_summary
         compressed = result.typed.compressed
         for panel in ("w8s4-1kv", "w8s8-1kv") if not compressed else (result.name,):
             drawn = sorted(

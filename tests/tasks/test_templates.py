@@ -16,7 +16,9 @@ from phasekv.evaluate import run_lookup, run_needle
 from phasekv.evaluate.pattern import PhasePattern
 from phasekv.evaluate.record import prompt_prefix
 from phasekv.scoring import HFScorer
-from phasekv.studies.flip.run import FlipOptions, format_flip, run_flip
+from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.result import format_flip
+from phasekv.studies.flip.run import run_flip
 from phasekv.tasks import flip, lookup, needle, templates, tokenizer, vocab, words
 
 FLIP_CONTEXT = "y = T.Cast(FP"

@@ -7,26 +7,44 @@ and turns bad input into one line with exit code 2.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 
+from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
 from phasekv.cli.planned import DRY_RUN, run_planned
 from phasekv.cli.scoring import LOADING
 from phasekv.files import check_output
+from phasekv.studies.knockout.options import KnockoutOptions
 
+KNOCKOUT = KnockoutOptions()  # the knockout command's defaults
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
-PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments
-    records=(int, typer.Option(32, "--records", min=1, help="key-name records per lookup prompt")),
-    demos=(int, typer.Option(4, "--demos", min=0, help="demonstrations before the target")),
-    mappings=(int, typer.Option(16, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)")),
-    placements=(int, typer.Option(None, "--placements", min=1, help="placements per mapping and residue")),
-    modulus=(int, typer.Option(24, "--modulus", min=2, help="group targets by position mod this")),
-    protocol=(str, typer.Option("prefix", "--protocol", help="padding protocol: prefix or in-sequence")),
-    seed=(int, typer.Option(0, "--seed", help="seed of the prompts and the bootstrap")),
+PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments, their defaults the analyses' design
+    records=(
+        int,
+        typer.Option(ANALYSIS_LOOKUP.n_records, "--records", min=1, help="key-name records per lookup prompt"),
+    ),
+    demos=(int, typer.Option(ANALYSIS_LOOKUP.n_demos, "--demos", min=0, help="demonstrations before the target")),
+    mappings=(
+        int,
+        typer.Option(ANALYSIS_LOOKUP.n_mappings, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)"),
+    ),
+    placements=(
+        int,
+        typer.Option(
+            ANALYSIS_LOOKUP.placements_per_mapping, "--placements", min=1, help="placements per mapping and residue"
+        ),
+    ),
+    modulus=(int, typer.Option(ANALYSIS_LOOKUP.modulus, "--modulus", min=2, help="group targets by position mod this")),
+    protocol=(
+        str,
+        typer.Option(ANALYSIS_LOOKUP.protocol, "--protocol", help="padding protocol: prefix or in-sequence"),
+    ),
+    seed=(int, typer.Option(ANALYSIS_LOOKUP.seed, "--seed", help="seed of the prompts and the bootstrap")),
     template=(str, TEMPLATE),
 )
 HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
@@ -34,9 +52,8 @@ QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estim
 
 
 def _lookup(records, demos, mappings, placements, modulus, protocol, seed, template, held_out_seed=None):
-    from phasekv.tasks.lookup import LookupOptions
-
-    return LookupOptions(
+    return replace(
+        ANALYSIS_LOOKUP,
         template=template,
         n_records=records,
         n_demos=demos,
@@ -66,8 +83,12 @@ def _write(result: dict, out: Path, name: str, plot) -> None:
 def knockout_command(
     model: Path = MODEL,
     layers: bool = typer.Option(False, "--layers", help="knock out whole layers' attention output (any HF model)"),
-    query_tokens: int = typer.Option(1, "--query-tokens", min=1, help="--layers: final positions replaced"),
-    calibration_mappings: int = typer.Option(16, "--calibration-mappings", min=1, help="calibration-split mappings"),
+    query_tokens: int = typer.Option(
+        KNOCKOUT.n_query, "--query-tokens", min=1, help="--layers: final positions replaced"
+    ),
+    calibration_mappings: int = typer.Option(
+        KNOCKOUT.calibration_mappings, "--calibration-mappings", min=1, help="calibration-split mappings"
+    ),
     stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
     prompts: dict = PROMPTS,
     held_out_seed: int = HELD_OUT,
@@ -78,7 +99,8 @@ def knockout_command(
 ) -> None:
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
     from phasekv.studies.knockout.figure import plot_knockout
-    from phasekv.studies.knockout.run import KnockoutOptions, format_knockout, run_knockout
+    from phasekv.studies.knockout.result import KnockoutResult
+    from phasekv.studies.knockout.run import run_knockout
 
     with one_line_errors("knockout"):
         check_output(out, directory=True)  # a bad path fails now, not after the analysis
@@ -94,7 +116,7 @@ def knockout_command(
         result = run_planned(lambda planner: run_knockout(scorer, lookup, options, planner), dry_run, quiet)
         if result is None:
             return
-        typer.echo(format_knockout(result))
+        typer.echo(KnockoutResult.from_dict(result).summary)
         _write(result, out, "knockout", lambda path: plot_knockout(result, path))
 
 

@@ -101,4 +101,4 @@ def audit_command(
             progress=not quiet,
         )
     typer.echo("")
-    typer.echo(result.summary_text)
+    typer.echo(result.summary)

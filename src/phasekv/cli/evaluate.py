@@ -11,6 +11,7 @@ import typer
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import TEMPLATE, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
+from phasekv.studies.flip.options import FlipOptions
 
 eval_app = typer.Typer(
     help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
@@ -18,6 +19,7 @@ eval_app = typer.Typer(
     add_completion=False,
 )
 
+FLIP = FlipOptions()  # the flip command's defaults
 MODEL = typer.Argument(None, help="phasekv checkpoint or HF model directory (with --endpoint: its tokenizer)")
 SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
 OUT = typer.Option(None, "--out", help="write the results JSON here")
@@ -400,16 +402,17 @@ def _read_context(value: str | None) -> str | None:
 def flip(
     model: Path = MODEL,
     context: str = typer.Option(None, help="the fixed context (a string, or @file); default: an FP8-kernel line"),
-    candidates: str = typer.Option("8,32", help="comma-separated candidate continuations"),
-    min_length: int = typer.Option(16, min=0, help="shortest filler length in tokens"),
-    lengths: int = typer.Option(16, min=1, help="number of filler lengths (one token apart)"),
+    candidates: str = typer.Option(",".join(FLIP.candidates), help="comma-separated candidate continuations"),
+    min_length: int = typer.Option(FLIP.min_length, min=0, help="shortest filler length in tokens"),
+    lengths: int = typer.Option(FLIP.n_lengths, min=1, help="number of filler lengths (one token apart)"),
     families: str = typer.Option(None, help="comma-separated filler families (default: all)"),
     period: int = typer.Option(None, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
-    permutations: int = typer.Option(2000, min=1, help="shuffles for the pattern's chance level"),
+    permutations: int = typer.Option(FLIP.n_permutations, min=1, help="shuffles for the pattern's chance level"),
     template: str = typer.Option(
-        "paper", help="paper (context right after the filler) or natural (context on a new line: re-encodable text)"
+        FLIP.template,
+        help="paper (context right after the filler) or natural (context on a new line: re-encodable text)",
     ),
-    seed: int = typer.Option(0, help="seed of the permutation test"),
+    seed: int = typer.Option(FLIP.seed, help="seed of the permutation test"),
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = OUT,
@@ -419,7 +422,8 @@ def flip(
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
     from phasekv.evaluate.press import FLIP_QUESTION_TOKENS
-    from phasekv.studies.flip.run import FlipOptions, flip_prompts, format_flip, plan_flip, run_flip
+    from phasekv.studies.flip.result import FlipResult
+    from phasekv.studies.flip.run import flip_prompts, plan_flip, run_flip
 
     with one_line_errors("eval"):
         _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
@@ -444,8 +448,4 @@ def flip(
         if dump_prompts is not None:
             _dump(flip_prompts(scorer.tokenizer, options).rows(), dump_prompts, scorer.tokenizer)
         result = run_flip(scorer, options, progress=not quiet)
-        heading = (
-            f"flip on {remote['url'] or model}: candidates {list(options.candidates)}, "
-            f"wall time {result['wall_time_s']:.1f} s"
-        )
-        _finish(result, heading + "\n" + format_flip(result), out)
+        _finish(result, FlipResult.from_dict(result).summary, out)

@@ -17,7 +17,8 @@ from ..studies.cycle.cycling import cycling_problem
 from ..studies.cycle.run import run_cycle
 from ..studies.gates.illustration import illustration
 from ..studies.knockout.figure import plot_knockout
-from ..studies.knockout.run import KnockoutOptions, run_knockout
+from ..studies.knockout.options import KnockoutOptions
+from ..studies.knockout.run import run_knockout
 from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows

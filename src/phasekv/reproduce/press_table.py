@@ -37,7 +37,7 @@ def kept_fraction(result: ProbeResult) -> float:
 
 def press_row(method, probe: str, result: ProbeResult, cell: str | Path) -> dict:
     """The table row of one cell (`cell`: its result file, which the row's command re-measures)."""
-    s = result.summary
+    s = result.residue_summary
     intervals = s.stat_intervals or {}
     phase = result.phase_verdict
     return {

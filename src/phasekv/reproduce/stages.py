@@ -23,9 +23,11 @@ from ..evaluate import write_results
 from ..model.io import read_config
 from ..scoring import PhaseKVScorer
 from ..studies.cycle.run import run_cycle
-from ..studies.flip.run import FlipOptions, run_flip
+from ..studies.flip.options import FlipOptions
+from ..studies.flip.run import run_flip
 from ..studies.gates.run import run_gate_trajectory, run_gates
-from ..studies.knockout.run import KnockoutOptions, run_knockout
+from ..studies.knockout.options import KnockoutOptions
+from ..studies.knockout.run import run_knockout
 from ..tasks.lookup import draw_mapping, held_out_matrix, unpadded_ids
 from ..tasks.vocab import task_vocab
 from ..theory.sweep import run_sweep

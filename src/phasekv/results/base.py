@@ -97,6 +97,12 @@ def _problems(err: ValidationError) -> list[str]:
     return found
 
 
+def model_label(model: dict) -> str:
+    """The scored model of a result's model record as a reader names it: the served model's name, else its
+    folder, else its kind."""
+    return str(model.get("served_model") or model.get("path") or model.get("kind", "model"))
+
+
 class Typed(BaseModel):
     """A part of a result: its typed fields checked, any other field kept."""
 

@@ -115,7 +115,7 @@ def test_audit_screens_apart_plans_first_and_writes_what_it_prints(tmp_path):
         lines.append((line, (out / "lookup.json").exists()))
 
     audit = run_audit(scorer, AuditOptions(budget_s=600, **SMALL), out, echo=echo, progress=False)
-    assert isinstance(audit, AuditResult) and str(audit) == audit.summary_text
+    assert isinstance(audit, AuditResult) and str(audit) == audit.summary
     screened = {s.template: s for s in audit.screen}
     assert screened["sentence"].error is not None  # the word tokenizer lacks its words
     assert audit.template in ("natural", "paper") and screened[audit.template].accuracy > 0.4
@@ -133,11 +133,11 @@ def test_audit_screens_apart_plans_first_and_writes_what_it_prints(tmp_path):
     assert audit.screen_split == "calibration"
     assert not run_prompts & {tuple(p.input_ids) for p in lookup_prompts(TOKENIZER, screen, prefix).prompts}
     # what is printed is what was written: the verdict block is `format_verdict`'s, the files are there
-    assert format_verdict(lookup.phase_test) in audit.summary_text
+    assert format_verdict(lookup.phase_test) in audit.summary
     assert audit.verdict == lookup.verdict
-    assert f"re-measure: phasekv eval lookup induction-scorer --like {out / 'lookup.json'}" in audit.summary_text
+    assert f"re-measure: phasekv eval lookup induction-scorer --like {out / 'lookup.json'}" in audit.summary
     assert (out / "report.html").stat().st_size > 10_000
-    assert AuditResult.load(out / "audit.json").summary_text == audit.summary_text
+    assert AuditResult.load(out / "audit.json").summary == audit.summary
     assert audit.figure()["$schema"].startswith("https://vega.github.io/schema/vega-lite")
 
 
@@ -168,7 +168,7 @@ def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
     with serving(local, name="tiny") as server:
         remote = EndpointScorer(server.url + "/v1", "tiny", phasekv_dir, cache=None)
         audit = run_audit(remote, options, tmp_path / "served", echo=lambda _: None, progress=False)
-    assert audit.model["kind"] == "endpoint" and audit.summary_text.startswith("audit of tiny")
+    assert audit.model["kind"] == "endpoint" and audit.summary.startswith("audit of tiny")
     endpoint = audit.model["endpoint"]
     assert f"phasekv eval lookup --endpoint {endpoint} --served-model tiny --tokenizer {phasekv_dir}" in str(audit)
     served = audit.probe_result()

@@ -21,7 +21,9 @@ from phasekv.evaluate import (
     write_results,
 )
 from phasekv.scoring import load_scorer
-from phasekv.studies.flip.run import FlipOptions, format_flip, run_flip
+from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.result import format_flip
+from phasekv.studies.flip.run import run_flip
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer

@@ -49,7 +49,7 @@ def _measured(path) -> dict:
         "options": r.options,
         "logprob": r.extra("mean_answer_logprob"),
         "records": r.extra("prompt_records"),
-        "summary": r.summary.to_dict() if hasattr(r.summary, "to_dict") else r.summary.model_dump(),
+        "summary": r.residue_summary.to_dict(),
     }
 
 

@@ -19,7 +19,8 @@ from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
 from phasekv.scoring import load_scorer, score_answers
 from phasekv.serve import EndpointScorer
 from phasekv.stats import wilson_interval
-from phasekv.studies.flip.run import FlipOptions, flip_prompts, plan_flip, run_flip
+from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.run import flip_prompts, plan_flip, run_flip
 from phasekv.studies.probe.positions import position_bins
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts

@@ -24,8 +24,8 @@ def lookup_file(qwen_dir, tmp_path_factory):
 def test_a_lookup_result_round_trips(lookup_file, tmp_path):
     result = ProbeResult.load(lookup_file)
     data = json.loads(lookup_file.read_text())
-    assert result.schema_version == 1 and result.probe == "lookup" and result.summary.modulus == 6
-    assert result.summary.uniformity.p_value == data["summary"]["uniformity"]["p_value"]
+    assert result.schema_version == 1 and result.probe == "lookup" and result.residue_summary.modulus == 6
+    assert result.residue_summary.uniformity.p_value == data["summary"]["uniformity"]["p_value"]
     assert result.extra("prompt_records")["n"] == data["n_prompts"]  # untyped fields are kept
     assert result.to_dict() == data
     assert json.loads(result.write(tmp_path / "again.json").read_text()) == data

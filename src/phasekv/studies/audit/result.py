@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from phasekv.results.base import NonNegative, Proportion, Typed, TypedResult
+from phasekv.results.base import model_label as scored_model_label
 from phasekv.stats.format import format_mde
 
 from .options import SCHEMA
@@ -89,7 +90,7 @@ class AuditResult(TypedResult):
         return None if lookup is None else lookup.verdict
 
     @property
-    def summary_text(self) -> str:
+    def summary(self) -> str:
         """The one-screen verdict the command prints."""
         screened = " · ".join(s.brief() for s in self.screen)
         lines = [
@@ -107,7 +108,7 @@ class AuditResult(TypedResult):
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return self.summary_text
+        return self.summary
 
     def probe_result(self, probe: str = "lookup"):
         """The `ProbeResult` of one probe the audit ran, read from its folder."""
@@ -124,7 +125,7 @@ class AuditResult(TypedResult):
 
 def model_label(model: dict) -> str:
     """The audited model as a reader names it (a served model's name, else its folder), with its press."""
-    name = str(model.get("served_model") or model.get("path") or model.get("kind", "model"))
+    name = scored_model_label(model)
     press = model.get("press")
     return name + (f" with press {press.get('spec', press) if isinstance(press, dict) else press}" if press else "")
 

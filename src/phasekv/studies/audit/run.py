@@ -340,7 +340,7 @@ def run_audit(
         probes[probe] = AuditedProbe(
             file=path.name,
             verdict=typed.verdict,
-            text=typed.summary_text,
+            text=typed.summary,
             command=eval_command(result["model"], probe, path, model_args),
         )
     audit = AuditResult.from_dict(

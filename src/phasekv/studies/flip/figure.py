@@ -17,36 +17,35 @@ def section(inputs: Inputs) -> dict | None:
     results = inputs.of("flip")
     if not results:
         return None
-    runs = []
-    for r in results:
-        d = r.data
-        cands = [c["text"] if isinstance(c, dict) else str(c) for c in d["candidates"]]
-        families = {}
-        for fam, rec in d["families"].items():
-            families[fam] = {
-                "lengths": rec["lengths"],
-                "probabilities": [nums(p, 6) for p in rec["probabilities"]],
-                "top": rec["top"],
-                "pattern": (rec.get("pattern") or {}).get("description", ""),
-                "agree": (rec.get("pattern") or {}).get("agree"),
-                "total": (rec.get("pattern") or {}).get("total"),
-            }
-        pooled, test = d["pattern"]["pooled"], d["pattern"].get("test") or {}
-        runs.append(
-            {
-                "name": r.name,
-                "file": r.path.as_posix(),
-                "candidates": cands,
-                "period": d["period"]["value"],
-                "period_source": d["period"].get("source", ""),
-                "families": families,
-                "pooled": pooled.get("description", ""),
-                "agree": pooled.get("agree"),
-                "total": pooled.get("total"),
-                "p_value": num(test.get("permutation_p_value"), 4),
-            }
-        )
-    return {"runs": runs}
+    return {"runs": [{**run_block(r.data, r.name), "file": r.path.as_posix()} for r in results]}
+
+
+def run_block(data: dict, name: str) -> dict:
+    """One flip result as the figure's data: per family the probabilities, the candidate on top and its
+    pattern; the pooled pattern and its permutation p."""
+    cands = [c["text"] if isinstance(c, dict) else str(c) for c in data["candidates"]]
+    families = {}
+    for fam, rec in data["families"].items():
+        families[fam] = {
+            "lengths": rec["lengths"],
+            "probabilities": [nums(p, 6) for p in rec["probabilities"]],
+            "top": rec["top"],
+            "pattern": (rec.get("pattern") or {}).get("description", ""),
+            "agree": (rec.get("pattern") or {}).get("agree"),
+            "total": (rec.get("pattern") or {}).get("total"),
+        }
+    pooled, test = data["pattern"]["pooled"], data["pattern"].get("test") or {}
+    return {
+        "name": name,
+        "candidates": cands,
+        "period": data["period"]["value"],
+        "period_source": data["period"].get("source", ""),
+        "families": families,
+        "pooled": pooled.get("description", ""),
+        "agree": pooled.get("agree"),
+        "total": pooled.get("total"),
+        "p_value": num(test.get("permutation_p_value"), 4),
+    }
 
 
 def _rows(run: dict) -> list[dict]:

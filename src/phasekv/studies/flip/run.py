@@ -21,29 +21,7 @@ from phasekv.scoring import Scorer, score_answers
 from phasekv.tasks.flip import FlipSet, make_flip_families, seam_ids
 from phasekv.tasks.templates import check_round_trip
 
-DEFAULT_CONTEXT = (
-    "def act_quant_kernel(N, block=128):\n"
-    "    for i, j in T.Parallel(blk_m, group_size):\n"
-    "        s_local[i] = T.max(amax_local[i], 1e-4) / fp8_max\n"
-    "        y_local[i, j] = T.Cast(FP"
-)
-
-
-@dataclass(frozen=True)
-class FlipOptions:
-    """Options of a flip run: filler lengths are min_length .. min_length + n_lengths - 1 tokens;
-    `families` None means every filler family; `period` None resolves by `resolve_period`;
-    `template` joins filler and context (`tasks.flip.FLIP_TEMPLATES`)."""
-
-    context: str = DEFAULT_CONTEXT
-    candidates: tuple[str, ...] = ("8", "32")
-    min_length: int = 16
-    n_lengths: int = 16
-    families: tuple[str, ...] | None = None
-    period: int | None = None
-    n_permutations: int = 2000
-    seed: int = 0
-    template: str = "paper"
+from .options import FlipOptions
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -61,7 +39,8 @@ def candidate_ids(tokenizer, context: str, candidate: str) -> tuple[list[int], s
     return alone, "alone (in context it merges with the end of the context)"
 
 
-def _check(options: FlipOptions) -> None:
+def check_options(options: FlipOptions) -> None:
+    """Raise ValueError for options no run can use (checked before any model loads)."""
     if len(options.candidates) < 2 or len(set(options.candidates)) != len(options.candidates):
         raise ValueError(f"give at least two distinct candidates, got {list(options.candidates)}")
     if options.min_length < 0 or options.n_lengths < 1:
@@ -107,7 +86,7 @@ class FlipPrompts:
 
 def flip_prompts(tokenizer, options: FlipOptions) -> FlipPrompts:
     """The prompts and candidates of a flip run (checks the options and the candidates' tokens)."""
-    _check(options)
+    check_options(options)
     cands = list(options.candidates)
     encoded = [candidate_ids(tokenizer, options.context, c) for c in cands]
     if len({tuple(ids) for ids, _ in encoded}) < len(cands):
@@ -218,40 +197,3 @@ def _flip_records(built: FlipPrompts, scores: list, period: int) -> dict:
         unit_names=list(built.sets),
         candidates=built.candidates,
     )
-
-
-def _probability(p: float) -> str:
-    return f"{p:.2f}" if p >= 0.005 else f"{p:.0e}"
-
-
-def format_flip(result: dict) -> str:
-    """Text table: per family the candidate on top at every length, P(first candidate), and the
-    family's pattern; then the pooled pattern with its chance comparison."""
-    cands = [c["text"] for c in result["candidates"]]
-    period = result["period"]["value"]
-    first = next(iter(result["families"].values()))
-    width = max(5, *(len(c) for c in cands))
-    lines = [f"{'family':<8} {'L':>4} " + " ".join(f"{n:>{width}}" for n in first["lengths"])]
-    for family, rec in result["families"].items():
-        lines.append(f"{family:<8} {'top':>4} " + " ".join(f"{t:>{width}}" for t in rec["top"]))
-        p_first = " ".join(f"{_probability(p[0]):>{width}}" for p in rec["probabilities"])
-        lines.append(f"{'':<8} {'P(' + cands[0] + ')':>4} " + p_first)
-        pat = rec["pattern"]
-        lines.append(f"{'':<8} pattern: {pat['description']} ({pat['agree']} of {pat['total']} lengths agree)")
-        own = [t for t, ok in zip(rec["model_top1"], rec["model_top1_is_candidate"], strict=True) if not ok]
-        if own:
-            common = max(set(own), key=own.count)
-            lines.append(
-                f"{'':<8} the model's own next token is no candidate at {len(own)} of {len(rec['top'])} lengths "
-                f"(most often {common!r}): 'top' is only the likelier candidate there"
-            )
-    pooled, test = result["pattern"]["pooled"], result["pattern"]["test"]
-    lines.append(
-        f"period {period} ({result['period']['source']}): {pooled['description']}; "
-        f"{pooled['agree']} of {pooled['total']} rankings follow it"
-    )
-    lines.append(
-        f"chance: best constant pattern {test['constant_pattern_agree']} of {test['total']}; shuffled lengths "
-        f"mean {test['permutation_mean_agree']:.1f}, permutation p = {test['permutation_p_value']:.4f}"
-    )
-    return "\n".join(lines)

@@ -24,11 +24,12 @@ phase = t_K mod S.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
+from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.charts.labels import head_label
@@ -39,21 +40,9 @@ from phasekv.studies.knockout.ablation import final_position_means, knockout_log
 from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
 from phasekv.tasks.lookup import LookupOptions
 
+from .options import MODES, KnockoutOptions
+
 SCHEMA = "phasekv.analysis.knockout/1"
-MODES = ("heads", "layers")
-
-
-@dataclass(frozen=True)
-class KnockoutOptions:
-    """`mode` heads or layers; `calibration_mappings` mappings of the calibration split (N_cal is
-    their distinct prompts); `n_query` positions replaced in layers mode; `stride` the fold
-    (None: the model's compression stride, else modulus // 2)."""
-
-    mode: str = "heads"
-    calibration_mappings: int = 16
-    n_query: int = 1
-    batch_size: int = 16
-    stride: int | None = None
 
 
 def _accuracy_by(correct: np.ndarray, groups: np.ndarray, n: int) -> list[float]:
@@ -129,13 +118,18 @@ def _means(scorer, cal_ids: torch.Tensor, options: KnockoutOptions, planner: Pla
     return final_attention_means(scorer.model, cal, options.n_query)
 
 
-def _check(scorer, options: KnockoutOptions) -> None:
+def check_options(options: KnockoutOptions) -> None:
+    """Raise ValueError for options no model can use (checked before any model loads)."""
     if options.mode not in MODES:
         raise ValueError(f"unknown knockout mode {options.mode!r}; choose one of {MODES}")
-    if options.mode == "heads" and not view(scorer.model).head_knockouts:
-        raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
     if options.calibration_mappings < 1 or options.n_query < 1 or options.batch_size < 1:
         raise ValueError("calibration_mappings, n_query and batch_size must be >= 1")
+
+
+def _check(scorer, options: KnockoutOptions) -> None:
+    check_options(options)
+    if options.mode == "heads" and not view(scorer.model).head_knockouts:
+        raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
 
 
 def _targets(scorer, options: KnockoutOptions) -> int:
@@ -169,7 +163,7 @@ def knockout_plan(scorer, options: KnockoutOptions, n_prompts: int, ids: torch.T
 
 def run_knockout(
     scorer,
-    lookup: LookupOptions = LookupOptions(),
+    lookup: LookupOptions = ANALYSIS_LOOKUP,
     options: KnockoutOptions = KnockoutOptions(),
     progress: bool | Planner = True,
 ) -> dict:
@@ -230,27 +224,3 @@ def run_knockout(
     result["schema"] = SCHEMA
     result["analysis"] = "knockout"
     return result
-
-
-def _cell(value: float | None) -> str:
-    return "   n/a" if value is None else f"{value:+6.0f}"
-
-
-def format_knockout(result: dict) -> str:
-    """Text table: one row per knocked-out head/layer, one column per phase (t_K mod S): the relative
-    accuracy change in %; first row the clean accuracy by phase."""
-    stride = result["stride"]["value"]
-    clean = result["clean"]
-    head = f"{'target':<8}" + "".join(f"{'r=' + str(r):>7}" for r in range(stride)) + "   all"
-    lines = [
-        f"knockout ({result['mode']}): relative accuracy change (%) by phase t_K mod {stride}; "
-        f"clean accuracy {100 * clean['accuracy']:.1f}% over {result['n_prompts']} prompts; "
-        f"calibration {result['calibration']['n_unique_prompts']} prompts (disjoint)",
-        head,
-        f"{'clean %':<8}" + "".join(f"{100 * a:7.1f}" for a in clean["accuracy_by_phase"]),
-    ]
-    for row in result["targets"]:
-        overall = None if clean["accuracy"] == 0 else 100 * (row["accuracy"] - clean["accuracy"]) / clean["accuracy"]
-        cells = "".join(f" {_cell(v)}" for v in row["relative_change_by_phase"])
-        lines.append(f"{head_label(row):<8}{cells} {_cell(overall)}")
-    return "\n".join(lines)

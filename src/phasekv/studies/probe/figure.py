@@ -24,7 +24,7 @@ def section(inputs: Inputs) -> dict | None:
     series = []
     for r in results:
         d, p = r.data, r.typed
-        s = p.summary
+        s = p.residue_summary
         compressed = p.compressed
         stride = p.stride.value if compressed else None
         training = p.extra("training") or {}

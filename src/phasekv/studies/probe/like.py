@@ -65,7 +65,7 @@ def recorded(source: str | Path, probe: str) -> Recorded:
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in asked.items() if k in known}
     stride = typed.stride.value if typed.stride.source == "option" else None
     model = typed.extra("checkpoint") or typed.model.get("path")
-    return Recorded(options, stride, typed.summary.bootstrap_resamples, model, path)
+    return Recorded(options, stride, typed.residue_summary.bootstrap_resamples, model, path)
 
 
 def eval_command(model: dict, probe: str, like: str | Path, model_args: str | None = None) -> str:

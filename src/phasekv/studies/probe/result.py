@@ -19,7 +19,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from phasekv.results.base import TOLERANCE, FieldProblems, Typed, TypedResult, outside, range_problems
+from phasekv.results.base import (
+    TOLERANCE,
+    FieldProblems,
+    Typed,
+    TypedResult,
+    model_label,
+    outside,
+    range_problems,
+)
 from phasekv.stats.summary import ResidueSummary
 from phasekv.stats.verdict import AT_CHANCE, NOT_TESTABLE
 
@@ -42,7 +50,7 @@ class ProbeResult(TypedResult):
     model: dict[str, Any]
     options: dict[str, Any]
     stride: StrideChoice
-    summary: ResidueSummary
+    residue_summary: ResidueSummary = Field(alias="summary")  # the file's "summary"; `.summary` is the text
     controls: dict[str, Any]
     n_prompts: int
     protocol: str | None = None
@@ -61,7 +69,7 @@ class ProbeResult(TypedResult):
     def _check(self) -> ProbeResult:
         if self.schema_version not in SCHEMA_VERSIONS:
             raise ValueError(f"schema {self.schema_id!r}: this phasekv reads versions {SCHEMA_VERSIONS}")
-        s = self.summary
+        s = self.residue_summary
         n = len(s.accuracy)
         if n < 2 or len(s.ci_low) != n or len(s.ci_high) != n or n != s.modulus:
             raise ValueError(
@@ -75,7 +83,7 @@ class ProbeResult(TypedResult):
     def _value_problems(self):
         """Values out of their range, or statistics that disagree with the numbers they are computed from: a
         hand-edited or corrupted file must not be drawn as a measurement."""
-        s = self.summary
+        s = self.residue_summary
         if self.n_prompts < 0:
             yield "n_prompts", outside(self.n_prompts, 0, math.inf)
         for name in ("accuracy", "ci_low", "ci_high", "mean", "worst", "best"):
@@ -120,7 +128,7 @@ class ProbeResult(TypedResult):
         if cells is None:
             return
         yield from range_problems("cell_accuracy", cells, 0.0, 1.0)
-        m = len(self.summary.accuracy)
+        m = len(self.residue_summary.accuracy)
         if not cells or any(not isinstance(row, list) or len(row) != m for row in cells):
             yield "cell_accuracy", f"must be a non-empty list of rows of {m} cells (one per residue)"
             return
@@ -128,7 +136,9 @@ class ProbeResult(TypedResult):
             column = [row[r] for row in cells]
             if all(isinstance(c, int | float) and 0.0 <= c <= 1.0 for c in column):
                 given = sum(column) / len(column)
-                yield from _agrees(f"summary.accuracy[{r}]", self.summary.accuracy[r], given, "the mean of its cells")
+                yield from _agrees(
+                    f"summary.accuracy[{r}]", self.residue_summary.accuracy[r], given, "the mean of its cells"
+                )
 
     @property
     def phase_verdict(self) -> dict[str, Any] | None:
@@ -148,8 +158,8 @@ class ProbeResult(TypedResult):
         return None if self.phase_verdict is None else self.phase_verdict.get("verdict")
 
     @property
-    def summary_text(self) -> str:
-        """The one-screen finding (`.summary` is the typed residue summary): what was run, the mean, gap and
+    def summary(self) -> str:
+        """The one-screen finding (`.residue_summary` is the typed residue summary): what was run, the mean, gap and
         phase verdict with its effect size, interval, p, minimum detectable effect and smooth trend."""
         from phasekv.stats.format import format_headline
 
@@ -162,15 +172,15 @@ class ProbeResult(TypedResult):
             + (f" ({distinct} distinct)" if distinct is not None else "")
             + (f", {self.wall_time_s:.0f} s" if self.wall_time_s is not None else "")
         )
-        return heading + "\n" + format_headline(self.summary, self.phase_test)
+        return heading + "\n" + format_headline(self.residue_summary, self.phase_test)
 
     def __str__(self) -> str:
-        return self.summary_text
+        return self.summary
 
     @property
     def model_label(self) -> str:
-        """The scored model as a reader names it: the served model's name, else its folder."""
-        return str(self.model.get("served_model") or self.model.get("path") or self.model.get("kind", "model"))
+        """The scored model as a reader names it (`results.base.model_label`)."""
+        return model_label(self.model)
 
     def figure(self, name: str | None = None) -> dict:
         """Accuracy by residue as the report draws it: a Vega-Lite spec (a dict), shown in a notebook by
@@ -205,7 +215,7 @@ class ProbeResult(TypedResult):
     def learned(self) -> bool | None:
         """True when the lower end of the mean accuracy's 95% interval exceeds twice the name-guessing level
         2 / records; None when that cannot be judged (no bootstrap interval of the mean)."""
-        intervals = self.summary.stat_intervals or {}
+        intervals = self.residue_summary.stat_intervals or {}
         if "mean" not in intervals or not self.n_records:
             return None
         return intervals["mean"][0] > 2.0 / self.n_records
