@@ -99,6 +99,73 @@ def save_with_tokenizer(model, directory):
     return directory
 
 
+def qwen3_pair(**overrides):
+    """A random tiny Qwen3ForCausalLM and the phasekv model with its weights (full attention): the same function."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from phasekv.config import ModelConfig
+    from phasekv.model import PhaseKVModel
+
+    kw = dict(
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
+    kw.update(overrides)
+    hf = Qwen3ForCausalLM(Qwen3Config(**kw, attn_implementation="eager")).eval()
+    randomize(hf, seed=0, std=0.2)
+    ours = PhaseKVModel(
+        ModelConfig(
+            vocab_size=kw["vocab_size"],
+            hidden_size=kw["hidden_size"],
+            num_layers=kw["num_hidden_layers"],
+            num_heads=kw["num_attention_heads"],
+            num_kv_heads=kw["num_key_value_heads"],
+            head_dim=kw["head_dim"],
+            intermediate_size=kw["intermediate_size"],
+            rope_theta=kw["rope_theta"],
+            rms_norm_eps=kw["rms_norm_eps"],
+            tie_embeddings=kw["tie_word_embeddings"],
+        )
+    ).eval()
+    state = {k.removeprefix("model."): v for k, v in hf.state_dict().items()}
+    ours.load_state_dict(state)
+    return hf, ours
+
+
+SMALL_MODEL = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "head_dim": 16, "intermediate_size": 64}
+
+
+def small_config(preset: str = "w8s8-1kv", **changes):
+    """A training run (RunConfig) whose model and data are small enough for many steps per second on one thread."""
+    from dataclasses import replace
+
+    from phasekv.corpus.mixture import MixtureConfig
+    from phasekv.train import DataConfig, ModelSpec, OptimConfig, RunConfig
+
+    base = RunConfig(
+        model=ModelSpec(preset, "tiny", SMALL_MODEL),
+        data=DataConfig(mixture=MixtureConfig(records=4, records_start=2, max_queries=6)),
+        optim=OptimConfig(warmup_steps=2),
+        steps=8,
+        batch_size=4,
+        seq_len=64,
+        threads=1,
+        checkpoint_every=0,
+        log_every=1,
+        val_every=0,
+        val_batches=1,
+    )
+    return replace(base, **changes)
+
+
 @pytest.fixture
 def rng():
     return torch.Generator().manual_seed(1234)

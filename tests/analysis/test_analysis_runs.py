@@ -10,7 +10,8 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from conftest import needs_dsv4, randomize, save_with_tokenizer, tiny_dsv4, tiny_qwen3
+from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
+from conftest import needs_dsv4, save_with_tokenizer, tiny_dsv4, tiny_qwen3
 from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
 from phasekv.analysis.models import HFView, PhaseKVView, view
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
@@ -31,11 +32,8 @@ from phasekv.studies.knockout.layers import final_attention_means, layer_knockou
 from phasekv.studies.knockout.options import KnockoutOptions
 from phasekv.studies.knockout.run import run_knockout
 from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.tokenizer import build_word_tokenizer
 from phasekv.train.gates import gate_snapshot, write_snapshot
 
-TOKENIZER = build_word_tokenizer()
-V = len(TOKENIZER)
 LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=2)
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -87,22 +85,6 @@ TARGET_KEYS = {
 }
 
 
-def _model(name, seed=0):
-    torch.manual_seed(seed)
-    return randomize(PhaseKVModel(preset_config(name, "tiny", vocab_size=V)), seed=seed, std=0.1).eval()
-
-
-def _planted(name="w8s8-1kv", key_offset=2, value_offset=3):
-    """Every key gate prefers `key_offset`, every value gate `value_offset` (one KV head, scalar gates)."""
-    model = _model(name)
-    with torch.no_grad():
-        for layer in model.layers:
-            bias = layer.self_attn.compressor.gate_bias  # [W, (key, value) x kv_heads]
-            bias[key_offset, 0] += 8.0
-            bias[value_offset, 1] += 8.0
-    return model
-
-
 def _dsv4(hca_rate=8):
     rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate}
     model = tiny_dsv4(V, compress_rates=rates)
@@ -114,7 +96,7 @@ def _dsv4(hca_rate=8):
 
 
 def test_knockout_run_writes_the_map_and_equals_a_manual_knockout(monkeypatch, tmp_path):
-    model = _model("w8s8-8kv")
+    model = random_model("w8s8-8kv")
     scorer = PhaseKVScorer(model, TOKENIZER, batch_size=64)
 
     def planted_prompts(tokenizer, options):
@@ -180,7 +162,7 @@ def test_calibration_prompts_never_overlap_the_evaluation_prompts():
 
 @pytest.mark.parametrize("kind", ["qwen3", pytest.param("dsv4", marks=needs_dsv4), "phasekv"])
 def test_whole_layer_knockout_with_its_own_mean_is_the_identity(kind):
-    model = {"qwen3": lambda: tiny_qwen3(V), "dsv4": _dsv4, "phasekv": lambda: _model("w8s8-1kv")}[kind]()
+    model = {"qwen3": lambda: tiny_qwen3(V), "dsv4": _dsv4, "phasekv": lambda: random_model("w8s8-1kv")}[kind]()
     gen = torch.Generator().manual_seed(0)
     ids, other = torch.randint(5, V, (1, 24), generator=gen), torch.randint(5, V, (3, 24), generator=gen)
     own = final_attention_means(model, [ids], n_query=2)
@@ -193,7 +175,7 @@ def test_whole_layer_knockout_with_its_own_mean_is_the_identity(kind):
 
 
 def test_gate_metrics_of_planted_gate_biases(tmp_path):
-    result = run_gates(PhaseKVScorer(_planted(key_offset=5, value_offset=6), TOKENIZER, batch_size=64), LOOKUP)
+    result = run_gates(PhaseKVScorer(planted_model(key_offset=5, value_offset=6), TOKENIZER, batch_size=64), LOOKUP)
     rows = result["rows"]
     assert {(r["layer"], r["branch"]) for r in rows} == {(0, "key"), (0, "value"), (1, "key"), (1, "value")}
     for r in rows:
@@ -248,7 +230,7 @@ def test_deepseek_v4_gates_equal_the_compressor_formula():
 
 
 def test_cycling_moves_the_planted_preference_and_reports_the_r2_grid(tmp_path):
-    scorer = PhaseKVScorer(_planted(key_offset=2, value_offset=3), TOKENIZER, batch_size=64)
+    scorer = PhaseKVScorer(planted_model(key_offset=2, value_offset=3), TOKENIZER, batch_size=64)
     result = run_cycle(scorer, [-1, 1, 3], LOOKUP, n_resamples=50, progress=False)
     assert int(np.argmax(result["base"]["gate_key_phase_share"])) == 2
     for c in result["cycles"]:
@@ -278,7 +260,7 @@ def test_cycling_moves_the_planted_preference_and_reports_the_r2_grid(tmp_path):
     assert [r["phase"] for r in drawn if r["kind"] == "boundary"] == [7]
     assert plot_cycle(result, tmp_path / "c.png").read_bytes()[:8] == PNG
     with pytest.raises(ValueError, match="W = S"):
-        run_cycle(PhaseKVScorer(_model("w8s4-1kv"), TOKENIZER), [1], LOOKUP, progress=False)
+        run_cycle(PhaseKVScorer(random_model("w8s4-1kv"), TOKENIZER), [1], LOOKUP, progress=False)
 
 
 def test_cycle_statistics_of_an_exactly_moved_pattern():
@@ -303,12 +285,9 @@ def app():
     return app
 
 
-SMALL = ["--records", "8", "--demos", "2", "--modulus", "8", "--mappings", "2", "--quiet"]
-
-
 def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     runner = CliRunner()
-    planted = save_with_tokenizer(_planted(), tmp_path / "w8s8")
+    planted = save_with_tokenizer(planted_model(), tmp_path / "w8s8")
     out = tmp_path / "out"
     res = runner.invoke(app, ["knockout", str(planted), "--calibration-mappings", "2", "--out", str(out), *SMALL])
     assert res.exit_code == 0, res.output
@@ -330,7 +309,7 @@ def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
 
     run_dir = tmp_path / "run"
     for step, seed in ((1, 1), (5, 2)):
-        model = _model("w8s8-1kv", seed=seed)
+        model = random_model("w8s8-1kv", seed=seed)
         ckpt = save_with_tokenizer(model, run_dir / "checkpoints" / f"step_{step:06d}")
         (ckpt / "trainer.pt").write_bytes(b"")
         write_snapshot(run_dir, gate_snapshot(model, model.config.compression, torch.randint(5, V, (2, 32)), step))
@@ -345,7 +324,7 @@ def test_cli_commands_on_tiny_checkpoints(app, tmp_path):
     res = runner.invoke(app, [*args, *SMALL])
     assert res.exit_code == 0 and "R^2" in res.output and (out / "cycle.png").is_file(), res.output
 
-    w8s4 = save_with_tokenizer(_model("w8s4-1kv"), tmp_path / "w8s4")
+    w8s4 = save_with_tokenizer(random_model("w8s4-1kv"), tmp_path / "w8s4")
     res = runner.invoke(app, ["cycle", str(w8s4), "--out", str(out), *SMALL])
     assert res.exit_code == 2 and "W = S" in res.output and len(res.output.strip().splitlines()) == 1
 

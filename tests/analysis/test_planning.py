@@ -11,6 +11,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
 from conftest import save_with_tokenizer, tiny_qwen3
 from phasekv import planning
 from phasekv.analysis.probe_prompts import calibration_options, lookup_prompts, unique_ids
@@ -28,7 +29,6 @@ from phasekv.theory.sweep import run_sweep
 from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
 from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
 from phasekv.train.gates import gate_snapshot, write_snapshot
-from test_analysis_runs import SMALL, TOKENIZER, V, _model, _planted
 
 LOOKUP = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=2)
 PLAN = WorkPlan("a test", (Stage("a", 3, "steps of a"), Stage("b", 2, "steps of b")), {"things": 7})
@@ -108,7 +108,7 @@ def planned_and_done(run) -> Planner:
 
 
 def test_the_knockout_plan_counts_its_calibration_and_knockout_batches():
-    planted = PhaseKVScorer(_planted(), TOKENIZER, batch_size=4)
+    planted = PhaseKVScorer(planted_model(), TOKENIZER, batch_size=4)
     options = KnockoutOptions(calibration_mappings=2, batch_size=16)
     heads = planned_and_done(lambda p: run_knockout(planted, LOOKUP, options, p))
     assert heads.plan.counts["KV heads"] == 2 and heads.plan.stage("knockout").steps > 1
@@ -118,7 +118,7 @@ def test_the_knockout_plan_counts_its_calibration_and_knockout_batches():
 
 
 def test_the_gates_plan_adds_the_top_k_pass_of_models_with_an_indexer():
-    planted = PhaseKVScorer(_planted(), TOKENIZER, batch_size=8)
+    planted = PhaseKVScorer(planted_model(), TOKENIZER, batch_size=8)
     assert [s.name for s in planned_and_done(lambda p: run_gates(planted, LOOKUP, 8, p)).plan.stages] == [
         "gate metrics"
     ]
@@ -130,7 +130,7 @@ def test_the_gates_plan_adds_the_top_k_pass_of_models_with_an_indexer():
 
 
 def test_the_cycle_plan_counts_every_shift_scoring_and_gate_shares():
-    planted = PhaseKVScorer(_planted(), TOKENIZER, batch_size=8)
+    planted = PhaseKVScorer(planted_model(), TOKENIZER, batch_size=8)
     cycle = planned_and_done(lambda p: run_cycle(planted, [-1, 1], LOOKUP, 20, p))
     assert cycle.plan.counts["shifts"] == "0, -1, 1"
 
@@ -166,7 +166,7 @@ def invoke(app, args: list[str]):
 
 
 def test_dry_runs_print_the_plan_and_a_projection_and_write_nothing(app, tmp_path, monkeypatch):
-    planted = save_with_tokenizer(_planted(), tmp_path / "w8s8")
+    planted = save_with_tokenizer(planted_model(), tmp_path / "w8s8")
     monkeypatch.chdir(tmp_path)
     before = files_under(tmp_path)
     distinct = unique_ids(lookup_prompts(load_scorer(planted).tokenizer, LOOKUP).prompts)[0].shape[0]
@@ -193,7 +193,7 @@ def test_dry_runs_print_the_plan_and_a_projection_and_write_nothing(app, tmp_pat
 
 
 def test_results_go_to_a_default_path_when_no_out_is_given(app, tmp_path, monkeypatch):
-    planted = save_with_tokenizer(_planted(), tmp_path / "w8s8")
+    planted = save_with_tokenizer(planted_model(), tmp_path / "w8s8")
     monkeypatch.chdir(tmp_path)
     out = invoke(app, ["knockout", str(planted), "--calibration-mappings", "2", *SMALL])
     assert "wrote analysis/knockout.json" in out
@@ -213,7 +213,7 @@ def test_results_go_to_a_default_path_when_no_out_is_given(app, tmp_path, monkey
 def test_a_gate_trajectory_plans_its_steps_and_its_dry_run_writes_nothing(app, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     for step in (1, 5, 9):
-        model = _model("w8s8-1kv", seed=step)
+        model = random_model("w8s8-1kv", seed=step)
         write_snapshot(run_dir, gate_snapshot(model, model.config.compression, torch.randint(5, V, (2, 32)), step))
     monkeypatch.chdir(tmp_path)
     before = files_under(tmp_path)

@@ -3,51 +3,13 @@ import json
 import pytest
 import torch
 
-from conftest import randomize
-from phasekv.config import ModelConfig
+from conftest import qwen3_pair, randomize
 from phasekv.hooks import hook_names, hooks
 from phasekv.model import PRESETS, CheckpointError, PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
 
 
-def _qwen3_pair(**overrides):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    kw = dict(
-        vocab_size=97,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=96,
-        rope_theta=10000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-    )
-    kw.update(overrides)
-    hf = Qwen3ForCausalLM(Qwen3Config(**kw, attn_implementation="eager")).eval()
-    randomize(hf, seed=0, std=0.2)
-    ours = PhaseKVModel(
-        ModelConfig(
-            vocab_size=kw["vocab_size"],
-            hidden_size=kw["hidden_size"],
-            num_layers=kw["num_hidden_layers"],
-            num_heads=kw["num_attention_heads"],
-            num_kv_heads=kw["num_key_value_heads"],
-            head_dim=kw["head_dim"],
-            intermediate_size=kw["intermediate_size"],
-            rope_theta=kw["rope_theta"],
-            rms_norm_eps=kw["rms_norm_eps"],
-            tie_embeddings=kw["tie_word_embeddings"],
-        )
-    ).eval()
-    state = {k.removeprefix("model."): v for k, v in hf.state_dict().items()}
-    ours.load_state_dict(state)
-    return hf, ours
-
-
 def test_full_attention_logits_match_transformers_qwen3():
-    hf, ours = _qwen3_pair()
+    hf, ours = qwen3_pair()
     ids = torch.randint(0, 97, (3, 50), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         diff = (hf(ids).logits - ours(ids)).abs().max().item()

@@ -600,10 +600,10 @@ phasekv report lookup.json --out audit.html
 def test_readme_audit_commands_run_against_the_quick_layout(tmp_path, monkeypatch):
     """A tiny stand-in for the quick profile's W8/S8 run (same directory, 2 steps) gets `checkpoints/final`
     from the trainer, and the README's three audit commands run on it as written."""
+    from conftest import small_config
     from phasekv.reproduce.profiles import QUICK
     from phasekv.reproduce.runner import run_dir
     from phasekv.train import train
-    from test_train import small_config
 
     serve_line, eval_line, report_line = (line.split() for line in README_AUDIT.splitlines())
     model = serve_line[2]

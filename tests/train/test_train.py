@@ -18,35 +18,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import small_config
 from phasekv.compress.windows import WindowGeometry
 from phasekv.corpus.tokens import write_header
 from phasekv.model import PhaseKVModel, load_checkpoint
 from phasekv.model.io import read_config
-from phasekv.train import DataConfig, MixtureConfig, ModelSpec, OptimConfig, RunConfig, RunConfigError, read_log, train
+from phasekv.train import DataConfig, ModelSpec, OptimConfig, RunConfig, RunConfigError, read_log, train
 from phasekv.train import checkpoint as ckpt
 from phasekv.train.optim import decays, make_optimizer
 from phasekv.train.regularize import GateCapture, capture_gates, record_windows, static_concentration, step_offset
 from phasekv.train.schedule import learning_rate
-
-SMALL = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "head_dim": 16, "intermediate_size": 64}
-
-
-def small_config(preset: str = "w8s8-1kv", **changes) -> RunConfig:
-    """A model and data small enough for many steps per second on one thread."""
-    base = RunConfig(
-        model=ModelSpec(preset, "tiny", SMALL),
-        data=DataConfig(mixture=MixtureConfig(records=4, records_start=2, max_queries=6)),
-        optim=OptimConfig(warmup_steps=2),
-        steps=8,
-        batch_size=4,
-        seq_len=64,
-        threads=1,
-        checkpoint_every=0,
-        log_every=1,
-        val_every=0,
-        val_batches=1,
-    )
-    return replace(base, **changes)
 
 
 def env_one_thread() -> dict:

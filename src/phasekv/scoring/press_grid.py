@@ -5,8 +5,8 @@ follows its first n_kept tokens into blocks of B. A phase effect of such a press
 the grid while content and positions stay is the causal test. `shifted_press_class(name)` is the kvpress class
 with one more field, `grid_offset` o: its cuts fall at o + kC (o + kB after the kept prefix) instead, the first,
 partial segment treated exactly as kvpress treats its last, partial one. At o = 0 each class computes what
-kvpress computes (tests/studies/presses/test_presses.py compares them), so a shifted run differs from the unshifted one only
-where the cuts fall.
+kvpress computes (tests/studies/presses/test_presses.py compares them), so a shifted run differs from the
+unshifted one only where the cuts fall.
 
 kvpress is optional: the classes are made on first use.
 """

@@ -368,9 +368,9 @@ def test_a_hugging_face_model_and_its_phasekv_conversion_conform_to_each_other_i
     """Qwen3ForCausalLM and the phasekv model its weights load into: each in the cached, padded (both sides,
     the HF model with an attention mask and per-row positions) and forked modes against the other's parallel
     forward, at float32 tolerance."""
-    from test_model import _qwen3_pair
+    from conftest import qwen3_pair
 
-    hf, ours = _qwen3_pair()
+    hf, ours = qwen3_pair()
     options = dataclasses.replace(OPTIONS, length=24, modes=("parallel", "decode", "split@1", "left-padded", "fork"))
     for candidate, reference in ((HFRunner(hf, "qwen3"), PhaseKVRunner(ours)), (PhaseKVRunner(ours), HFRunner(hf))):
         result = run_conformance(candidate, options, reference=reference)

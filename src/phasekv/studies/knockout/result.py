@@ -56,7 +56,7 @@ class KnockoutResult(TypedResult):
     def figure(self, name: str | None = None, interactive: bool = True) -> dict:
         """The report's knockout map of this result (`studies.knockout.figure.spec`): a Vega-Lite spec (a dict),
         shown in a notebook by `altair.Chart.from_dict(spec)`; `interactive=False` as the PNG draws it."""
-        from phasekv.report.common import model_name
+        from phasekv.charts.labels import model_name
         from phasekv.studies.knockout import figure
 
         data = self.to_dict()
@@ -70,7 +70,7 @@ def _cell(value: float | None) -> str:
 def format_knockout(result: dict) -> str:
     """Text table: one row per knocked-out head/layer, one column per phase (t_K mod S): the relative
     accuracy change in %; first row the clean accuracy by phase."""
-    from phasekv.report.common import head_label  # the report package imports this module
+    from phasekv.charts.labels import head_label
 
     stride = result["stride"]["value"]
     clean = result["clean"]

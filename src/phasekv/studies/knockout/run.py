@@ -32,7 +32,6 @@ import torch
 from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
-from phasekv.charts.labels import head_label
 from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.evaluate.stride import resolve_stride
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
