@@ -27,6 +27,20 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _require_counts(config, keys: tuple[str, ...], label: str = "") -> None:
+    """Each of `config`'s fields `keys` must be an integer >= 1 (`label` starts the message)."""
+    for key in keys:
+        value = getattr(config, key)
+        _require(isinstance(value, int) and value >= 1, f"{label}{key} must be an integer >= 1, got {value!r}")
+
+
+def _check_keys(config_class, data: dict[str, Any], label: str) -> None:
+    """`data` may hold only fields of `config_class` (`label` names them in the message)."""
+    known = {f.name for f in fields(config_class)}
+    unknown = sorted(set(data) - known)
+    _require(not unknown, f"unknown {label} keys {unknown}; known keys are {sorted(known)}")
+
+
 @dataclass(frozen=True)
 class CompressionConfig:
     """How a layer's KV history is compressed.
@@ -212,17 +226,11 @@ class DSV4Layers:
         object.__setattr__(self, "layer_types", tuple(self.layer_types))  # lists from JSON
         bad = [t for t in self.layer_types if t not in DSV4_LAYER_TYPES]
         _require(not bad, f"unknown dsv4 layer types {bad}; choose from {DSV4_LAYER_TYPES}")
-        for key in (
-            "q_lora_rank",
-            "o_groups",
-            "o_lora_rank",
-            "hca_rate",
-            "index_heads",
-            "index_head_dim",
-            "index_topk",
-        ):
-            value = getattr(self, key)
-            _require(isinstance(value, int) and value >= 1, f"dsv4 {key} must be an integer >= 1, got {value!r}")
+        _require_counts(
+            self,
+            ("q_lora_rank", "o_groups", "o_lora_rank", "hca_rate", "index_heads", "index_head_dim", "index_topk"),
+            "dsv4 ",
+        )
         _require(self.compress_rope_theta > 0, f"compress_rope_theta must be positive, got {self.compress_rope_theta}")
         _require(self.indexer_loss_weight >= 0, f"indexer_loss_weight must be >= 0, got {self.indexer_loss_weight}")
 
@@ -256,17 +264,10 @@ class ModelConfig:
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        for key in (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-        ):
-            value = getattr(self, key)
-            _require(isinstance(value, int) and value >= 1, f"{key} must be an integer >= 1, got {value!r}")
+        _require_counts(
+            self,
+            ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"),
+        )
         _require(
             self.num_heads % self.num_kv_heads == 0,
             f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}): each KV head serves "
@@ -327,20 +328,10 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        _require(not unknown, f"unknown config keys {unknown}; known keys are {sorted(known)}")
+        _check_keys(cls, data, "config")
         data = dict(data)
-        if data.get("compression") is not None:
-            comp = data["compression"]
-            comp_known = {f.name for f in fields(CompressionConfig)}
-            bad = sorted(set(comp) - comp_known)
-            _require(not bad, f"unknown compression keys {bad}; known keys are {sorted(comp_known)}")
-            data["compression"] = CompressionConfig(**comp)
-        if data.get("dsv4") is not None:
-            layers = data["dsv4"]
-            layers_known = {f.name for f in fields(DSV4Layers)}
-            bad = sorted(set(layers) - layers_known)
-            _require(not bad, f"unknown dsv4 keys {bad}; known keys are {sorted(layers_known)}")
-            data["dsv4"] = DSV4Layers(**layers)
+        for key, part in (("compression", CompressionConfig), ("dsv4", DSV4Layers)):
+            if data.get(key) is not None:
+                _check_keys(part, data[key], key)
+                data[key] = part(**data[key])
         return cls(**data)

@@ -120,6 +120,10 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="not valid JSON"):
         load_checkpoint(ckpt)
 
+    (ckpt / "config.json").write_bytes(b"\xff\xfe not text")  # not UTF-8: the same one-line error
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint(ckpt)
+
     (ckpt / "config.json").write_text('{"model_type": "qwen3"}')
     with pytest.raises(CheckpointError, match="Hugging Face"):
         load_checkpoint(ckpt)

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from phasekv.cli.theory import app
 from phasekv.studies.theory.result import Theorem1Result, Theorem2Result
 from phasekv.theory.geometry import equiangular_deviation, near_equiangular_embeddings
-from phasekv.theory.model import equiangular_loss, induction_loss
+from phasekv.theory.model import equiangular_loss, induction_logits, query_loss
 from phasekv.theory.sweep import TABLE_KEYS, run_sweep
 from phasekv.theory.task import all_contexts, count_contexts, sample_contexts
 from phasekv.theory.theorem1 import Theorem1Config, assignment_losses, one_hot_assignment, run_theorem1
@@ -88,7 +88,7 @@ def test_loss_is_exact_against_brute_force_enumeration(eps):
     p_value = torch.randn(n_heads, n_chunks, chunk_size, generator=generator, dtype=torch.float64).softmax(-1)
     geometry = near_equiangular_embeddings(n_tokens, n_tokens + 1, kappa=0.4, eps=eps, seed=2)
     contexts = all_contexts(n_tokens, n_chunks, chunk_size)
-    vectorised = induction_loss(geometry.embeddings, contexts, p_key[None], p_value[None], 3.0, 2.5)
+    vectorised = query_loss(*induction_logits(geometry.embeddings, contexts, p_key[None], p_value[None], 3.0, 2.5))
     reference = brute_force_loss(geometry.embeddings, contexts, p_key, p_value, 3.0, 2.5)
     assert float(vectorised) == pytest.approx(reference, rel=1e-10)
     closed_form = float(equiangular_loss(p_key, p_value, 3.0, 2.5, n_tokens))
@@ -104,12 +104,14 @@ def test_planted_distinct_assignment_beats_a_repeated_one_at_eps_zero():
     repeated = equiangular_loss(*one_hot_assignment((0, 0), n_chunks, chunk_size), 4.0, 4.0, n_tokens)
     geometry = near_equiangular_embeddings(n_tokens, n_tokens + 1, kappa=0.5, eps=0.0)
     contexts = sample_contexts(n_tokens, n_chunks, chunk_size, 3, torch.Generator().manual_seed(0))
-    with_embeddings = induction_loss(
-        geometry.embeddings,
-        contexts,
-        *(p[None] for p in one_hot_assignment((0, 1), n_chunks, chunk_size)),
-        4.0,
-        4.0,
+    with_embeddings = query_loss(
+        *induction_logits(
+            geometry.embeddings,
+            contexts,
+            *(p[None] for p in one_hot_assignment((0, 1), n_chunks, chunk_size)),
+            4.0,
+            4.0,
+        )
     )
     assert float(with_embeddings) == pytest.approx(float(distinct), rel=1e-10)
     assert float(repeated - distinct) > 0.1  # at N = 64 a repeated position costs a lot ...

@@ -153,8 +153,7 @@ class DSV4Attention(nn.Module):
         comp = self.compressor
         if comp is None:
             return mem
-        mem.hidden = append_rows(past.hidden, x)
-        mem.hidden_start = start if past.hidden is None else past.hidden_start
+        mem.extend_hidden(past, x, start)
         entries = comp(mem.hidden, mem.hidden_start, emit_from=start)  # windows completed inside x
         entry_k = self.rotary(entries.key, comp.geometry.rope_position(entries.index))
         mem.entry_k = append_rows(past.entry_k, entry_k)

@@ -82,8 +82,7 @@ class Attention(nn.Module):
         comp = self.compressor
         if comp is None:
             return mem
-        mem.hidden = append_rows(past.hidden, x)
-        mem.hidden_start = start if past.hidden is None else past.hidden_start
+        mem.extend_hidden(past, x, start)
         entries = comp(mem.hidden, mem.hidden_start, emit_from=start)  # windows completed inside x
         entry_k = entries.key if comp.normalizes_entries else self.k_norm(entries.key)
         mem.entry_k = append_rows(past.entry_k, self._rope(entry_k, comp.geometry.rope_position(entries.index)))

@@ -34,6 +34,11 @@ class LayerState:
     def num_entries(self) -> int:
         return self.entry_end.numel()
 
+    def extend_hidden(self, past: LayerState, x: torch.Tensor, start: int) -> None:
+        """Take `past`'s compressor inputs followed by the rows of x (positions start..) as this state's."""
+        self.hidden = append_rows(past.hidden, x)
+        self.hidden_start = start if past.hidden is None else past.hidden_start
+
     def nbytes(self) -> int:
         """Bytes of key/value memory held (exact tokens and entries; not the compressor's hidden buffer)."""
         tensors = (self.exact_k, self.exact_v, self.entry_k, self.entry_v, self.index_k)

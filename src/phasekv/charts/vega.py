@@ -65,6 +65,13 @@ def write_pngs(specs, out_dir: Path, stem: str) -> list[Path]:
     return [write_png(spec, out_dir / f"{stem}{'' if i == 0 else f'_{i}'}.png") for i, spec in enumerate(specs)]
 
 
+def runs_section(key: str, heading: str, runs: list[dict], figure) -> str:
+    """A report section (id `sec-KEY`) of one figure per run: `figure(i, run)`, the i-th run's HTML."""
+    figures = "".join(figure(i, run) for i, run in enumerate(runs))
+    return f"""
+<section id="sec-{key}"><h2>{heading}</h2>{figures}</section>"""
+
+
 def figure_html(fig_id: str, spec: dict, link: str = "") -> str:
     """A figure container and its spec as inline JSON; the page's script embeds every such pair. The
     spec's `description` is the figure's text alternative. `link`: names of params (space separated)

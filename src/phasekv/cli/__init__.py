@@ -30,35 +30,32 @@ def _mount_subcommands() -> None:
     from phasekv.cli.theory import app as theory_app
     from phasekv.cli.train import data_app, train_command
 
-    app.command(
-        "train",
-        help="Pretrain a model (synthetic retrieval mixture or token files); resumable; runs under torchrun.",
-    )(train_command)
-    app.command(
-        "audit",
-        help="Audit a model for phase-sensitive retrieval in one command: template screen, a design sized to a "
-        "budget or an MDE, the probes, a one-screen verdict, the JSON results and the report.",
-    )(audit_command)
-    app.command("knockout", help="KV-head (or whole-layer) knockouts by mean replacement: the knockout map.")(
-        knockout_command
+    commands = (
+        (
+            "train",
+            train_command,
+            "Pretrain a model (synthetic retrieval mixture or token files); resumable; runs under torchrun.",
+        ),
+        (
+            "audit",
+            audit_command,
+            "Audit a model for phase-sensitive retrieval in one command: template screen, a design sized to a "
+            "budget or an MDE, the probes, a one-screen verdict, the JSON results and the report.",
+        ),
+        ("knockout", knockout_command, "KV-head (or whole-layer) knockouts by mean replacement: the knockout map."),
+        ("gates", gates_command, "Gate concentration (static vs per window) and phase preferences; trajectories."),
+        ("cycle", cycle_command, "Cycle the offset-specific gate parameters and test the predicted phase shift."),
+        (
+            "conformance",
+            conformance_command,
+            "Check an implementation's execution modes (decode, chunked prefill, padded batches, forks) "
+            "against a reference, by phase; exit 1 when it does not conform.",
+        ),
+        ("report", report_command, "Render result JSON files as one self-contained interactive HTML report (+ PNGs)."),
+        ("serve", serve_command, "Serve a model over an OpenAI-compatible /v1/completions API (127.0.0.1 by default)."),
     )
-    app.command("gates", help="Gate concentration (static vs per window) and phase preferences; trajectories.")(
-        gates_command
-    )
-    app.command("cycle", help="Cycle the offset-specific gate parameters and test the predicted phase shift.")(
-        cycle_command
-    )
-    app.command(
-        "conformance",
-        help="Check an implementation's execution modes (decode, chunked prefill, padded batches, forks) "
-        "against a reference, by phase; exit 1 when it does not conform.",
-    )(conformance_command)
-    app.command("report", help="Render result JSON files as one self-contained interactive HTML report (+ PNGs).")(
-        report_command
-    )
-    app.command("serve", help="Serve a model over an OpenAI-compatible /v1/completions API (127.0.0.1 by default).")(
-        serve_command
-    )
+    for name, command, help_text in commands:
+        app.command(name, help=help_text)(command)
     app.add_typer(data_app, name="data", help="Prepare training data: tokenize text files into token files.")
     app.add_typer(eval_app, name="eval", help="Phase-controlled probes: lookup, needle, flip.")
     app.add_typer(theory_app, name="theory", help="The idealized theory: Theorems 1 and 2 and a sweep.")

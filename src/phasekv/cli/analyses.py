@@ -23,17 +23,17 @@ from phasekv.studies.knockout.options import KnockoutOptions
 KNOCKOUT = KnockoutOptions()  # the knockout command's defaults
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
-PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments, their defaults the analyses' design
-    records=(
+PROMPTS = OptionGroup(  # the lookup prompts: the `LookupOptions` fields the commands set, at the analyses' design
+    n_records=(
         int,
         typer.Option(ANALYSIS_LOOKUP.n_records, "--records", min=1, help="key-name records per lookup prompt"),
     ),
-    demos=(int, typer.Option(ANALYSIS_LOOKUP.n_demos, "--demos", min=0, help="demonstrations before the target")),
-    mappings=(
+    n_demos=(int, typer.Option(ANALYSIS_LOOKUP.n_demos, "--demos", min=0, help="demonstrations before the target")),
+    n_mappings=(
         int,
         typer.Option(ANALYSIS_LOOKUP.n_mappings, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)"),
     ),
-    placements=(
+    placements_per_mapping=(
         int,
         typer.Option(
             ANALYSIS_LOOKUP.placements_per_mapping, "--placements", min=1, help="placements per mapping and residue"
@@ -47,36 +47,44 @@ PROMPTS = OptionGroup(  # the lookup prompts: `_lookup`'s arguments, their defau
     seed=(int, typer.Option(ANALYSIS_LOOKUP.seed, "--seed", help="seed of the prompts and the bootstrap")),
     template=(str, TEMPLATE),
 )
-HELD_OUT = typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed")
-QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
+HELD_OUT_PROMPTS = OptionGroup(  # the lookup prompts, optionally of the pairs training held out
+    {
+        **PROMPTS,
+        "held_out_seed": (
+            int,
+            typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed"),
+        ),
+    }
+)
+OUTPUT = OptionGroup(  # where an analysis writes and what it prints on the way
+    out=(Path, typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")),
+    quiet=(bool, typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")),
+    dry_run=(bool, DRY_RUN),
+)
 
 
-def _lookup(records, demos, mappings, placements, modulus, protocol, seed, template, held_out_seed=None):
-    return replace(
-        ANALYSIS_LOOKUP,
-        template=template,
-        n_records=records,
-        n_demos=demos,
-        n_mappings=mappings,
-        placements_per_mapping=placements,
-        modulus=modulus,
-        protocol=protocol,
-        seed=seed,
-        held_out_seed=held_out_seed,
-    )
+def _check_out(output: dict) -> None:
+    check_output(output["out"], directory=True)  # a bad path fails now, not after the analysis
+
+
+def _run(name: str, work, output: dict, text, plot) -> None:
+    """Run `work(planner)` under its plan (`--dry-run`: the plan only), print `text(result)` and write the
+    result as NAME.json and its figure `plot(result, path)` as NAME.png into --out."""
+    from phasekv.evaluate.record import write_results
+
+    result = run_planned(work, output["dry_run"], output["quiet"])
+    if result is None:
+        return
+    typer.echo(text(result))
+    out = output["out"]
+    json_path = write_results(result, out / f"{name}.json")
+    typer.echo(f"wrote {json_path} and {plot(result, out / f'{name}.png')}")
 
 
 def _scorer(model: Path, scoring: dict):
     from phasekv.scoring import load_scorer
 
     return load_scorer(model, **scoring)
-
-
-def _write(result: dict, out: Path, name: str, plot) -> None:
-    from phasekv.evaluate.record import write_results
-
-    json_path = write_results(result, out / f"{name}.json")
-    typer.echo(f"wrote {json_path} and {plot(out / f'{name}.png')}")
 
 
 @expand_groups
@@ -90,12 +98,9 @@ def knockout_command(
         KNOCKOUT.calibration_mappings, "--calibration-mappings", min=1, help="calibration-split mappings"
     ),
     stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
-    prompts: dict = PROMPTS,
-    held_out_seed: int = HELD_OUT,
+    prompts: dict = HELD_OUT_PROMPTS,
     scoring: dict = LOADING,
-    out: Path = OUT,
-    quiet: bool = QUIET,
-    dry_run: bool = DRY_RUN,
+    output: dict = OUTPUT,
 ) -> None:
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
     from phasekv.studies.knockout.figure import plot_knockout
@@ -103,8 +108,8 @@ def knockout_command(
     from phasekv.studies.knockout.run import run_knockout
 
     with one_line_errors("knockout"):
-        check_output(out, directory=True)  # a bad path fails now, not after the analysis
-        lookup = _lookup(**prompts, held_out_seed=held_out_seed)
+        _check_out(output)
+        lookup = replace(ANALYSIS_LOOKUP, **prompts)
         options = KnockoutOptions(
             mode="layers" if layers else "heads",
             calibration_mappings=calibration_mappings,
@@ -113,11 +118,13 @@ def knockout_command(
             stride=stride,
         )
         scorer = _scorer(model, scoring)
-        result = run_planned(lambda planner: run_knockout(scorer, lookup, options, planner), dry_run, quiet)
-        if result is None:
-            return
-        typer.echo(KnockoutResult.from_dict(result).summary)
-        _write(result, out, "knockout", lambda path: plot_knockout(result, path))
+        _run(
+            "knockout",
+            lambda planner: run_knockout(scorer, lookup, options, planner),
+            output,
+            lambda result: KnockoutResult.from_dict(result).summary,
+            plot_knockout,
+        )
 
 
 @expand_groups
@@ -126,40 +133,47 @@ def gates_command(
     source: str = typer.Option("auto", "--source", help="run dirs: auto, checkpoints or snapshots"),
     prompts: dict = PROMPTS,
     scoring: dict = LOADING,
-    out: Path = OUT,
-    quiet: bool = QUIET,
-    dry_run: bool = DRY_RUN,
+    output: dict = OUTPUT,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
     from phasekv.analysis.topk import format_topk_hits
     from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
     from phasekv.studies.gates.run import format_gates, is_run_dir, run_gate_trajectory, run_gates
 
+    def trajectory_text(trajectory: dict) -> str:
+        last = trajectory["steps"][-1]
+        return (
+            f"gate trajectory of {model}: {len(trajectory['steps'])} steps ({trajectory['source']})\n"
+            f"step {last['step']}:\n{format_gates(last['rows'])}"
+        )
+
+    def gates_text(result: dict) -> str:
+        lines = [f"gates of {model} over the windows of {result['n_windows_from']['prompts']} prompts"]
+        lines.append(format_gates(result["rows"]))
+        if "topk_hits" in result:
+            lines.append(format_topk_hits(result["topk_hits"]))
+        return "\n".join(lines)
+
     with one_line_errors("gates"):
-        check_output(out, directory=True)  # a bad path fails now, not after the analysis
-        lookup = _lookup(**prompts)
+        _check_out(output)
+        lookup = replace(ANALYSIS_LOOKUP, **prompts)
         if is_run_dir(model):
-            trajectory = run_planned(
+            _run(
+                "gate_trajectory",
                 lambda planner: run_gate_trajectory(model, lookup, scoring["batch_size"], source, planner),
-                dry_run,
-                quiet,
+                output,
+                trajectory_text,
+                plot_gate_trajectory,
             )
-            if trajectory is None:
-                return
-            last = trajectory["steps"][-1]
-            typer.echo(f"gate trajectory of {model}: {len(trajectory['steps'])} steps ({trajectory['source']})")
-            typer.echo(f"step {last['step']}:\n{format_gates(last['rows'])}")
-            _write(trajectory, out, "gate_trajectory", lambda path: plot_gate_trajectory(trajectory, path))
             return
         scorer = _scorer(model, scoring)
-        result = run_planned(lambda planner: run_gates(scorer, lookup, scoring["batch_size"], planner), dry_run, quiet)
-        if result is None:
-            return
-        typer.echo(f"gates of {model} over the windows of {result['n_windows_from']['prompts']} prompts")
-        typer.echo(format_gates(result["rows"]))
-        if "topk_hits" in result:
-            typer.echo(format_topk_hits(result["topk_hits"]))
-        _write(result, out, "gates", lambda path: plot_gates(result["rows"], path))
+        _run(
+            "gates",
+            lambda planner: run_gates(scorer, lookup, scoring["batch_size"], planner),
+            output,
+            gates_text,
+            lambda result, path: plot_gates(result["rows"], path),
+        )
 
 
 @expand_groups
@@ -167,24 +181,23 @@ def cycle_command(
     model: Path = MODEL,
     delta: str = typer.Option("-3..3", "--delta", help="deltas: a range -3..3, a list 1,2,-1, or both"),
     resamples: int = typer.Option(2000, "--resamples", min=10, help="bootstrap resamples over mappings"),
-    prompts: dict = PROMPTS,
-    held_out_seed: int = HELD_OUT,
+    prompts: dict = HELD_OUT_PROMPTS,
     scoring: dict = LOADING,
-    out: Path = OUT,
-    quiet: bool = QUIET,
-    dry_run: bool = DRY_RUN,
+    output: dict = OUTPUT,
 ) -> None:
     """Gate cycling (W = S models): observed vs predicted accuracy change by phase, R^2 grid over deltas."""
     from phasekv.studies.cycle.figure import plot_cycle
     from phasekv.studies.cycle.run import format_cycle, parse_deltas, run_cycle
 
     with one_line_errors("cycle"):
-        check_output(out, directory=True)  # a bad path fails now, not after the analysis
+        _check_out(output)
         deltas = parse_deltas(delta)
-        lookup = _lookup(**prompts, held_out_seed=held_out_seed)
+        lookup = replace(ANALYSIS_LOOKUP, **prompts)
         scorer = _scorer(model, scoring)
-        result = run_planned(lambda planner: run_cycle(scorer, deltas, lookup, resamples, planner), dry_run, quiet)
-        if result is None:
-            return
-        typer.echo(format_cycle(result))
-        _write(result, out, "cycle", lambda path: plot_cycle(result, path))
+        _run(
+            "cycle",
+            lambda planner: run_cycle(scorer, deltas, lookup, resamples, planner),
+            output,
+            format_cycle,
+            plot_cycle,
+        )

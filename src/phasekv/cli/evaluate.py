@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import TEMPLATE, expand_groups
+from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
 from phasekv.studies.flip.options import FlipOptions
 
@@ -48,7 +48,20 @@ DUMP = typer.Option(
     help="write the prompts (token ids and decoded text) here as JSON lines (also with --dry-run)",
 )
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
-PROTOCOLS_HELP = "padding protocol: prefix or in-sequence"
+
+
+def _placements(unit: str):
+    return typer.Option(None, "--placements", min=1, help=f"placements per {unit} and residue (default: fewest exact)")
+
+
+def _modulus(default: int):
+    return typer.Option(default, min=2, help="group targets by position mod this")
+
+
+def _protocol(default: str):
+    return typer.Option(default, help="padding protocol: prefix or in-sequence")
+
+
 SPREAD = typer.Option(
     None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
 )
@@ -58,24 +71,28 @@ LIKE = typer.Option(
     help="measure like an earlier result: take the probe options of a profile run folder (runs/PROFILE/runs/NAME), "
     "a result JSON or an audit folder; flags given here override them (MODEL defaults to the model it scored)",
 )
+OUTPUT = OptionGroup(  # what a probe writes and prints besides its table
+    out=(Path, OUT),
+    quiet=(bool, QUIET),
+    dry_run=(bool, DRY_RUN),
+    dump_prompts=(Path, DUMP),
+)
 
 
-def _like(
-    ctx: typer.Context, probe: str, like: Path | None, given: dict[str, tuple[str, object]], model, stride, resamples
-):
-    """(option fields, model, stride, resamples) of a lookup or needle command: `given` maps each option field to
-    (its parameter, its value); with --like the recorded measurement fills every field whose flag was not given
-    (`studies.probe.like.recorded`). Fields left None take the options' own defaults."""
+def _like(ctx: typer.Context, probe: str, like: Path | None, design: dict, model, stride, resamples):
+    """(option fields, model, stride, resamples) of a lookup or needle command: `design` maps each option field
+    (also the command's parameter) to its value; with --like the recorded measurement fills every field whose
+    flag was not given (`studies.probe.like.recorded`). Fields left None take the options' own defaults."""
 
     def explicit(parameter: str) -> bool:  # by name: typer may ship its own click, with its own enum
         return ctx.get_parameter_source(parameter).name not in ("DEFAULT", "DEFAULT_MAP")
 
-    chosen = {name: value for name, (_, value) in given.items()}
+    chosen = dict(design)
     if like is not None:
         from phasekv.studies.probe.like import recorded
 
         found = recorded(like, probe)
-        chosen = {**found.options, **{name: value for name, (flag, value) in given.items() if explicit(flag)}}
+        chosen = {**found.options, **{name: value for name, value in design.items() if explicit(name)}}
         stride = stride if explicit("stride") else found.stride
         resamples = resamples if explicit("resamples") else found.n_resamples or resamples
         if model is None and found.model is not None:
@@ -140,8 +157,7 @@ def _prompt_set_scorer(
     remote: dict,
     build,
     options,
-    dry_run: bool,
-    dump: Path | None,
+    output: dict,
     stride: int | None = None,
     min_effect: float = 5.0,
 ):
@@ -153,7 +169,8 @@ def _prompt_set_scorer(
     from phasekv.evaluate.units import planned_mde
     from phasekv.stats.format import format_mde
 
-    if dry_run:
+    dump = output["dump_prompts"]
+    if output["dry_run"]:
         tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
         prompts = _built(tokenizer, build, options)
         period, mde, note = planned_mde(prompts, stride, options.modulus, options.n_records, min_effect=min_effect)
@@ -173,13 +190,14 @@ def _prompt_rows(prompts):
     return (asdict(p) for p in prompts)
 
 
-def _check_outputs(out: Path | None, dump: Path | None) -> None:
+def _check_outputs(output: dict) -> None:
+    """A bad --out or --dump-prompts path fails now, not after the whole run."""
     from phasekv.files import check_output
 
-    if out is not None:
-        check_output(out)
-    if dump is not None:
-        check_output(dump, option="--dump-prompts")
+    if output["out"] is not None:
+        check_output(output["out"])
+    if output["dump_prompts"] is not None:
+        check_output(output["dump_prompts"], option="--dump-prompts")
 
 
 def _finish(result: dict, table: str, out: Path | None) -> None:
@@ -233,158 +251,132 @@ def _summary_table(result: dict, heading: str) -> str:
     return "\n".join(lines)
 
 
-@eval_app.command()
-@expand_groups
-def lookup(
-    ctx: typer.Context,
-    model: Path = MODEL,
-    records: int = typer.Option(64, min=1, help="key-name records per prompt"),
-    demos: int = typer.Option(8, min=0, help="demonstrations before the target"),
-    mappings: int = typer.Option(64, min=2, help="key-name mappings (the bootstrap unit)"),
-    placements: int = typer.Option(None, min=1, help="placements per mapping and residue (default: fewest exact)"),
-    modulus: int = typer.Option(24, min=2, help="group targets by position mod this"),
-    protocol: str = typer.Option("prefix", help=PROTOCOLS_HELP),
-    padding: int = typer.Option(
-        None, min=0, help="pad tokens per prompt (default: design span + records/4, or what the design needs)"
+LOOKUP = OptionGroup(  # the `LookupOptions` fields `phasekv eval lookup` sets
+    n_records=(int, typer.Option(64, "--records", min=1, help="key-name records per prompt")),
+    n_demos=(int, typer.Option(8, "--demos", min=0, help="demonstrations before the target")),
+    n_mappings=(int, typer.Option(64, "--mappings", min=2, help="key-name mappings (the bootstrap unit)")),
+    placements_per_mapping=(int, _placements("mapping")),
+    modulus=(int, _modulus(24)),
+    protocol=(str, _protocol("prefix")),
+    padding=(
+        int,
+        typer.Option(
+            None, min=0, help="pad tokens per prompt (default: design span + records/4, or what the design needs)"
+        ),
     ),
-    spread_blocks: int = SPREAD,
-    seed: int = SEED,
-    held_out_seed: int = typer.Option(
-        None, help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)"
+    spread_blocks=(int, SPREAD),
+    seed=(int, SEED),
+    held_out_seed=(
+        int,
+        typer.Option(
+            None,
+            help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)",
+        ),
     ),
-    held_out_modulus: int = typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)"),
-    template: str = TEMPLATE,
-    stride: int = STRIDE,
-    resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
-    like: Path = LIKE,
-    scoring: dict = SCORING,
-    remote: dict = ENDPOINT,
-    out: Path = OUT,
-    quiet: bool = QUIET,
-    dry_run: bool = DRY_RUN,
-    dump_prompts: Path = DUMP,
-    grid_shift: bool = GRID_SHIFT,
-    min_effect: float = MIN_EFFECT,
-) -> None:
-    """Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings."""
+    held_out_modulus=(int, typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)")),
+    template=(str, TEMPLATE),
+)
+NEEDLE = OptionGroup(  # the `NeedleOptions` fields `phasekv eval needle` sets
+    context_length=(int, typer.Option(4096, min=8, help="tokens per prompt, query included")),
+    n_records=(int, typer.Option(512, "--records", min=1, help="key-value records per prompt")),
+    key_tokens=(int, typer.Option(2, min=1, help="tokens per key")),
+    value_tokens=(int, typer.Option(2, min=1, help="tokens per value (all must be produced)")),
+    n_haystacks=(int, typer.Option(64, "--haystacks", min=1, help="haystacks, each placed at every residue")),
+    placements_per_haystack=(int, _placements("haystack")),
+    modulus=(int, _modulus(8)),
+    protocol=(str, _protocol("in-sequence")),
+    spread_blocks=(int, SPREAD),
+    template=(str, TEMPLATE),
+    seed=(int, SEED),
+)
+
+
+def _lookup_probe():
+    """(options class, prompt builder, runner, heading) of the lookup probe."""
     from phasekv.evaluate.lookup import run_lookup
     from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 
-    with one_line_errors("eval"):
-        _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
-        fields, model, stride, resamples = _like(
-            ctx,
-            "lookup",
-            like,
-            {
-                "n_records": ("records", records),
-                "n_demos": ("demos", demos),
-                "modulus": ("modulus", modulus),
-                "n_mappings": ("mappings", mappings),
-                "placements_per_mapping": ("placements", placements),
-                "protocol": ("protocol", protocol),
-                "padding": ("padding", padding),
-                "spread_blocks": ("spread_blocks", spread_blocks),
-                "seed": ("seed", seed),
-                "held_out_seed": ("held_out_seed", held_out_seed),
-                "held_out_modulus": ("held_out_modulus", held_out_modulus),
-                "template": ("template", template),
-            },
-            model,
-            stride,
-            resamples,
-        )
-        options = LookupOptions(**fields)
-        scorer = _prompt_set_scorer(
-            model, scoring, remote, lookup_prompts, options, dry_run, dump_prompts, stride, min_effect
-        )
-        if scorer is None:
-            return
-        run_options = dict(stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect)
-        result = run_lookup(scorer, options, progress=not quiet, **run_options)
+    def heading(result: dict, options, target) -> str:
         agg = result["aggregation"]
         pairs = (
             "any pairs"
             if options.held_out_seed is None
             else f"held-out pairs (seed {options.held_out_seed}, 1/{options.held_out_modulus})"
         )
-        heading = (
-            f"lookup on {remote['url'] or model}: {options.protocol} padding, {pairs}, {result['n_prompts']} prompts = "
+        return (
+            f"lookup on {target}: {options.protocol} padding, {pairs}, {result['n_prompts']} prompts = "
             f"{agg['n_mappings']} mappings x {options.modulus} residues x {agg['placements_per_mapping']} placements\n"
             "bootstrap unit: mapping (cells = means over placements); intervals: percentile per residue and "
             "mean, basic for worst/best/gap/period"
         )
-        _finish(result, _summary_table(result, heading), out)
+
+    return LookupOptions, lookup_prompts, run_lookup, heading
 
 
-@eval_app.command()
-@expand_groups
-def needle(
-    ctx: typer.Context,
-    model: Path = MODEL,
-    context_length: int = typer.Option(4096, min=8, help="tokens per prompt, query included"),
-    records: int = typer.Option(512, min=1, help="key-value records per prompt"),
-    key_tokens: int = typer.Option(2, min=1, help="tokens per key"),
-    value_tokens: int = typer.Option(2, min=1, help="tokens per value (all must be produced)"),
-    haystacks: int = typer.Option(64, min=1, help="haystacks, each placed at every residue"),
-    placements: int = typer.Option(None, min=1, help="placements per haystack and residue (default: fewest exact)"),
-    modulus: int = typer.Option(8, min=2, help="group targets by position mod this"),
-    protocol: str = typer.Option("in-sequence", help=PROTOCOLS_HELP),
-    spread_blocks: int = SPREAD,
-    template: str = TEMPLATE,
-    seed: int = SEED,
-    stride: int = STRIDE,
-    resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
-    like: Path = LIKE,
-    scoring: dict = SCORING,
-    remote: dict = ENDPOINT,
-    out: Path = OUT,
-    quiet: bool = QUIET,
-    dry_run: bool = DRY_RUN,
-    dump_prompts: Path = DUMP,
-    grid_shift: bool = GRID_SHIFT,
-    min_effect: float = MIN_EFFECT,
-) -> None:
-    """Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks."""
+def _needle_probe():
+    """(options class, prompt builder, runner, heading) of the needle probe."""
     from phasekv.evaluate.needle import run_needle
     from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
-    with one_line_errors("eval"):
-        _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
-        fields, model, stride, resamples = _like(
-            ctx,
-            "needle",
-            like,
-            {
-                "context_length": ("context_length", context_length),
-                "n_records": ("records", records),
-                "key_tokens": ("key_tokens", key_tokens),
-                "value_tokens": ("value_tokens", value_tokens),
-                "modulus": ("modulus", modulus),
-                "n_haystacks": ("haystacks", haystacks),
-                "placements_per_haystack": ("placements", placements),
-                "protocol": ("protocol", protocol),
-                "spread_blocks": ("spread_blocks", spread_blocks),
-                "seed": ("seed", seed),
-                "template": ("template", template),
-            },
-            model,
-            stride,
-            resamples,
-        )
-        options = NeedleOptions(**fields)
-        scorer = _prompt_set_scorer(
-            model, scoring, remote, needle_prompts, options, dry_run, dump_prompts, stride, min_effect
-        )
-        if scorer is None:
-            return
-        run_options = dict(stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect)
-        result = run_needle(scorer, options, progress=not quiet, **run_options)
-        heading = (
-            f"needle on {remote['url'] or model}: {options.context_length} tokens, {options.n_records} records, "
+    def heading(result: dict, options, target) -> str:
+        return (
+            f"needle on {target}: {options.context_length} tokens, {options.n_records} records, "
             f"{options.protocol} padding, {result['n_prompts']} prompts"
         )
-        _finish(result, _summary_table(result, heading), out)
+
+    return NeedleOptions, needle_prompts, run_needle, heading
+
+
+def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary: str):
+    """The command of a probe scored on a prompt set (lookup, needle): its design options (`design_options`,
+    fields of its options class), then the options both share. `parts()` imports the probe's (options class,
+    prompt builder, runner, heading) when the command runs, so that --help loads no library."""
+
+    def command(
+        ctx: typer.Context,
+        model: Path = MODEL,
+        design: dict = design_options,
+        stride: int = STRIDE,
+        resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
+        like: Path = LIKE,
+        scoring: dict = SCORING,
+        remote: dict = ENDPOINT,
+        output: dict = OUTPUT,
+        grid_shift: bool = GRID_SHIFT,
+        min_effect: float = MIN_EFFECT,
+    ) -> None:
+        options_class, build, run, heading = parts()
+        with one_line_errors("eval"):
+            _check_outputs(output)
+            fields, model, stride, resamples = _like(ctx, probe, like, design, model, stride, resamples)
+            options = options_class(**fields)
+            scorer = _prompt_set_scorer(model, scoring, remote, build, options, output, stride, min_effect)
+            if scorer is None:
+                return
+            run_options = dict(stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect)
+            result = run(scorer, options, progress=not output["quiet"], **run_options)
+            _finish(result, _summary_table(result, heading(result, options, remote["url"] or model)), output["out"])
+
+    command.__doc__ = summary
+    return expand_groups(command)
+
+
+eval_app.command("lookup")(
+    _prompt_set_command(
+        "lookup",
+        LOOKUP,
+        _lookup_probe,
+        "Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings.",
+    )
+)
+eval_app.command("needle")(
+    _prompt_set_command(
+        "needle",
+        NEEDLE,
+        _needle_probe,
+        "Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks.",
+    )
+)
 
 
 def _read_context(value: str | None) -> str | None:
@@ -415,10 +407,7 @@ def flip(
     seed: int = typer.Option(FLIP.seed, help="seed of the permutation test"),
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
-    out: Path = OUT,
-    quiet: bool = QUIET,
-    dry_run: bool = DRY_RUN,
-    dump_prompts: Path = DUMP,
+    output: dict = OUTPUT,
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
     from phasekv.evaluate.press import FLIP_QUESTION_TOKENS
@@ -426,7 +415,7 @@ def flip(
     from phasekv.studies.flip.run import flip_prompts, plan_flip, run_flip
 
     with one_line_errors("eval"):
-        _check_outputs(out, dump_prompts)  # a bad path fails now, not after the whole run
+        _check_outputs(output)
         fields = dict(
             candidates=tuple(c for c in candidates.split(",") if c),
             min_length=min_length,
@@ -439,13 +428,14 @@ def flip(
         )
         text = _read_context(context)
         options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
-        if dry_run:
+        dump = output["dump_prompts"]
+        if output["dry_run"]:
             tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
             built = flip_prompts(tokenizer, options)
-            _dry_run(plan_flip(built, batch_size, requests), built.rows(), dump_prompts, tokenizer)
+            _dry_run(plan_flip(built, batch_size, requests), built.rows(), dump, tokenizer)
             return
         scorer = _scorer(model, scoring, remote, lambda tok: FLIP_QUESTION_TOKENS)
-        if dump_prompts is not None:
-            _dump(flip_prompts(scorer.tokenizer, options).rows(), dump_prompts, scorer.tokenizer)
-        result = run_flip(scorer, options, progress=not quiet)
-        _finish(result, FlipResult.from_dict(result).summary, out)
+        if dump is not None:
+            _dump(flip_prompts(scorer.tokenizer, options).rows(), dump, scorer.tokenizer)
+        result = run_flip(scorer, options, progress=not output["quiet"])
+        _finish(result, FlipResult.from_dict(result).summary, output["out"])

@@ -72,30 +72,25 @@ def _print_rows(rows: list[dict], keys: list[str]) -> None:
         typer.echo("  ".join(f"{cell(row[key]):>10}" for key in keys))
 
 
+THEOREM1 = OptionGroup(  # the fields of `Theorem1Config` beyond the geometry that the command sets
+    n_starts=(int, typer.Option(32, help="random starts")),
+    n_contexts=(int, typer.Option(4, help="Monte Carlo contexts when eps > 0")),
+    steps=(int, typer.Option(2000, help="Adam steps per start")),
+    lr=(float, typer.Option(0.1, help="Adam learning rate")),
+    seed=(int, SEED),
+)
+
+
 @app.command()
 @expand_groups
 def theorem1(
-    geometry: dict = GEOMETRY,
-    n_starts: int = typer.Option(32, help="random starts"),
-    n_contexts: int = typer.Option(4, help="Monte Carlo contexts when eps > 0"),
-    steps: int = typer.Option(2000, help="Adam steps per start"),
-    lr: float = typer.Option(0.1, help="Adam learning rate"),
-    seed: int = SEED,
-    out: Path = _out("theorem1"),
-    dry_run: bool = DRY_RUN,
+    geometry: dict = GEOMETRY, search: dict = THEOREM1, out: Path = _out("theorem1"), dry_run: bool = DRY_RUN
 ) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
     _check_out(out)
     from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
 
-    config = Theorem1Config(
-        **geometry,
-        n_starts=n_starts,
-        n_contexts=n_contexts,
-        steps=steps,
-        lr=lr,
-        seed=seed,
-    )
+    config = Theorem1Config(**geometry, **search)
     result = run_planned(lambda planner: run_theorem1(config, planner), dry_run)
     if result is None:
         return
@@ -112,33 +107,27 @@ def theorem1(
     _write(result, out)
 
 
+THEOREM2 = OptionGroup(  # the fields of `GateTrainingConfig` beyond the geometry that the command sets
+    rho=(float, typer.Option(0.01, help="radius of the initial ball")),
+    optimizer=(str, typer.Option("adam", help="adam or sgd")),
+    lr=(float, typer.Option(0.01, help="step size")),
+    steps=(int, typer.Option(1500, help="training steps")),
+    batch_size=(int, typer.Option(256, help="contexts per step")),
+    seed=(int, SEED),
+)
+
+
 @app.command()
 @expand_groups
 def theorem2(
-    geometry: dict = GEOMETRY,
-    rho: float = typer.Option(0.01, help="radius of the initial ball"),
-    optimizer: str = typer.Option("adam", help="adam or sgd"),
-    lr: float = typer.Option(0.01, help="step size"),
-    steps: int = typer.Option(1500, help="training steps"),
-    batch_size: int = typer.Option(256, help="contexts per step"),
-    seed: int = SEED,
-    out: Path = _out("theorem2"),
-    dry_run: bool = DRY_RUN,
+    geometry: dict = GEOMETRY, training: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: bool = DRY_RUN
 ) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
     _check_out(out)
     from phasekv.studies.theory.figure import plot_theorem2
     from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
 
-    config = GateTrainingConfig(
-        **geometry,
-        rho=rho,
-        optimizer=optimizer,
-        lr=lr,
-        steps=steps,
-        batch_size=batch_size,
-        seed=seed,
-    )
+    config = GateTrainingConfig(**geometry, **training)
     result = run_planned(lambda planner: train_gates(config, planner), dry_run)
     if result is None:
         return

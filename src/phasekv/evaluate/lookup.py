@@ -21,24 +21,15 @@ summary above stays as the paper's moment-matched figure.
 from __future__ import annotations
 
 from ..scoring import Scorer
-from ..stats.verdict import MIN_EFFECT_POINTS
 from ..tasks.lookup import LookupOptions, lookup_prompts
 from .units import run_unit_probe
 
 
-def run_lookup(
-    scorer: Scorer,
-    options: LookupOptions = LookupOptions(),
-    *,
-    stride: int | None = None,
-    n_resamples: int = 2000,
-    progress: bool = True,
-    grid_shift: bool = False,
-    min_effect: float = MIN_EFFECT_POINTS,
-) -> dict:
+def run_lookup(scorer: Scorer, options: LookupOptions = LookupOptions(), **run_options) -> dict:
     """Generate, score and summarise a lookup run; returns the result dict (see module docstring).
 
-    `stride` overrides the period-check stride (`resolve_stride`). The bootstrap and permutation
+    `run_options` go to `run_unit_probe`: `stride` overrides the period-check stride (`resolve_stride`),
+    `n_resamples` (2000), `progress` (True), `grid_shift`, `min_effect`. The bootstrap and permutation
     test are seeded with `options.seed`.
     """
     return run_unit_probe(
@@ -46,17 +37,7 @@ def run_lookup(
         scorer,
         options,
         lookup_prompts,
-        n_units=options.n_mappings,
-        unit="mapping",
-        aggregation={
-            "cell": "mean over the placements of one mapping in one residue group (cell_accuracy)",
-            "bootstrap_unit": "mapping (resampled rows = one mapping's cells at every residue)",
-            "permutation": "residue labels of the cells shuffled within each mapping",
-            "counts": "prompts = mappings x placements per residue",
-        },
-        stride=stride,
-        n_resamples=n_resamples,
-        progress=progress,
-        grid_shift=grid_shift,
-        min_effect=min_effect,
+        "mapping",
+        "mapping (resampled rows = one mapping's cells at every residue)",
+        **run_options,
     )

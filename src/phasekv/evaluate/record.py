@@ -76,6 +76,12 @@ class RunClock:
             "wall_time_s": round(time.perf_counter() - self._start, 3),
         }
 
+    def lookup_analysis(self, analysis: str, schema: str, scorer: Scorer, **fields) -> dict:
+        """The result dict of a mechanistic analysis over lookup prompts: the envelope under the analysis's own
+        schema, the analysis named last."""
+        result = self.envelope("lookup", scorer, prompt_prefix(scorer.tokenizer), **fields)
+        return {**result, "schema": schema, "analysis": analysis}
+
 
 RECORD_COLUMNS = ("target_position", "query_position", "residue", "unit", "placement", "correct", "answer_logprob")
 

@@ -131,22 +131,21 @@ def run_unit_probe(
     scorer: Scorer,
     options: LookupOptions | NeedleOptions,
     build_prompts: Callable[..., PromptSet],
-    *,
-    n_units: int,
     unit: str,
-    aggregation: dict,
-    stride: int | None,
-    n_resamples: int,
-    progress: bool,
+    bootstrap_unit: str,
+    *,
+    stride: int | None = None,
+    n_resamples: int = 2000,
+    progress: bool = True,
     grid_shift: bool = False,
     min_effect: float = MIN_EFFECT_POINTS,
 ) -> dict:
-    """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack") are each placed at every
-    residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes the prompt set,
-    `aggregation` describes the probe's cells and units in words. The bootstrap and the permutation tests are
-    seeded with `options.seed`; `stride` overrides the period-check stride (`resolve_stride`). `grid_shift` also
-    scores the prompts with the compression grid at every offset (`evaluate.grid_shift`: models whose grid can
-    move only, checked before any scoring)."""
+    """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack"; `options.n_{unit}s` of them)
+    are each placed at every residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes
+    the prompt set, `bootstrap_unit` says in words what the bootstrap resamples. The bootstrap and the
+    permutation tests are seeded with `options.seed`; `stride` overrides the period-check stride
+    (`resolve_stride`). `grid_shift` also scores the prompts with the compression grid at every offset
+    (`evaluate.grid_shift`: models whose grid can move only, checked before any scoring)."""
     if grid_shift and grid_period(scorer) is None:
         raise ValueError(
             "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
@@ -159,6 +158,7 @@ def run_unit_probe(
     prompt_set = build_prompts(scorer.tokenizer, options, prefix)
     key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
     scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc=probe, progress=progress)
+    n_units = getattr(options, f"n_{unit}s")
     per_unit = prompt_set.options[f"placements_per_{unit}"]
     cells, summary, verdict = summarize_units(
         scores,
@@ -196,7 +196,10 @@ def run_unit_probe(
         n_prompts=len(scores.correct),
         stride={"value": stride, "source": stride_source},
         aggregation={
-            **aggregation,
+            "cell": f"mean over the placements of one {unit} in one residue group (cell_accuracy)",
+            "bootstrap_unit": bootstrap_unit,
+            "permutation": f"residue labels of the cells shuffled within each {unit}",
+            "counts": f"prompts = {unit}s x placements per residue",
             "intervals": {"per_residue": f"percentile bootstrap over {unit}s", **summary.stat_interval_methods},
             f"n_{unit}s": n_units,
             f"placements_per_{unit}": per_unit,

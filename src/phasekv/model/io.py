@@ -39,18 +39,32 @@ def save_checkpoint(model, directory: str | Path, extra: dict | None = None) -> 
     return directory
 
 
-def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
-    """The ModelConfig and the "extra" dict stored in a checkpoint directory."""
+def read_config_json(
+    directory: str | Path, error: type[ValueError], kind: str, missing: str, unreadable: str = ""
+) -> tuple[Path, object]:
+    """(path, parsed contents) of a model directory's config.json; `error` names what is wrong: no `kind`
+    directory, no file (`missing` says what the directory should be), or no JSON (`unreadable` adds a hint)."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+        raise error(f"{kind} directory {directory} does not exist")
     path = directory / CONFIG_FILE
     if not path.is_file():
-        raise CheckpointError(f"{path} is missing: save checkpoints with phasekv (save_checkpoint / save_pretrained)")
+        raise error(f"{path} is missing: {missing}")
     try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err}); the file may be truncated") from err
+        return path, json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise error(f"{path} is not valid JSON ({err}){unreadable}") from err
+
+
+def read_config(directory: str | Path) -> tuple[ModelConfig, dict]:
+    """The ModelConfig and the "extra" dict stored in a checkpoint directory."""
+    path, meta = read_config_json(
+        directory,
+        CheckpointError,
+        "checkpoint",
+        "save checkpoints with phasekv (save_checkpoint / save_pretrained)",
+        "; the file may be truncated",
+    )
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         hint = (
             " It looks like a Hugging Face config: use an HF model path with the HF scorer."

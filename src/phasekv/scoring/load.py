@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from ..model.io import CONFIG_FILE, FORMAT
+from ..model.io import FORMAT, read_config_json
 from .base import BatchedScorer, ScorerError
 from .hf_scorer import HFScorer
 from .phasekv_scorer import PhaseKVScorer
@@ -25,15 +24,9 @@ def load_scorer(path: str | Path, press: str | None = None, **options) -> Batche
     missing directory, a missing or unreadable config.json, or a config of neither kind.
     """
     directory = Path(path)
-    if not directory.is_dir():
-        raise ScorerError(f"model directory {directory} does not exist")
-    config_path = directory / CONFIG_FILE
-    if not config_path.is_file():
-        raise ScorerError(f"{config_path} is missing: MODEL must be a phasekv checkpoint or an HF model directory")
-    try:
-        meta = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ScorerError(f"{config_path} is not valid JSON ({err})") from err
+    config_path, meta = read_config_json(
+        directory, ScorerError, "model", "MODEL must be a phasekv checkpoint or an HF model directory"
+    )
     if isinstance(meta, dict) and meta.get("format") == FORMAT:
         if press is not None:
             raise ScorerError("--press applies to HF models; a phasekv checkpoint has its own compression")

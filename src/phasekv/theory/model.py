@@ -61,20 +61,12 @@ def induction_logits(
     return logits, contexts[:, chunks, positions + 1]
 
 
-def induction_loss(
-    embeddings: torch.Tensor,
-    contexts: torch.Tensor,
-    p_key: torch.Tensor,
-    p_value: torch.Tensor,
-    gamma: float,
-    beta: float,
-) -> torch.Tensor:
-    """Mean cross-entropy over all queries of ``contexts`` (a scalar); arguments as above.
+def query_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over all queries (a scalar) of :func:`induction_logits`'s ``(logits, targets)``.
 
     With ``contexts`` from :func:`~phasekv.theory.task.all_contexts` this is the exact population
     loss; with :func:`~phasekv.theory.task.sample_contexts` a Monte Carlo estimate of it.
     """
-    logits, targets = induction_logits(embeddings, contexts, p_key, p_value, gamma, beta)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 

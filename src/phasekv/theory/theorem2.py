@@ -19,14 +19,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 
 from phasekv.analysis.concentration import effective_numbers
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.theory.config import InductionConfig
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import LogLinearGates
-from phasekv.theory.model import accuracy_by_position, induction_logits
+from phasekv.theory.model import accuracy_by_position, induction_logits, query_loss
 from phasekv.theory.task import sample_contexts
 
 
@@ -141,7 +140,7 @@ def train_gates(config: GateTrainingConfig, progress: bool | Planner = False) ->
         with torch.no_grad(), planner.step("evaluation"):
             p_key, p_value, logits, targets = forward(eval_contexts)
         trajectory["step"].append(step)
-        trajectory["loss"].append(float(F.cross_entropy(logits.flatten(0, 1), targets.flatten())))
+        trajectory["loss"].append(float(query_loss(logits, targets)))
         for name, values in gate_metrics(p_key, p_value).items():
             trajectory[name].append(values)
 
@@ -154,7 +153,7 @@ def train_gates(config: GateTrainingConfig, progress: bool | Planner = False) ->
         contexts = sample_contexts(config.n_tokens, config.n_chunks, config.chunk_size, config.batch_size, generator)
         *_, logits, targets = forward(contexts)
         optimiser.zero_grad()
-        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+        query_loss(logits, targets).backward()
         optimiser.step()
         if step % config.record_every == 0 or step == config.steps:
             record(step)

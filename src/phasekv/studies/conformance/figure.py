@@ -123,9 +123,7 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
 
 
 def section_html(d: dict) -> str:
-    figures = "".join(_figure(i, run) for i, run in enumerate(d["runs"]))
-    return f"""
-<section id="sec-conformance"><h2>Phase conformance</h2>{figures}</section>"""
+    return vega.runs_section("conformance", "Phase conformance", d["runs"], _figure)
 
 
 def _figure(i: int, run: dict) -> str:

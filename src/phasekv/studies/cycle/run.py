@@ -25,7 +25,7 @@ import numpy as np
 from phasekv.analysis.gate_metrics import gate_metrics
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock, prompt_prefix
+from phasekv.evaluate.record import RunClock
 from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
 from phasekv.evaluate.units import unit_residue_cells
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
@@ -160,10 +160,10 @@ def run_cycle(
         {**cycle_statistics(folded[0], folded[d], d, n_resamples, lookup.seed), "gate_key_phase_share": shares[d]}
         for d in deltas
     ]
-    result = clock.envelope(
-        "lookup",
+    return clock.lookup_analysis(
+        "cycle",
+        SCHEMA,
         scorer,
-        prompt_prefix(scorer.tokenizer),
         seed=lookup.seed,
         options=prompt_set.options,
         n_prompts=len(prompt_set.prompts),
@@ -188,9 +188,6 @@ def run_cycle(
             "r2_high": [None if c["r2_interval"] is None else c["r2_interval"][1] for c in cycles],
         },
     )
-    result["schema"] = SCHEMA
-    result["analysis"] = "cycle"
-    return result
 
 
 def _fmt(value: float | None) -> str:

@@ -114,9 +114,7 @@ def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
 
 
 def section_html(d: dict) -> str:
-    figures = "".join(_flip_figure(i, run) for i, run in enumerate(d["runs"]))
-    return f"""
-<section id="sec-flip"><h2>Flip probe</h2>{figures}</section>"""
+    return vega.runs_section("flip", "Flip probe", d["runs"], _flip_figure)
 
 
 def _flip_figure(i: int, run: dict) -> str:

@@ -32,7 +32,7 @@ import torch
 from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock, prompt_prefix
+from phasekv.evaluate.record import RunClock
 from phasekv.evaluate.stride import resolve_stride
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
@@ -192,10 +192,10 @@ def run_knockout(
         lookup.modulus,
         stride,
     )
-    result = clock.envelope(
-        "lookup",
+    return clock.lookup_analysis(
+        "knockout",
+        SCHEMA,
         scorer,
-        prompt_prefix(scorer.tokenizer),
         mode=options.mode,
         seed=lookup.seed,
         options=evaluation.options,
@@ -220,6 +220,3 @@ def run_knockout(
         clean=clean,
         targets=targets,
     )
-    result["schema"] = SCHEMA
-    result["analysis"] = "knockout"
-    return result
