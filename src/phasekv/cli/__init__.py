@@ -51,7 +51,8 @@ def _mount_subcommands() -> None:
     app.command(
         "conformance",
         help="Check an implementation's execution modes (decode, chunked prefill, padded batches, forks) "
-        "against a reference, by phase; exit 1 when it does not conform.",
+        "against a reference, by phase; exit 1 when it does not conform, 3 when not judged (the reference's own "
+        "parallel forward did not repeat in this process).",
     )(conformance_command)
     app.command("report", help="Render result JSON files as one self-contained interactive HTML report (+ PNGs).")(
         report_command
