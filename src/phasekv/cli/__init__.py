@@ -49,7 +49,8 @@ def _mount_subcommands() -> None:
             "conformance",
             conformance_command,
             "Check an implementation's execution modes (decode, chunked prefill, padded batches, forks) "
-            "against a reference, by phase; exit 1 when it does not conform.",
+            "against a reference, by phase; exit 1 when it does not conform, 3 when not judged (the reference's own "
+            "parallel forward did not repeat in this process).",
         ),
         ("report", report_command, "Render result JSON files as one self-contained interactive HTML report (+ PNGs)."),
         ("serve", serve_command, "Serve a model over an OpenAI-compatible /v1/completions API (127.0.0.1 by default)."),

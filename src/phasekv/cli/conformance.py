@@ -1,7 +1,9 @@
 """`phasekv conformance`: one implementation in every execution mode, against a reference, by phase.
 
 Prints one line per mode, writes the result JSON and a PNG into `--out`, and exits 0 when every mode conforms
-within `--tolerance`, 1 when one does not (so an engine's CI can run it), 2 on bad input."""
+within `--tolerance`, 1 when one does not (so an engine's CI can run it), 2 on bad input, and 3 when the run is
+not judged: the reference's parallel forward, run twice on the same prompts in this process, disagreed with
+itself beyond the tolerance, so no mode was compared with it."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import typer
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import expand_groups
 from phasekv.cli.scoring import ENDPOINT
-from phasekv.studies.conformance.options import ConformanceOptions
+from phasekv.studies.conformance.options import VERDICTS, ConformanceOptions
 
 DEFAULTS = ConformanceOptions()
+EXIT_CODES = {VERDICTS[True]: 0, VERDICTS[False]: 1, VERDICTS[None]: 3}  # 2: bad input
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -64,7 +67,8 @@ def conformance_command(
     name: str = typer.Option("conformance", "--name", help="file stem of the JSON and PNG"),
 ) -> None:
     """Does an implementation compute the same next-token distributions in every execution mode (parallel,
-    decode, chunked prefill at every boundary phase, padded batches, forked caches) as its reference, phase by phase?"""
+    decode, chunked prefill at every boundary phase, padded batches, forked caches) as its reference, phase by phase?
+    Exit 0: conforms; 1: does not; 3: not judged (the reference's parallel forward, run twice, disagreed)."""
     from phasekv.evaluate.record import write_results
     from phasekv.studies.conformance.figure import plot_conformance
     from phasekv.studies.conformance.run import EndpointRunner, format_conformance, load_runner, run_conformance
@@ -113,14 +117,17 @@ def conformance_command(
                 raise ValueError("give MODEL (the candidate), --endpoint URL or --layers-vs-transformers LAYER")
             candidate = load_runner(model, dtype, seed)
             runs = [(candidate, None if reference is None else load_runner(reference, dtype, seed), name)]
-        conforms = True
+        verdicts = []
         for candidate, ref, stem in runs:
             result = run_conformance(candidate, options, reference=ref)
             typer.echo(format_conformance(result))
             json_path = write_results(result, out / f"{stem}.json")
             typer.echo(f"wrote {json_path} and {plot_conformance(result, out / f'{stem}.png')}")
-            conforms &= result["conforms"]
-    raise typer.Exit(0 if conforms else 1)
+            verdicts.append(result["verdict"])
+    # a failure found in one run stands even where another run could not be judged
+    for verdict in (VERDICTS[False], VERDICTS[None], VERDICTS[True]):
+        if verdict in verdicts:
+            raise typer.Exit(EXIT_CODES[verdict])
 
 
 def _dtype(name: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import numerics  # noqa: F401  (imported for its effect: MKL's math kernels settled before any model runs)
 from ..config import CompressionConfig
 from .base import Compressor, Entries, cut_windows
 from .dsv4 import DSV4Compressor

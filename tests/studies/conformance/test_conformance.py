@@ -12,6 +12,7 @@ import torch
 from conftest import needs_dsv4, randomize, tiny_dsv4
 from phasekv.compress.windows import WindowGeometry
 from phasekv.model import PhaseKVModel, preset_config
+from phasekv.serve.server import CompletionHandler
 from phasekv.studies.conformance.result import ConformanceResult
 from phasekv.studies.conformance.run import (
     ConformanceOptions,
@@ -59,7 +60,44 @@ def test_a_correct_implementation_conforms_in_every_mode_at_float32_tolerance(na
     )
     assert not result["undefined_modes"]
     assert all(m["first_failure"] is None for m in result["modes"].values())
+    assert result["verdict"] == "conforms" and result["reference_repeat"]["max_abs_delta"] == 0.0
     ConformanceResult.from_dict(json.loads(json.dumps(result)))
+
+
+class _FirstForwardOff(PhaseKVRunner):
+    """A reference that is not reproducible in its process: its first forward's logits carry seeded noise of
+    `size`, every later forward is exact (as a reference was seen to behave once, under heavy machine load)."""
+
+    def __init__(self, model, name="first forward off", size=1e-3):
+        super().__init__(model, name)
+        self.size, self.forwards = size, 0
+
+    def logits(self, ids):
+        out = super().logits(ids)
+        self.forwards += 1
+        if self.forwards > 1:
+            return out
+        return out + self.size * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+
+
+def test_a_reference_whose_forward_does_not_repeat_leaves_the_modes_not_judged_instead_of_failing_them():
+    """Every mode would differ from such a reference by its own irreproducibility, from position 0, a correct
+    candidate included: the run says the reference is not reproducible, by how much, and judges nothing."""
+    model = _model()
+    for reference in (None, _FirstForwardOff(model)):  # the candidate's own forward, or another reference's
+        candidate = _FirstForwardOff(model) if reference is None else PhaseKVRunner(model, "candidate")
+        result = run_conformance(candidate, dataclasses.replace(OPTIONS, modes=("parallel", "decode")), reference)
+        assert result["verdict"] == "not judged" and result["conforms"] is None
+        assert result["modes"] == {} and result["failing_modes"] == []  # no mode blamed
+        repeat = result["reference_repeat"]
+        assert not repeat["conforms"] and repeat["first_failure"] == 0 and 1e-4 < repeat["max_abs_delta"] < 1e-2
+        assert result["not_judged"].startswith("the reference (first forward off) is not reproducible in this process")
+        assert f"{repeat['max_abs_delta']:.1e}" in result["not_judged"]
+        assert format_conformance(result).endswith("not judged: " + result["not_judged"])
+        assert ConformanceResult.from_dict(json.loads(json.dumps(result))).verdict == "not judged"
+    # noise within the tolerance is judged: the check asks for agreement to the tolerance, not to the bit
+    quiet = run_conformance(_FirstForwardOff(model, size=1e-7), dataclasses.replace(OPTIONS, modes=("parallel",)))
+    assert quiet["verdict"] == "conforms" and 0 < quiet["reference_repeat"]["max_abs_delta"] < OPTIONS.tolerance
 
 
 class _EarlyGeometry(WindowGeometry):
@@ -263,6 +301,52 @@ def test_the_command_checks_a_served_engine_as_it_answers_now(tmp_path, monkeypa
     assert not (tmp_path / "cache").exists()
 
 
+class _EchoIgnoringHandler(CompletionHandler):
+    """`phasekv serve`'s handler with `echo` dropped from every request: a server that ignores echo, as
+    llama.cpp's does, and answers only the tokens after the prompt."""
+
+    def _json_body(self):
+        body = super()._json_body()
+        if isinstance(body, dict):
+            body.pop("echo", None)
+        return body
+
+
+@pytest.mark.parametrize(
+    ("plant", "first"),
+    [(None, None), (_regeometry(_EarlyGeometry), W - 1), (_decode_skips_the_first_window, W - 1)],
+    ids=["correct", "entry-early", "decode-skips-first-window"],
+)
+def test_a_server_that_ignores_echo_is_checked_one_request_per_position(tmp_path, plant, first):
+    """An endpoint scorer left to decide (the command's default) finds that the server ignores echo and asks one
+    request per position, each ending there. A correct server conforms; an entry visible one token early is found
+    at W-1 (a request ending at t is a decoding step there), and a one-token path that skips the first window,
+    invisible to echo requests, is found from W-1 too: each request's last position runs through it."""
+    from test_serve import FAST, serving
+
+    from conftest import save_with_tokenizer, word_tokenizer
+    from phasekv.scoring import PhaseKVScorer
+    from phasekv.serve import EndpointScorer
+    from phasekv.studies.conformance.run import EndpointRunner
+
+    tokenizer = word_tokenizer()
+    model = _model(vocab_size=len(tokenizer))
+    save_with_tokenizer(model, tmp_path / "reference")
+    served = PhaseKVScorer(model if plant is None else _planted(model, plant), tokenizer)
+    options = dataclasses.replace(OPTIONS, length=20)
+    with serving(served, _EchoIgnoringHandler) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        endpoint = EndpointScorer(url, "tiny", tmp_path / "reference", **FAST)  # echo left to the scorer to find out
+        result = run_conformance(EndpointRunner(endpoint), options, reference=PhaseKVRunner(model, "local"))
+    assert result["candidate"]["answer_requests"] == "one per answer token (no echo)"
+    m = result["modes"]["served"]
+    assert m["positions"] == 2 * 19 and m["first_failure"] == first and result["conforms"] == (first is None)
+    if first is None:
+        assert m["max_abs_delta"] < 1e-5 and m["top1_agreement"] == 1.0
+    else:
+        assert m["first_failure_phase"] == S - 1 and m["max_abs_delta"] > 1e-2
+
+
 def test_the_result_loads_in_the_report(tmp_path):
     from phasekv.report import build_report
 
@@ -275,12 +359,13 @@ def test_the_result_loads_in_the_report(tmp_path):
     assert "sec-conformance" in page and "decode: from position 7 (phase 7)" in page
 
 
-def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_and_its_results_load_in_the_report(
+def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_3_when_not_judged_and_its_results_load_in_the_report(
     tmp_path, monkeypatch
 ):
     """`phasekv conformance` as a user runs it: a tiny preset conforms (exit 0); the same preset with a decode
-    path that never reads the first window's entry does not (exit 1, decode named from position W-1); both
-    JSON files load in `phasekv report`, which draws the conformance section."""
+    path that never reads the first window's entry does not (exit 1, decode named from position W-1); with a
+    first forward unlike the later ones, the run is not judged (exit 3, the reason printed); the JSON files load
+    in `phasekv report`, which draws the conformance section."""
     from typer.testing import CliRunner
 
     from phasekv.attention.layer import Attention
@@ -309,11 +394,23 @@ def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_and_its_results
     written = json.loads((tmp_path / "results" / "buggy.json").read_text())
     assert written["failing_modes"] == ["decode"] and written["modes"]["decode"]["first_failure"] == W - 1
 
+    from phasekv.studies.conformance import run
+
+    monkeypatch.setattr(run, "PhaseKVRunner", _FirstForwardOff)  # what the command loads the preset into
+    unsure = runner.invoke(app, [*args, "--out", str(tmp_path / "results"), "--name", "unreproducible"])
+    monkeypatch.undo()
+    assert unsure.exit_code == 3, unsure.output
+    assert "not judged: the reference (preset:w8s8-1kv) is not reproducible in this process" in unsure.output
+    written = json.loads((tmp_path / "results" / "unreproducible.json").read_text())
+    assert written["verdict"] == "not judged" and written["modes"] == {}
+    assert (tmp_path / "results" / "unreproducible.png").is_file()
+
     page = tmp_path / "report.html"
     report = runner.invoke(app, ["report", str(tmp_path / "results"), "--out", str(page), "--no-pngs"])
     assert report.exit_code == 0, report.output
     html = page.read_text()
     assert "sec-conformance" in html and "decode: from position 7 (phase 7)" in html
+    assert "not judged: the reference (preset:w8s8-1kv) is not reproducible" in html
 
 
 @needs_dsv4

@@ -10,6 +10,7 @@ import altair as alt
 from phasekv.charts import vega
 from phasekv.charts.inputs import Inputs
 from phasekv.charts.vega import figure_html
+from phasekv.studies.conformance.options import VERDICTS
 
 FLOOR = 1e-12  # errors are drawn on a log scale: exact agreement shows at this floor
 
@@ -17,7 +18,9 @@ FLOOR = 1e-12  # errors are drawn on a log scale: exact agreement shows at this 
 def run_block(data: dict, name: str) -> dict:
     """One conformance result as the figure's data."""
     modes = []
-    for mode, m in data["modes"].items():
+    # not judged: no mode ran, and what the figure can show is the reference's disagreement with itself
+    measured = {"reference repeat": data["reference_repeat"]} if data.get("conforms", False) is None else data["modes"]
+    for mode, m in measured.items():
         modes.append(
             {
                 "mode": mode,
@@ -42,6 +45,7 @@ def run_block(data: dict, name: str) -> dict:
         "stride": data["stride"]["value"],
         "tolerance": data["tolerance"],
         "conforms": data["conforms"],
+        "not_judged": data.get("not_judged"),
         "modes": modes,
         "undefined": data.get("undefined_modes") or {},
         # one attention layer's outputs (largest channel difference) instead of next-token log-probs
@@ -110,7 +114,7 @@ def spec(run: dict) -> dict:
             tooltip=tooltip,
         )
     )
-    verdict = "conforms" if run["conforms"] else "does not conform"
+    verdict = VERDICTS[run["conforms"]]
     title = f"Conformance of {run['name']} by phase and mode ({verdict} at tolerance {run['tolerance']:g})"
     chart = alt.layer(cells, data=vega.values(_rows(run))).properties(
         width=alt.Step(22), height=alt.Step(16), title=title, description=title
@@ -130,6 +134,8 @@ def _figure(i: int, run: dict) -> str:
     failing = [m for m in run["modes"] if not m["conforms"]]
     items = "".join(f"<li>{html.escape(m['mode'])}: {html.escape(m['text'])}</li>" for m in failing)
     items += "".join(f"<li>{html.escape(mode)}: {html.escape(why)}</li>" for mode, why in run["undefined"].items())
+    if run.get("not_judged"):
+        items = f"<li>not judged: {html.escape(run['not_judged'])}</li>" + items
     listing = f'<ul class="small">{items}</ul>' if items else ""
     return f"""
 <figure>{figure_html("fig-conformance" + (f"-{i}" if i else ""), spec(run))}

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEMA = "phasekv.conformance/1"
+# the verdict by `conforms`: None where the reference was not reproducible, so no mode was judged
+VERDICTS = {True: "conforms", False: "does not conform", None: "not judged"}
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ parallel forward, overall and by phase (position mod S). Statistics over no fini
 
 from __future__ import annotations
 
+from typing import Literal
+
 from phasekv.results.base import Count, NonNegative, Proportion, Typed, TypedResult
 
 
@@ -55,5 +57,9 @@ class ConformanceResult(TypedResult):
     modes: dict[str, ModeErrors]
     undefined_modes: dict[str, str]
     errored_modes: dict[str, str]  # modes that raised (message): they do not conform
-    conforms: bool
+    # the reference's second parallel forward against its first; results written before the check have none
+    reference_repeat: ModeErrors | None = None
+    not_judged: str | None = None  # why, where the reference is not reproducible (then no mode was run)
+    verdict: Literal["conforms", "does not conform", "not judged"] | None = None
+    conforms: bool | None  # None: not judged
     failing_modes: list[str]

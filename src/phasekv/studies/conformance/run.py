@@ -8,6 +8,12 @@ A *runner* wraps one implementation. `PhaseKVRunner` (a `PhaseKVModel` and its `
 top-1 at its position, from one echo request per prompt (or one request per position where the server
 ignores echo). The reference is the candidate's own parallel forward unless another runner is given.
 
+Before any mode runs, the reference's parallel forward is run a second time on the same prompts and compared
+with the first, as a mode would be ("reference_repeat"). Where the two disagree beyond the tolerance, the
+reference is not reproducible in this process and nothing measured against it would say anything about the
+modes: no mode runs, and the verdict is "not judged" (`conforms` None, `not_judged` says by how much and from
+where), distinct from "does not conform".
+
 Modes (each is a list of scored rows: a sequence, the first position scored, log-probs from there):
 - parallel: one call over the whole prompt (compared with the reference's parallel forward);
 - decode: every token through the cache, one at a time;
@@ -33,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
-from .options import SCHEMA, ConformanceOptions
+from .options import SCHEMA, VERDICTS, ConformanceOptions
 
 LOG_PROBS = "next-token log-prob"
 HIDDEN = "layer output"  # one attention layer: rows hold its output vectors, compared channel by channel
@@ -526,8 +532,12 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         return cache[key]
 
     cache.update({tuple(s): lp for s, lp in zip(ids.tolist(), ref_runner.parallel(ids), strict=True)})
+    # the same forward again: every mode is measured against the first, so a reference that does not give the
+    # same answer twice in this process would make each mode look wrong by its own irreproducibility
+    again = run_mode(ref_runner, "parallel", ids, options, stride).rows
+    repeat = summarise(compare(again, reference_lp, ref_runner.output), stride, options.tolerance)
     modes, undefined, errored = {}, {}, {}
-    for mode in mode_names(candidate, options, stride):
+    for mode in mode_names(candidate, options, stride) if repeat["conforms"] else []:
         started = time.perf_counter()
         try:
             outcome = run_mode(candidate, mode, ids, options, stride)
@@ -539,7 +549,8 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
             continue
         summary = summarise(compare(outcome.rows, reference_lp, candidate.output), stride, options.tolerance)
         modes[mode] = {**summary, "seconds": round(time.perf_counter() - started, 3)}
-    conforms = all(m["conforms"] for m in modes.values()) and not errored
+    judged = repeat["conforms"]
+    conforms = (all(m["conforms"] for m in modes.values()) and not errored) if judged else None
     return {
         "schema": SCHEMA,
         "candidate": candidate.describe() | {"label": candidate.name},
@@ -553,9 +564,23 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         "modes": modes,
         "undefined_modes": undefined,
         "errored_modes": errored,
+        "reference_repeat": repeat,
+        "not_judged": None if judged else not_reproducible(repeat, ref_runner, options.tolerance),
+        "verdict": VERDICTS[conforms],
         "conforms": conforms,
         "failing_modes": [m for m, s in modes.items() if not s["conforms"]] + list(errored),
     }
+
+
+def not_reproducible(repeat: dict, reference, tolerance: float) -> str:
+    """Why a run is not judged: the reference's parallel forward, run twice on the same prompts, disagreed."""
+    kl = "" if repeat["max_kl"] is None else f", KL up to {repeat['max_kl']:.1e}"
+    return (
+        f"the reference ({reference.name}) is not reproducible in this process: a second parallel forward of the "
+        f"same prompts differs from the first by up to {repeat['max_abs_delta']:.1e} in the {reference.output}"
+        f"{kl}, beyond the tolerance {tolerance:g}, from position {repeat['first_failure']}; no mode was compared "
+        "against it (not judged)"
+    )
 
 
 def format_conformance(result: dict) -> str:
@@ -587,7 +612,10 @@ def format_conformance(result: dict) -> str:
         lines.append(f"{mode:<14} {why}")
     for mode, why in result["errored_modes"].items():
         lines.append(f"{mode:<14} FAILS: raised {why}")
-    lines.append("conforms" if result["conforms"] else f"does not conform: {', '.join(result['failing_modes'])}")
+    if result["conforms"] is None:
+        lines.append(f"not judged: {result['not_judged']}")
+    else:
+        lines.append("conforms" if result["conforms"] else f"does not conform: {', '.join(result['failing_modes'])}")
     return "\n".join(lines)
 
 
