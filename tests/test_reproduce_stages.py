@@ -10,29 +10,34 @@ import pytest
 from phasekv.evaluate.pattern import detect_period
 from phasekv.report import build_report
 from phasekv.reproduce import RunSpec, get_profile, reproduce
+from phasekv.reproduce.cache import cached_result, result_key
+from phasekv.reproduce.profiles import QUICK_ANALYSES, Stage
 from phasekv.reproduce.runner import logged_training_seconds
-from phasekv.reproduce.sizes import AnalysisSizes, TheorySizes
-from phasekv.reproduce.stages import STAGES, cached_result, flip_query
+from phasekv.reproduce.stages import STUDIES, flip_query, run_stage
+from phasekv.studies.cycle.run import CycleOptions
+from phasekv.studies.flip.run import FlipOptions
+from phasekv.studies.gates.run import GatesOptions
+from phasekv.studies.knockout.run import KnockoutOptions
+from phasekv.studies.theory.options import TheoryOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
+from phasekv.theory.theorem1 import Theorem1Config
+from phasekv.theory.theorem2 import GateTrainingConfig
 
-TINY_SIZES = AnalysisSizes(
-    knockout_mappings=2,
-    calibration_mappings=2,
-    cycle_mappings=2,
-    cycle_deltas=(-1, 0, 1),
-    cycle_resamples=20,
-    gate_mappings=1,
-    flip_lengths=8,
-    flip_families=("pad", "dots"),
-    flip_permutations=50,
-    theory=TheorySizes(
-        theorem1_starts=2,
-        theorem1_steps=20,
-        theorem2_steps=20,
-        theorem2_batch=16,
-        sweep_grid={"n_heads": [2, 3]},
-        sweep_steps=10,
-        sweep_batch=8,
+# the quick profile's analyses (`QUICK_ANALYSES`), each study at a few seconds' size
+TINY_ANALYSES = (
+    Stage("knockout", KnockoutOptions(calibration_mappings=2), lookup={"n_mappings": 2, "modulus": 8}),
+    Stage("gates", GatesOptions(), lookup={"n_mappings": 1, "modulus": 8}, runs="learned gates"),
+    Stage("cycle", CycleOptions((-1, 0, 1), 20), lookup={"n_mappings": 2, "modulus": 8}, preset="w8s8-1kv"),
+    Stage("flip", FlipOptions(min_length=0, n_lengths=8, families=("pad", "dots"), n_permutations=50)),
+    Stage(
+        "theory",
+        TheoryOptions(
+            theorem1=Theorem1Config(n_starts=2, steps=20),
+            theorem2=GateTrainingConfig(steps=20, batch_size=16),
+            sweep=GateTrainingConfig(steps=10, batch_size=8),
+            sweep_grid={"n_heads": [2, 3]},
+        ),
+        runs="none",
     ),
 )
 
@@ -51,14 +56,14 @@ def _mini_profile():
         lookup=replace(quick.lookup, n_mappings=2, modulus=16, n_records=8, n_demos=2),
         batch_size=2,
         seq_len=128,
-        analyses=TINY_SIZES,
+        analyses=TINY_ANALYSES,
     )
 
 
 @pytest.mark.slow
 def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path):
     summary = reproduce(_mini_profile(), tmp_path, progress=False)
-    assert list(summary["stages"]) == list(STAGES)
+    assert list(summary["stages"]) == [stage.study for stage in QUICK_ANALYSES] == list(STUDIES)
     analysis = tmp_path / "analysis"
     for name in ("knockout-full-1kv", "knockout-w8s8-1kv-s42", "gates-w8s8-1kv-s42", "cycle-w8s8-1kv-s42"):
         assert (analysis / f"{name}.json").is_file(), name
