@@ -13,7 +13,7 @@ from phasekv.reproduce import RunSpec, get_profile, reproduce
 from phasekv.reproduce.cache import cached_result, result_key
 from phasekv.reproduce.profiles import QUICK_ANALYSES, Stage
 from phasekv.reproduce.runner import logged_training_seconds
-from phasekv.reproduce.stages import STUDIES, flip_query, run_stage
+from phasekv.reproduce.stages import STUDIES, flip_query, run_stage, run_stages
 from phasekv.studies.cycle.run import CycleOptions
 from phasekv.studies.flip.run import FlipOptions
 from phasekv.studies.gates.run import GatesOptions
@@ -81,12 +81,22 @@ def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path)
     seconds = summary["training_seconds"]
     assert set(seconds) == {"full-1kv", "w8s8-1kv-s42", "w8s8-1kv-uniform"} and all(s > 0 for s in seconds.values())
 
-    stamps = {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")}
+    def stamps():
+        return {p: p.stat().st_mtime_ns for folder in (analysis, tmp_path / "results") for p in folder.rglob("*.json")}
+
+    before = stamps()
     again = reproduce(_mini_profile(), tmp_path, progress=False)
     assert again["train_seconds"] == {} and again["training_seconds"] == seconds  # reused, from the logs
     assert json.loads((tmp_path / "summary.json").read_text())["training_seconds"] == seconds
-    assert {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")} == stamps  # every result reused
+    assert stamps() == before  # every probe result and analysis reused
     assert build_report(tmp_path, tmp_path / "again.html").notes == []
+
+    cycle = next(stage for stage in TINY_ANALYSES if stage.study == "cycle")
+    changed = replace(cycle, options=replace(cycle.options, n_resamples=21))
+    assert run_stage(_mini_profile(), tmp_path, changed) == [analysis / "cycle-w8s8-1kv-s42.json"]
+    recomputed = {p for p, stamp in stamps().items() if stamp != before[p]}
+    assert recomputed == {analysis / "cycle-w8s8-1kv-s42.json"}  # only the changed stage's result
+    assert json.loads((analysis / "cycle-w8s8-1kv-s42.json").read_text())["bootstrap"]["resamples"] == 21
 
 
 def test_cached_result_recomputes_only_when_its_record_changes(tmp_path):
@@ -104,6 +114,39 @@ def test_cached_result_recomputes_only_when_its_record_changes(tmp_path):
     assert (changed["value"], reused) == (2, False)
     path.write_text("{torn")
     assert cached_result(path, {"settings": (1, 3)}, compute)[0]["value"] == 3
+
+
+def test_result_key_follows_the_checkpoints_model_files_not_its_path(tmp_path, monkeypatch):
+    first = tmp_path / "a" / "step_000004"
+    first.mkdir(parents=True)
+    for name, data in (("config.json", b"{}"), ("model.safetensors", b"weights"), ("trainer.pt", b"adam")):
+        (first / name).write_bytes(data)
+    key = result_key("knockout", {"study": KnockoutOptions()}, first)
+    assert key["options"]["study"]["calibration_mappings"] == 16 and key["checkpoint"]["model.safetensors"]
+    copy = tmp_path / "b" / "step_000004"
+    copy.parent.mkdir()
+    copy.mkdir()
+    for p in first.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    assert result_key("knockout", {"study": KnockoutOptions()}, copy) == key  # the contents, not the path
+    (copy / "trainer.pt").write_bytes(b"adam, one step on")
+    assert result_key("knockout", {"study": KnockoutOptions()}, copy) == key  # optimiser state: not the answers
+    (copy / "model.safetensors").write_bytes(b"other weights")
+    assert result_key("knockout", {"study": KnockoutOptions()}, copy) != key
+    assert result_key("knockout", {"study": KnockoutOptions(calibration_mappings=8)}, first) != key
+    assert result_key("cycle", {"study": KnockoutOptions()}, first) != key
+    monkeypatch.setattr("phasekv.reproduce.cache.__version__", "0.0.0-other")
+    assert result_key("knockout", {"study": KnockoutOptions()}, first) != key
+
+
+def test_a_stage_names_a_known_study_and_run_selection(tmp_path):
+    with pytest.raises(ValueError, match="unknown run selection"):
+        Stage("knockout", KnockoutOptions(), runs="some")
+    with pytest.raises(ValueError, match="unknown study 'knockouts'"):
+        run_stage(_mini_profile(), tmp_path, Stage("knockouts", KnockoutOptions()))
+    twice = replace(_mini_profile(), analyses=(TINY_ANALYSES[0], TINY_ANALYSES[0]))
+    with pytest.raises(ValueError, match="each study once"):
+        run_stages(twice, tmp_path)
 
 
 def test_logged_training_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
