@@ -1,4 +1,5 @@
-"""The one cache of a reproduction's finished work (probe results, analyses, the design comparison's analyses).
+"""The one cache of a reproduction's finished work: probe results, analyses (the design comparison's too) and the
+presses profile's cells.
 
 A result JSON carries, under "reproduce", the key of what produced it: the study, its options as a dict, the
 SHA-256 of every file of the checkpoint it measured but the optimiser state (its contents, not its path: a
@@ -32,8 +33,8 @@ def _hashes(directory: str, stamp: tuple) -> dict[str, str]:
 
 
 def checkpoint_hash(checkpoint: Path) -> dict[str, str]:
-    """{file name: SHA-256} of a checkpoint directory's model files (the optimiser state does not change what
-    the model answers), hashed once per process while the files' sizes and times are unchanged."""
+    """{file name: SHA-256} of a checkpoint's (or HF model directory's) model files (the optimiser state does not
+    change what the model answers), hashed once per process while the files' sizes and times are unchanged."""
     checkpoint = Path(checkpoint).resolve()
     files = sorted(p for p in checkpoint.iterdir() if p.is_file() and p.name != TRAINER_FILE)
     stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
@@ -54,18 +55,27 @@ def result_key(study: str, options: dict, checkpoint: Path | None) -> dict:
     )
 
 
-def cached_result(path: Path, key: dict, compute: Callable[[], dict]) -> tuple[dict, bool]:
-    """(result, reused): the result at `path` when its stored key equals `key`, else `compute()` with the key
-    added under "reproduce", written atomically to `path`."""
-    key = _normalised(key)
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            data = None  # a torn or foreign file: compute it again
-        if isinstance(data, dict) and data.get("reproduce") == key:
-            return data, True
-    result = compute()
-    result["reproduce"] = key
+def stored_result(path: Path, key: dict) -> dict | None:
+    """The result at `path` when its stored key equals `key`, else None (missing, torn, foreign or changed)."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and data.get("reproduce") == _normalised(key) else None
+
+
+def store_result(path: Path, key: dict, result: dict) -> dict:
+    """`result` with `key` added under "reproduce", written atomically to `path`."""
+    result["reproduce"] = _normalised(key)
     write_results(result, path)
-    return result, False
+    return result
+
+
+def cached_result(path: Path, key: dict, compute: Callable[[], dict]) -> tuple[dict, bool]:
+    """(result, reused): the stored result at `path` when its key equals `key`, else `compute()` stored with it."""
+    stored = stored_result(path, key)
+    if stored is not None:
+        return stored, True
+    return store_result(path, key, compute()), False
