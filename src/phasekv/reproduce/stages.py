@@ -92,7 +92,8 @@ def _cycle(job: Job) -> dict[str, Callable[[], dict]]:
 
 def _flip(job: Job) -> dict[str, Callable[[], dict]]:
     """The flip probe: one fixed lookup query (`flip_query`) shifted by filler one token at a time; candidates
-    are the answer and the names of the records before and after the target."""
+    are the answer and the names of the records before and after the target. The stage's options give the
+    filler lengths, families and permutations; the query, its candidates and the seed come from its prompts."""
 
     def compute() -> dict:
         scorer = job.scorer()
