@@ -107,7 +107,7 @@ def _mini(name: str, runs: tuple[RunSpec, ...], **kw) -> Profile:
         lookup=replace(quick.lookup, n_mappings=4, modulus=16, n_records=8, n_demos=2),
         batch_size=2,
         seq_len=128,
-        **{"analyses": None, **kw},
+        **{"analyses": (), **kw},
     )
 
 

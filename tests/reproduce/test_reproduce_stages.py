@@ -10,29 +10,34 @@ import pytest
 from phasekv.evaluate.pattern import detect_period
 from phasekv.report import build_report
 from phasekv.reproduce import RunSpec, get_profile, reproduce
+from phasekv.reproduce.cache import cached_result, result_key
+from phasekv.reproduce.profiles import QUICK_ANALYSES, Stage
 from phasekv.reproduce.runner import logged_training_seconds
-from phasekv.reproduce.sizes import AnalysisSizes, TheorySizes
-from phasekv.reproduce.stages import STAGES, cached_result, flip_query
+from phasekv.reproduce.stages import STUDIES, flip_query, run_stage, run_stages
+from phasekv.studies.cycle.run import CycleOptions
+from phasekv.studies.flip.run import FlipOptions
+from phasekv.studies.gates.run import GatesOptions
+from phasekv.studies.knockout.run import KnockoutOptions
+from phasekv.studies.theory.options import TheoryOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
+from phasekv.theory.theorem1 import Theorem1Config
+from phasekv.theory.theorem2 import GateTrainingConfig
 
-TINY_SIZES = AnalysisSizes(
-    knockout_mappings=2,
-    calibration_mappings=2,
-    cycle_mappings=2,
-    cycle_deltas=(-1, 0, 1),
-    cycle_resamples=20,
-    gate_mappings=1,
-    flip_lengths=8,
-    flip_families=("pad", "dots"),
-    flip_permutations=50,
-    theory=TheorySizes(
-        theorem1_starts=2,
-        theorem1_steps=20,
-        theorem2_steps=20,
-        theorem2_batch=16,
-        sweep_grid={"n_heads": [2, 3]},
-        sweep_steps=10,
-        sweep_batch=8,
+# the quick profile's analyses (`QUICK_ANALYSES`), each study at a few seconds' size
+TINY_ANALYSES = (
+    Stage("knockout", KnockoutOptions(calibration_mappings=2), lookup={"n_mappings": 2, "modulus": 8}),
+    Stage("gates", GatesOptions(), lookup={"n_mappings": 1, "modulus": 8}, runs="learned gates"),
+    Stage("cycle", CycleOptions((-1, 0, 1), 20), lookup={"n_mappings": 2, "modulus": 8}, preset="w8s8-1kv"),
+    Stage("flip", FlipOptions(min_length=0, n_lengths=8, families=("pad", "dots"), n_permutations=50)),
+    Stage(
+        "theory",
+        TheoryOptions(
+            theorem1=Theorem1Config(n_starts=2, steps=20),
+            theorem2=GateTrainingConfig(steps=20, batch_size=16),
+            sweep=GateTrainingConfig(steps=10, batch_size=8),
+            sweep_grid={"n_heads": [2, 3]},
+        ),
+        runs="none",
     ),
 )
 
@@ -51,14 +56,14 @@ def _mini_profile():
         lookup=replace(quick.lookup, n_mappings=2, modulus=16, n_records=8, n_demos=2),
         batch_size=2,
         seq_len=128,
-        analyses=TINY_SIZES,
+        analyses=TINY_ANALYSES,
     )
 
 
 @pytest.mark.slow
 def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path):
     summary = reproduce(_mini_profile(), tmp_path, progress=False)
-    assert list(summary["stages"]) == list(STAGES)
+    assert list(summary["stages"]) == [stage.study for stage in QUICK_ANALYSES] == list(STUDIES)
     analysis = tmp_path / "analysis"
     for name in ("knockout-full-1kv", "knockout-w8s8-1kv-s42", "gates-w8s8-1kv-s42", "cycle-w8s8-1kv-s42"):
         assert (analysis / f"{name}.json").is_file(), name
@@ -76,12 +81,22 @@ def test_quick_pipeline_writes_every_report_section_and_reuses_results(tmp_path)
     seconds = summary["training_seconds"]
     assert set(seconds) == {"full-1kv", "w8s8-1kv-s42", "w8s8-1kv-uniform"} and all(s > 0 for s in seconds.values())
 
-    stamps = {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")}
+    def stamps():
+        return {p: p.stat().st_mtime_ns for folder in (analysis, tmp_path / "results") for p in folder.rglob("*.json")}
+
+    before = stamps()
     again = reproduce(_mini_profile(), tmp_path, progress=False)
     assert again["train_seconds"] == {} and again["training_seconds"] == seconds  # reused, from the logs
     assert json.loads((tmp_path / "summary.json").read_text())["training_seconds"] == seconds
-    assert {p: p.stat().st_mtime_ns for p in analysis.rglob("*.json")} == stamps  # every result reused
+    assert stamps() == before  # every probe result and analysis reused
     assert build_report(tmp_path, tmp_path / "again.html").notes == []
+
+    cycle = next(stage for stage in TINY_ANALYSES if stage.study == "cycle")
+    changed = replace(cycle, options=replace(cycle.options, n_resamples=21))
+    assert run_stage(_mini_profile(), tmp_path, changed) == [analysis / "cycle-w8s8-1kv-s42.json"]
+    recomputed = {p for p, stamp in stamps().items() if stamp != before[p]}
+    assert recomputed == {analysis / "cycle-w8s8-1kv-s42.json"}  # only the changed stage's result
+    assert json.loads((analysis / "cycle-w8s8-1kv-s42.json").read_text())["bootstrap"]["resamples"] == 21
 
 
 def test_cached_result_recomputes_only_when_its_record_changes(tmp_path):
@@ -99,6 +114,39 @@ def test_cached_result_recomputes_only_when_its_record_changes(tmp_path):
     assert (changed["value"], reused) == (2, False)
     path.write_text("{torn")
     assert cached_result(path, {"settings": (1, 3)}, compute)[0]["value"] == 3
+
+
+def test_result_key_follows_the_checkpoints_model_files_not_its_path(tmp_path, monkeypatch):
+    first = tmp_path / "a" / "step_000004"
+    first.mkdir(parents=True)
+    for name, data in (("config.json", b"{}"), ("model.safetensors", b"weights"), ("trainer.pt", b"adam")):
+        (first / name).write_bytes(data)
+    key = result_key("knockout", {"study": KnockoutOptions()}, first)
+    assert key["options"]["study"]["calibration_mappings"] == 16 and key["checkpoint"]["model.safetensors"]
+    copy = tmp_path / "b" / "step_000004"
+    copy.parent.mkdir()
+    copy.mkdir()
+    for p in first.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    assert result_key("knockout", {"study": KnockoutOptions()}, copy) == key  # the contents, not the path
+    (copy / "trainer.pt").write_bytes(b"adam, one step on")
+    assert result_key("knockout", {"study": KnockoutOptions()}, copy) == key  # optimiser state: not the answers
+    (copy / "model.safetensors").write_bytes(b"other weights")
+    assert result_key("knockout", {"study": KnockoutOptions()}, copy) != key
+    assert result_key("knockout", {"study": KnockoutOptions(calibration_mappings=8)}, first) != key
+    assert result_key("cycle", {"study": KnockoutOptions()}, first) != key
+    monkeypatch.setattr("phasekv.reproduce.cache.__version__", "0.0.0-other")
+    assert result_key("knockout", {"study": KnockoutOptions()}, first) != key
+
+
+def test_a_stage_names_a_known_study_and_run_selection(tmp_path):
+    with pytest.raises(ValueError, match="unknown run selection"):
+        Stage("knockout", KnockoutOptions(), runs="some")
+    with pytest.raises(ValueError, match="unknown study 'knockouts'"):
+        run_stage(_mini_profile(), tmp_path, Stage("knockouts", KnockoutOptions()))
+    twice = replace(_mini_profile(), analyses=(TINY_ANALYSES[0], TINY_ANALYSES[0]))
+    with pytest.raises(ValueError, match="each study once"):
+        run_stages(twice, tmp_path)
 
 
 def test_logged_training_seconds_adds_the_segments_of_a_resumed_run(tmp_path):

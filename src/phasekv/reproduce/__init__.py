@@ -3,9 +3,10 @@ and write the paper-style table and figure."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from tqdm import tqdm
@@ -14,18 +15,14 @@ from ..files import write_text_atomic
 from ..model.io import read_config
 from ..report import build_report
 from ..studies.cycle.cycling import cycling_problem
-from ..studies.cycle.run import run_cycle
 from ..studies.gates.illustration import illustration
 from ..studies.knockout.figure import plot_knockout
-from ..studies.knockout.options import KnockoutOptions
-from ..studies.knockout.run import run_knockout
 from . import designs, seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .results_doc import figure_name, results_document
 from .runner import evaluate_all, final_checkpoint, logged_training_seconds, run_dir, train_all, write_json
-from .sizes import AnalysisSizes
-from .stages import analysis_scorer, cached_result, labelled, run_stages
+from .stages import run_stage, run_stages
 
 
 def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, progress: bool = True) -> dict:
@@ -42,7 +39,7 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     evaluated = time.perf_counter()
     if progress:
         tqdm.write(f"stage train: {trained - started:.0f} s wall\nstage evaluate: {evaluated - trained:.0f} s wall")
-    stages = run_stages(profile, out, profile.analyses, progress) if profile.analyses else {}
+    stages = run_stages(profile, out, progress) if profile.analyses else {}
     rows = table_rows(results, out / "results")
     table = markdown_table(rows)
     across_seeds = None
@@ -93,52 +90,27 @@ def compare_designs(
     seeds) and, so that the report shows the mechanism, the best design's knockout map (its best seed:
     analysis/knockout-<run>.json/.png) and gate cycling (analysis/cycle-<run>.json). Cycling is defined for
     W = S with learned gates only; when the best design is not such, the best learned W = S candidate is
-    cycled instead and designs.json says so (`cycle_note`). Both analyses are reused while their checkpoint
-    and settings are unchanged. Returns the design rows."""
+    cycled instead and designs.json says so (`cycle_note`). Both are the profile's `design_analyses`, run by
+    the stage runner on the chosen run (and cached like every analysis). Returns the design rows."""
 
     checkpoints = {run.name: final_checkpoint(out, run) for run in profile.runs}
     configs = {name: read_config(ckpt)[0] for name, ckpt in checkpoints.items()}
     runs = {run.name: run for run in profile.runs}
+    knockout, cycle = profile.design_analyses
     table = designs.design_rows(profile, rows, configs, out)
     mechanism = {"knockout_run": None, "cycle_run": None, "cycle_note": None}
     best = designs.best_design(table)
     if best is not None:
         knocked = designs.best_seed(best)
-        _knockout(profile, out, runs[knocked], checkpoints[knocked], progress)
+        for path in run_stage(profile, out, knockout, [runs[knocked]], progress):
+            plot_knockout(json.loads(path.read_text()), path.with_suffix(".png"))
         mechanism["knockout_run"] = knocked
         cycled, mechanism["cycle_note"] = designs.cycle_target(table, knocked, lambda r: cycling_problem(configs[r]))
         if cycled is not None:
-            _cycle(profile, out, runs[cycled], checkpoints[cycled], progress)
+            run_stage(profile, out, cycle, [runs[cycled]], progress)
             mechanism["cycle_run"] = cycled
     designs.write_designs(table, out, {**mechanism, "tests": tests})
     return table
-
-
-def _knockout(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress: bool) -> None:
-    """The knockout map of one design run, on the profile's lookup prompts (as `phasekv knockout`)."""
-    path = out / "analysis" / f"knockout-{run.name}.json"
-    settings = {"lookup": asdict(profile.lookup), "knockout": asdict(KnockoutOptions())}
-    knockout, _ = cached_result(
-        path,
-        {"stage": "design knockout", "checkpoint": str(checkpoint.resolve()), "settings": settings},
-        lambda: labelled(run_knockout(analysis_scorer(checkpoint), profile.lookup, progress=progress), run),
-    )
-    plot_knockout(knockout, path.with_suffix(".png"))
-
-
-def _cycle(profile: Profile, out: Path, run: RunSpec, checkpoint: Path, progress: bool) -> None:
-    """Gate cycling of one W = S design run, sized like the profile's (or the default) analyses."""
-    sizes = profile.analyses or AnalysisSizes()
-    lookup = replace(profile.lookup, n_mappings=sizes.cycle_mappings, modulus=sizes.modulus)
-    deltas = list(sizes.cycle_deltas)
-    settings = {"lookup": asdict(lookup), "deltas": deltas, "resamples": sizes.cycle_resamples}
-    cached_result(
-        out / "analysis" / f"cycle-{run.name}.json",
-        {"stage": "design cycle", "checkpoint": str(checkpoint.resolve()), "settings": settings},
-        lambda: labelled(
-            run_cycle(analysis_scorer(checkpoint), deltas, lookup, sizes.cycle_resamples, progress=progress), run
-        ),
-    )
 
 
 def _illustrated_model(profile: Profile, out: Path) -> Path | None:

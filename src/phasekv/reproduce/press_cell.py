@@ -1,7 +1,7 @@
 """One cell of the presses profile, in its own process: `python -m phasekv.reproduce.press_cell CONFIG OUT`.
 
-CONFIG is `presses.cell_config`'s JSON; OUT receives the probe's result with the config under "cell" (written
-last and atomically, so a cell with a "cell" entry is complete).
+CONFIG is `presses.cell_config`'s JSON; OUT receives the probe's result with the config under "cell", written
+atomically; `presses.run_presses` then adds the cell's cache key, so only a cell with its key is reused.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """`phasekv reproduce --profile presses`: phase audits of training-free KV-cache compression on a pretrained HF
 model (default: SmolLM2-135M-Instruct as `phasekv models get smollm2-135m` writes it, `DEFAULT_MODEL`).
 
-One *cell* = one method x one probe: a result JSON under out/cells/, reused when it exists with the same cell
-config (model, press, probe options), so an interrupted or extended run only computes what is missing. Each
+One *cell* = one method x one probe: a result JSON under out/cells/, reused through the reproduction's one cache
+(`cache`: the model directory's contents, the press, the probe's options, the version), so an interrupted or
+extended run only computes what is missing. Each
 cell runs in its own process (`press_cell`): kvpress needs transformers < 5.3, so cells whose press comes from
 kvpress run with the kvpress environment's Python (`kvpress_python`: $PHASEKV_KVPRESS_PYTHON, this Python if it
 has kvpress, else .venv-kvpress/bin/python from scripts/kvpress_venv.sh); the full-cache control and phasekv's
@@ -23,11 +24,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..files import write_atomic
-from ..pretrained import directory_fingerprint
 from ..report import build_report
 from ..scoring.press_spec import PRESETS, PressCall, parse_press, press_stride
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
+from .cache import result_key, store_result, stored_result
 from .press_table import write_press_table
 
 DEFAULT_MODEL = "models/smollm2-135m"  # where `phasekv models get smollm2-135m` writes by default
@@ -135,12 +136,10 @@ def kvpress_python() -> str:
     )
 
 
-def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: Path, model_files: dict) -> dict:
-    """What a cell's result depends on; a stored cell with an equal config is reused. `model_files` is the
-    model directory's `directory_fingerprint`: a cell is keyed on the model's contents, not only its path."""
+def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: Path) -> dict:
+    """What a cell's process computes (`press_cell`): the model, the press and the probe's options."""
     return {
         "model": str(model.resolve()),
-        "model_files": model_files,
         "method": method.name,
         "label": method.label,
         "press": method.spec_text,
@@ -153,22 +152,19 @@ def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: P
     }
 
 
+def cell_key(config: dict, model: Path) -> dict:
+    """A cell's cache key (`cache`): its config but the model's path, and the model directory's contents, so a
+    stored cell is reused wherever the model folder lives and recomputed once any of its files changes."""
+    return result_key("presses", {name: value for name, value in config.items() if name != "model"}, model)
+
+
 def cell_path(out: Path, method: PressMethod, probe: str) -> Path:
     return out / "cells" / f"{method.name}-{probe}.json"
 
 
-def finished_cell(path: Path, config: dict) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        result = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-    return result if result.get("cell") == config else None
-
-
 def run_cell(config: dict, path: Path, python: str) -> dict:
-    """Run one cell in its own process (`python -m phasekv.reproduce.press_cell`); returns its result."""
+    """Run one cell in its own process (`python -m phasekv.reproduce.press_cell`); returns its result (without
+    its cache key: `run_presses` stores it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     config_path = path.parent.parent / "configs" / path.name  # beside cells/, so reports read results only
     write_atomic(config_path, lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2)))
@@ -199,11 +195,10 @@ def run_presses(
         )
     results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
     pending = []
-    model_files = directory_fingerprint(model)
     for probe in profile.probes():
         for method in profile.methods:
-            config, path = cell_config(profile, method, probe, model, model_files), cell_path(out, method, probe)
-            result = finished_cell(path, config)
+            config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
+            result = stored_result(path, cell_key(config, model))
             if result is None:
                 pending.append((probe, method, config, path))
             else:
@@ -214,7 +209,8 @@ def run_presses(
     def run(item) -> None:
         probe, method, config, path = item
         started = time.perf_counter()
-        results[probe][method.name] = run_cell(config, path, kvpress if method.needs_kvpress else sys.executable)
+        result = run_cell(config, path, kvpress if method.needs_kvpress else sys.executable)
+        results[probe][method.name] = store_result(path, cell_key(config, model), result)
         echo(f"{probe} {method.name}: {time.perf_counter() - started:.0f} s")
 
     with ThreadPoolExecutor(profile.jobs) as pool:  # each cell is its own process; threads only wait on them

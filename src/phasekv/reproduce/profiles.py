@@ -9,9 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..corpus.mixture import MixtureConfig
+from ..studies.cycle.run import CycleOptions
+from ..studies.flip.options import FlipOptions
+from ..studies.gates.run import GatesOptions
+from ..studies.knockout.options import KnockoutOptions
+from ..studies.theory.options import TheoryOptions
 from ..tasks.lookup import LookupOptions
+from ..theory.theorem1 import Theorem1Config
+from ..theory.theorem2 import GateTrainingConfig
 from ..train import DataConfig, ModelSpec, OptimConfig, RunConfig
-from .sizes import AnalysisSizes
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,27 @@ class RunSpec:
         return self.design or self.label
 
 
+RUN_SELECTIONS = ("all", "learned gates", "none")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One analysis of a profile's trained runs: the study (`stages.STUDIES` names them), its options, the
+    changes to the profile's lookup options that make its prompts (`lookup`), and which runs it measures: "all",
+    "learned gates" (compressed runs whose gates are not uniform), "none" (a study without a model), narrowed to
+    the runs of `preset` when one is given."""
+
+    study: str
+    options: object
+    lookup: dict = field(default_factory=dict)
+    runs: str = "all"
+    preset: str | None = None
+
+    def __post_init__(self):
+        if self.runs not in RUN_SELECTIONS:
+            raise ValueError(f"unknown run selection {self.runs!r}; choose one of {', '.join(RUN_SELECTIONS)}")
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -52,7 +79,9 @@ class Profile:
     jobs: int = 2
     reuse_from: tuple[str, ...] = ()  # sibling output directories whose identical finished runs are copied
     compare_designs: bool = False  # write the design comparison (designs.json/.md) and a knockout of the best
-    analyses: AnalysisSizes | None = None  # the post-training analyses (knockout, gates, cycle, flip, theory)
+    analyses: tuple[Stage, ...] = ()  # the post-training analyses, in order (`stages.run_stages`)
+    # the design comparison's knockout and cycling of the best design (their `runs` are chosen by the comparison)
+    design_analyses: tuple[Stage, Stage] = field(default_factory=lambda: (DESIGN_KNOCKOUT, ANALYSIS_CYCLE))
     # real text mixed into every batch (token files from `phasekv data tokenize`); 0: the mixture alone
     text_fraction: float = 0.0
     tokens_dir: str | None = None
@@ -109,6 +138,41 @@ QUICK_LOOKUP = LookupOptions(
     n_records=16, n_demos=8, modulus=24, n_mappings=32, protocol="prefix", seed=0, held_out_seed=0
 )
 
+
+# The quick profile's analyses. Knockout, cycling and gate metrics group the profile's lookup prompts by target
+# position mod 8 (the strides 8 and 4 divide it) instead of 24: the exact equal-moment design needs modulus^2
+# prompts per residue, 512 in all at 8 against 13,824 at 24. Gate cycling needs W = S: the W8/S8 runs are
+# cycled. The flip probe shifts one fixed lookup query (`stages.flip_query`) through 24 filler lengths of
+# each family; its seed is the lookup's.
+ANALYSIS_MODULUS = 8
+ANALYSIS_CYCLE = Stage(
+    "cycle", CycleOptions(n_resamples=1000), lookup={"n_mappings": 16, "modulus": ANALYSIS_MODULUS}, preset="w8s8-1kv"
+)
+QUICK_ANALYSES = (
+    Stage(
+        "knockout",
+        KnockoutOptions(calibration_mappings=8),
+        lookup={"n_mappings": 8, "modulus": ANALYSIS_MODULUS},
+    ),
+    Stage("gates", GatesOptions(), lookup={"n_mappings": 2, "modulus": ANALYSIS_MODULUS}, runs="learned gates"),
+    ANALYSIS_CYCLE,
+    Stage(
+        "flip",
+        FlipOptions(min_length=0, n_lengths=24, families=("pad", "dots", "prose"), n_permutations=1000),
+    ),
+    Stage(
+        "theory",
+        TheoryOptions(
+            theorem1=Theorem1Config(n_starts=16, steps=1000),
+            theorem2=GateTrainingConfig(steps=1500, batch_size=256),
+            sweep=GateTrainingConfig(steps=400, batch_size=64),
+        ),
+        runs="none",
+    ),
+)
+# The design comparison knocks out its best design on the profile's own lookup prompts, as `phasekv knockout` does
+DESIGN_KNOCKOUT = Stage("knockout", KnockoutOptions())
+
 PROFILES: dict[str, Profile] = {}
 
 
@@ -137,7 +201,7 @@ QUICK = _register(
         optim=QUICK_OPTIM,
         lookup=QUICK_LOOKUP,
         model_overrides={"num_heads": 4},
-        analyses=AnalysisSizes(),
+        analyses=QUICK_ANALYSES,
     )
 )
 
@@ -148,7 +212,7 @@ CONTROL = _register(
         description="the quick profile's full-attention control alone, trained 14,400 steps (about 1.5 h on one core)",
         runs=(RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV · long", steps=14_400),),
         jobs=1,
-        analyses=None,
+        analyses=(),
     )
 )
 
@@ -186,7 +250,7 @@ CPU = _register(
             RunSpec(name, preset, label, steps=CPU_STEPS, design=label, model=model)
             for name, preset, label, model in _CPU_SINGLE
         ),
-        analyses=None,
+        analyses=(),
         budget_note=f"every model {CPU_STEPS} steps; the paper trains every model on 100B tokens",
         seed_comparisons=(
             ("W8/S8 · 1 KV", "Full attention · 1 KV", "greater", "W8/S8 gap > full-attention gap"),
@@ -241,7 +305,7 @@ MITIGATIONS = _register(
         runs=(QUICK.runs[0], *_design_runs(_DESIGNS, (42, 43))),
         reuse_from=("quick",),
         compare_designs=True,
-        analyses=None,
+        analyses=(),
     )
 )
 
@@ -313,7 +377,7 @@ DESIGNS3 = _register(
         ),
         reuse_from=("cpu",),
         compare_designs=True,
-        analyses=None,
+        analyses=(),
         seed_comparisons=tuple(
             (design, "W8/S8 · 1 KV", "less", f"{design} gap < W8/S8 gap") for _, design, _, _ in _ROUND_THREE
         ),

@@ -20,13 +20,14 @@ from tqdm import tqdm
 
 from ..analysis.probe_prompts import lookup_prompts
 from ..analysis.topk import topk_hits_by_phase
-from ..evaluate import run_lookup, write_results
+from ..evaluate import run_lookup
 from ..files import write_atomic
 from ..model.io import read_config
 from ..scoring import PhaseKVScorer
 from ..train import latest_checkpoint, read_log
 from ..train.checkpoint import mark_final
 from ..train.config import RunConfigError, load_run_config, save_run_config
+from .cache import cached_result, result_key
 from .profiles import Profile, RunSpec
 
 
@@ -133,7 +134,8 @@ EVERY_ENTRY = "every-entry"  # the counterfactual reading of a model with a ligh
 
 
 def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: int = 2) -> dict[str, dict]:
-    """Probe every trained run with the profile's lookup options; results cached in out/results/.
+    """Probe every trained run with the profile's lookup options; results in out/results/, through the one cache
+    (`cache`: reused while the checkpoint's contents, the options and the software are unchanged).
 
     A model with DeepSeek-V4 CSA layers is probed twice: as trained (its result records how often the indexer
     picked the target's entry, by phase) and, with the same weights, reading every visible entry instead of
@@ -144,41 +146,47 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
         if ckpt is None:
             raise FileNotFoundError(f"run {run.name} has no final checkpoint under {run_dir(out, run)}")
         mark_final(run_dir(out, run), ckpt)  # runs trained before `final` links existed get one
-        dsv4 = read_config(ckpt)[0].dsv4
-        readings = ("top-k", EVERY_ENTRY) if dsv4 is not None and "csa" in dsv4.layer_types else ("top-k",)
-        scorer = None
-        for reading in readings:
-            name = run.name if reading == "top-k" else f"{run.name}-{EVERY_ENTRY}"
-            path = out / "results" / f"{name}.json"
-            if path.is_file():
-                cached = json.loads(path.read_text())
-                same = cached.get("lookup_options") == _options(profile)
-                if same and cached.get("checkpoint") == str(ckpt.resolve()):
-                    results[name] = cached
-                    continue
-            scorer = scorer or PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
-            if reading == "top-k":
+        results.update(_probe_run(profile, out, run, ckpt, progress, threads))
+    return results
+
+
+def _probe_run(profile: Profile, out: Path, run: RunSpec, ckpt: Path, progress: bool, threads: int) -> dict[str, dict]:
+    """{result name: result} of one run's readings (see `evaluate_all`), one scorer loaded for those computed."""
+    dsv4 = read_config(ckpt)[0].dsv4
+    readings = ("top-k", EVERY_ENTRY) if dsv4 is not None and "csa" in dsv4.layer_types else ("top-k",)
+    scorer = None
+
+    def probe(reading: str, name: str) -> dict:
+        nonlocal scorer
+        scorer = scorer or PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
+        if reading == "top-k":
+            result = run_lookup(scorer, profile.lookup, progress=progress)
+            hits = topk_hits_by_phase(scorer.model, lookup_prompts(scorer.tokenizer, profile.lookup).prompts)
+            if hits:  # DeepSeek-V4 CSA layers: how often the indexer picks the target's entry, by phase
+                result["topk_hits"] = hits
+            label = run.label
+        else:
+            with scorer.model.dense_indexer():
                 result = run_lookup(scorer, profile.lookup, progress=progress)
-                hits = topk_hits_by_phase(scorer.model, lookup_prompts(scorer.tokenizer, profile.lookup).prompts)
-                if hits:  # DeepSeek-V4 CSA layers: how often the indexer picks the target's entry, by phase
-                    result["topk_hits"] = hits
-                label = run.label
-            else:
-                with scorer.model.dense_indexer():
-                    result = run_lookup(scorer, profile.lookup, progress=progress)
-                result["counterfactual"] = "CSA layers read every visible entry, not the indexer's top-k (same weights)"
-                label = f"{run.label} · every entry read"
-            result.update(
-                checkpoint=str(ckpt.resolve()),
-                run=name,
-                label=label,
-                preset=run.preset,
-                seed=run.seed,
-                lookup_options=_options(profile),
-                training=_training_summary(run_dir(out, run)),
-            )
-            write_results(result, path)
-            results[name] = result
+            result["counterfactual"] = "CSA layers read every visible entry, not the indexer's top-k (same weights)"
+            label = f"{run.label} · every entry read"
+        result.update(
+            checkpoint=str(ckpt.resolve()),
+            run=name,
+            label=label,
+            preset=run.preset,
+            seed=run.seed,
+            lookup_options=asdict(profile.lookup),
+            training=_training_summary(run_dir(out, run)),
+        )
+        return result
+
+    results = {}
+    for reading in readings:
+        name = run.name if reading == "top-k" else f"{run.name}-{EVERY_ENTRY}"
+        key = result_key("probe", {"lookup": profile.lookup, "reading": reading}, ckpt)
+        path = out / "results" / f"{name}.json"
+        results[name], _ = cached_result(path, key, lambda reading=reading, name=name: probe(reading, name))
     return results
 
 
@@ -196,11 +204,6 @@ def logged_training_seconds(directory: Path) -> float | None:
             total += last
         last = row["elapsed_s"]
     return None if last is None else total + last
-
-
-def _options(profile: Profile) -> dict:
-
-    return asdict(profile.lookup)
 
 
 def _training_summary(directory: Path) -> dict:

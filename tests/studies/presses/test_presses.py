@@ -312,9 +312,10 @@ def _tiny_profile(*methods):
 
 def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen_dir, tmp_path):
     import json
+    import shutil
 
-    from phasekv.pretrained import directory_fingerprint
-    from phasekv.reproduce.presses import cell_config, cell_path, finished_cell, run_presses
+    from phasekv.reproduce.cache import stored_result
+    from phasekv.reproduce.presses import cell_config, cell_key, cell_path, run_presses
 
     profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"))
     lines = []
@@ -336,13 +337,16 @@ def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen
     lines.clear()
     run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
     assert all("reused" in line for line in lines)
-    files = directory_fingerprint(qwen_dir)
-    config = cell_config(profile, profile.methods[1], "lookup", qwen_dir, files)
-    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), config) is not None
-    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), {**config, "resamples": 51}) is None
-    # keyed on the model's contents: other weights at the same path are not the same model
-    changed = {**files, "model.safetensors": "0" * 64}
-    assert finished_cell(cell_path(tmp_path, profile.methods[1], "lookup"), {**config, "model_files": changed}) is None
+    config = cell_config(profile, profile.methods[1], "lookup", qwen_dir)
+    path = cell_path(tmp_path, profile.methods[1], "lookup")
+    assert stored_result(path, cell_key(config, qwen_dir)) is not None
+    assert stored_result(path, cell_key({**config, "resamples": 51}, qwen_dir)) is None
+    # keyed on the model's contents, not its path: a copy is the same model, other weights are not
+    copy = tmp_path / "copy"
+    shutil.copytree(qwen_dir, copy)
+    assert stored_result(path, cell_key(cell_config(profile, profile.methods[1], "lookup", copy), copy)) is not None
+    (copy / "model.safetensors").write_bytes(b"other weights")
+    assert stored_result(path, cell_key(config, copy)) is None
 
 
 def test_press_table_shows_the_robust_phase_test_when_present():

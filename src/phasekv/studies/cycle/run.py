@@ -20,6 +20,8 @@ r2_low [D], r2_high [D]}. R^2 is None where a change has no variance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from phasekv.analysis.gate_metrics import gate_metrics
@@ -105,6 +107,15 @@ def cycle_statistics(
 def _key_phase_share(model, ids) -> list[float]:
     rows = [r for r in gate_metrics(model, [ids]) if r["branch"] == "key"]
     return np.mean([r["phase_share"] for r in rows], axis=0).round(4).tolist()
+
+
+@dataclass(frozen=True)
+class CycleOptions:
+    """What a cycling run varies besides its prompts: the gate shifts `deltas` (0 is always measured as the
+    base) and the bootstrap's resamples over mappings."""
+
+    deltas: tuple[int, ...] = (-3, -2, -1, 0, 1, 2, 3)
+    n_resamples: int = 2000
 
 
 def cycle_plan(scorer: PhaseKVScorer, shifts: list[int], prompts) -> WorkPlan:

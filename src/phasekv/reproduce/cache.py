@@ -1,0 +1,81 @@
+"""The one cache of a reproduction's finished work: probe results, analyses (the design comparison's too) and the
+presses profile's cells.
+
+A result JSON carries, under "reproduce", the key of what produced it: the study, its options as a dict, the
+SHA-256 of every file of the checkpoint it measured but the optimiser state (its contents, not its path: a
+retrained or copied run is keyed on its weights) and the phasekv version. A rerun reuses a result iff its
+stored key equals the key it would be computed under; anything else (missing, torn, foreign or changed) is
+computed again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..evaluate import write_results
+from ..pretrained import sha256
+from ..train.checkpoint import TRAINER_FILE
+from ..version import __version__
+
+
+def _normalised(value) -> object:
+    """`value` as it reads back from JSON (tuples become lists), so keys compare equal after a rerun."""
+    return json.loads(json.dumps(value))
+
+
+@lru_cache(maxsize=256)
+def _hashes(directory: str, stamp: tuple) -> dict[str, str]:
+    return {name: sha256(Path(directory) / name) for name, _, _ in stamp}
+
+
+def checkpoint_hash(checkpoint: Path) -> dict[str, str]:
+    """{file name: SHA-256} of a checkpoint's (or HF model directory's) model files (the optimiser state does not
+    change what the model answers), hashed once per process while the files' sizes and times are unchanged."""
+    checkpoint = Path(checkpoint).resolve()
+    files = sorted(p for p in checkpoint.iterdir() if p.is_file() and p.name != TRAINER_FILE)
+    stamp = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _hashes(str(checkpoint), stamp)
+
+
+def result_key(study: str, options: dict, checkpoint: Path | None) -> dict:
+    """What produced a result: the study, its options (dataclasses become dicts), the checkpoint's hash (None
+    for a study without a model) and the software."""
+    options = {name: asdict(value) if is_dataclass(value) else value for name, value in options.items()}
+    return _normalised(
+        {
+            "study": study,
+            "options": options,
+            "checkpoint": None if checkpoint is None else checkpoint_hash(checkpoint),
+            "phasekv": __version__,
+        }
+    )
+
+
+def stored_result(path: Path, key: dict) -> dict | None:
+    """The result at `path` when its stored key equals `key`, else None (missing, torn, foreign or changed)."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and data.get("reproduce") == _normalised(key) else None
+
+
+def store_result(path: Path, key: dict, result: dict) -> dict:
+    """`result` with `key` added under "reproduce", written atomically to `path`."""
+    result["reproduce"] = _normalised(key)
+    write_results(result, path)
+    return result
+
+
+def cached_result(path: Path, key: dict, compute: Callable[[], dict]) -> tuple[dict, bool]:
+    """(result, reused): the stored result at `path` when its key equals `key`, else `compute()` stored with it."""
+    stored = stored_result(path, key)
+    if stored is not None:
+        return stored, True
+    return store_result(path, key, compute()), False

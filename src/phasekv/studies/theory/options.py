@@ -1,0 +1,20 @@
+"""What the theory runs compute: Theorem 1's random starts, one Theorem 2 training and a Theorem 2 sweep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from phasekv.theory.theorem1 import Theorem1Config
+from phasekv.theory.theorem2 import GateTrainingConfig
+
+
+@dataclass(frozen=True)
+class TheoryOptions:
+    """Theorem 1's config, Theorem 2's, and a sweep: `sweep` trained at every point of `sweep_grid` (field name:
+    values) for every seed of `sweep_seeds`."""
+
+    theorem1: Theorem1Config = field(default_factory=Theorem1Config)
+    theorem2: GateTrainingConfig = field(default_factory=GateTrainingConfig)
+    sweep: GateTrainingConfig = field(default_factory=GateTrainingConfig)
+    sweep_grid: dict = field(default_factory=lambda: {"n_heads": [2, 3], "gamma": [4.0, 8.0], "beta": [4.0, 8.0]})
+    sweep_seeds: tuple[int, ...] = (0,)
