@@ -716,6 +716,11 @@ def test_the_detection_rate_is_the_share_of_simulated_runs_the_whole_rule_calls(
         assert detection_rate(design, base, 15.0, 0.05, floor, 16, 40, 9) == expected
     assert detection_rate(design, base, 15.0, 0.05, lowers[-1] + 0.01, 16, 40, 9) == 0.0
     assert detection_rate(design, base, 15.0, 1e-300, 0.0, 16, 40, 9) == 0.0  # nothing rejects: nothing found
+    assert detection_rate(design, base, 15.0, 0.05, 0.0, 16, 40) == detection_rate(
+        design, base, 15.0, 0.05, 0.0, 16, 40, 0
+    )
+    # a drop larger than the accuracy leaves the phase at 0%, not at a negative probability
+    assert detection_rate(design, base, 100.0, 0.05, 0.0, 4, 10) == 1.0
 
 
 def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatch):
@@ -754,3 +759,61 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
     never = power.minimum_detectable_effect(design, base, 0.05, 5.0)
     assert never["points"] is None and len(never["detection_rates"]) == len(power.GRID_POINTS)
     assert (never["base"], never["power"], never["simulations"]) == ("the run's unit effects and smooth part", 0.8, 200)
+
+
+# ------------------------------------------------------------------ the effect size's bootstrap, against a loop
+
+
+def _reference_bootstrap(units, positions, outcomes, period, n_resamples, seed):
+    """(amplitudes [R], means [R]) by rebuilding the design from each resample's prompts: units drawn with
+    replacement, a unit drawn twice entered twice under new names, the phase profile read off `evaluate`."""
+    from phasekv.stats.phase_test import amplitude
+
+    names = np.unique(units)
+    draws = np.random.default_rng(seed).integers(0, names.size, size=(n_resamples, names.size))
+    amplitudes, means = [], []
+    for row in draws:
+        rows = [np.flatnonzero(units == names[i]) for i in row]
+        relabelled = np.concatenate([np.full(r.size, j) for j, r in enumerate(rows)])
+        take = np.concatenate(rows)
+        design = PhaseDesign(relabelled, positions[take], period)
+        result = design.evaluate(design.cell_sums(outcomes[take])[None])
+        amplitudes.append(amplitude(result["profile"], result["mean"])[0])
+        means.append(outcomes[take].mean())
+    return np.array(amplitudes), np.array(means)
+
+
+def test_the_amplitude_interval_matches_a_bootstrap_that_rebuilds_each_resample():
+    from phasekv.stats.phase_test import basic_interval
+
+    units, positions, outcomes = _random_run(8, n=240, period=4, drop={4: 1}, n_units=4)
+    for u in range(4):  # every unit spans the whole range, so every resample keeps the design's smooth basis
+        positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
+    design = PhaseDesign(units, positions, 4)
+    amplitudes, means = design.bootstrap(design.cell_sums(outcomes)[None], 12, seed=6)
+    expected_amplitudes, expected_means = _reference_bootstrap(units, positions, outcomes, 4, 12, 6)
+    assert amplitudes[0] == pytest.approx(expected_amplitudes, rel=1e-7)
+    assert means[0] == pytest.approx(expected_means, rel=1e-12)
+    test = design.test(outcomes, seed=6, n_resamples=12, confidence=0.8)
+    observed = test.amplitude_points / 100
+    assert test.amplitude_ci == pytest.approx([100 * v for v in basic_interval(observed, expected_amplitudes, 0.8)])
+    assert test.mean_ci == pytest.approx(list(np.quantile(expected_means, [0.1, 0.9])))
+    assert (test.confidence, test.n_bootstrap, test.bootstrap) == (0.8, 12, "units")
+    assert test.mean == pytest.approx(outcomes.mean()) and test.amplitude_points > 50  # phase 1 at 5%, the rest 60%
+    assert np.argmin(test.phase_accuracy_points) == 1 and test.phase_accuracy_points[1] < 20
+    unbootstrapped = design.test(outcomes, n_resamples=0)
+    assert unbootstrapped.amplitude_ci is None and unbootstrapped.mean_ci is None
+
+
+def test_one_unit_takes_a_parametric_bootstrap_of_its_cells():
+    from phasekv.stats.phase_test import amplitude
+
+    units, positions, outcomes = _random_run(9, n=200, period=4, drop={4: 2}, n_units=1)
+    design = PhaseDesign(units, positions, 4)
+    sums = design.cell_sums(outcomes)
+    amplitudes, means = design.bootstrap(sums[None], 10, seed=4)
+    draws = np.random.default_rng(4).binomial(design.cell_count.astype(int), sums / design.cell_count, (10, sums.size))
+    result = design.evaluate(draws.astype(float))
+    assert amplitudes[0] == pytest.approx(amplitude(result["profile"], result["mean"]), rel=1e-9)
+    assert means[0] == pytest.approx(draws.sum(axis=1) / design.cell_count.sum())
+    assert design.test(outcomes, n_resamples=10).bootstrap == "parametric (one unit)"
