@@ -85,8 +85,8 @@ def test_the_profiles_and_spreads_match_a_plain_loop():
     outcomes = (rng.random((3, 120)) < 0.3 + 0.5 * ((positions - offsets[:, None]) % 4 == 1)).astype(float)
     result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=20)
     by_grid, by_position = _reference_profiles(positions, outcomes, offsets, 4)
-    assert np.array(result.by_grid) == pytest.approx(by_grid, abs=1e-3)
-    assert np.array(result.by_position) == pytest.approx(by_position, abs=1e-3)
+    assert result.by_grid == np.round(by_grid, 3).tolist()  # percent, to three decimals
+    assert result.by_position == np.round(by_position, 3).tolist()
     assert result.grid_spread_points == pytest.approx(_rms_spread(by_grid), rel=1e-9)
     assert result.position_spread_points == pytest.approx(_rms_spread(by_position), rel=1e-9)
     assert result.offsets == [0, 2, 3] and result.period == 4 and result.n_shuffles == 20
@@ -116,6 +116,38 @@ def test_a_noise_free_grid_pattern_has_the_smallest_p_value_and_alpha_decides_at
     # a p below alpha is not enough: the grid profiles must also agree better than the position profiles
     flat = grid_shift_test(positions, np.ones((4, 200)), offsets, 4, alpha=1.01, n_shuffles=20)
     assert flat.p_value == 1.0 and not flat.moves_with_grid  # equal spreads (0 and 0): not the grid's
+
+
+def test_the_p_value_matches_a_plain_shuffle_loop():
+    """The null shuffles each prompt's outcomes across the offsets (never across prompts); the statistic is the
+    position profiles' spread minus the grid profiles' spread (points^2, profiles from the plain loop)."""
+    rng = np.random.default_rng(8)
+    positions = rng.integers(0, 40, 60)
+    offsets = np.array([0, 1, 3])
+    outcomes = (rng.random((3, 60)) < 0.5 + 0.2 * ((positions - offsets[:, None]) % 4 == 2)).astype(float)
+
+    def contrast(y):
+        by_grid, by_position = _reference_profiles(positions, y, offsets, 4)
+        return _rms_spread(by_position) ** 2 - _rms_spread(by_grid) ** 2
+
+    draws = np.random.default_rng(5)
+    shuffled = []
+    for _ in range(30):
+        order = np.argsort(draws.random(outcomes.shape), axis=0)
+        shuffled.append(contrast(np.array([[outcomes[order[o, n], n] for n in range(60)] for o in range(3)])))
+    expected = (1 + sum(t >= contrast(outcomes) - 1e-8 for t in shuffled)) / 31
+    result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30, seed=5)
+    assert result.p_value == pytest.approx(expected) and 1 / 31 < expected < 1
+    assert grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30) == grid_shift_test(
+        positions, outcomes, offsets, 4, n_shuffles=30, seed=0
+    )
+    # the default alpha is 0.05: a p above it does not move with the grid, whatever the spreads say
+    default = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30, seed=5)
+    assert default.grid_spread_points < default.position_spread_points and not default.moves_with_grid
+    assert grid_shift_test(positions, outcomes, offsets, 4, alpha=0.99, n_shuffles=30, seed=5).moves_with_grid
+    # offsets read from a file as floats are offsets all the same
+    floats = grid_shift_test(positions, outcomes, offsets.astype(float), 4, n_shuffles=30, seed=5)
+    assert floats == result
 
 
 def test_the_shuffles_are_seeded_and_counted():
