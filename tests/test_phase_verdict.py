@@ -572,6 +572,7 @@ def test_the_position_trend_matches_a_loop_over_units():
     assert trend.ci == pytest.approx(ci, rel=1e-9)
     assert (trend.confidence, trend.n_resamples) == (0.9, 60)
     assert (trend.first_position, trend.last_position) == (int(positions.min()), int(positions.max()))
+    assert position_trend(units, positions, outcomes) == position_trend(units, positions, outcomes, 2000, 0, 0.95)
     flat = position_trend([0, 0, 1, 1], [5, 5, 9, 9], [1.0, 0.0, 1.0, 1.0], n_resamples=10)
     assert flat.slope_points_per_100_tokens == 0.0  # no spread of position within any unit: no slope
     assert np.isnan(flat.ci).all()
