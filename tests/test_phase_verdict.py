@@ -729,8 +729,9 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
 
     asked = []
 
-    def fake_rate(design, base, points, alpha, min_effect, n_simulations, seed):
+    def fake_rate(given_design, given_base, points, alpha, min_effect, n_simulations, seed):
         asked.append(points)
+        assert given_design is design and given_base is base
         assert (alpha, min_effect, n_simulations, seed) == (0.01, 6.0, 50, 4)
         return 0.8 if points >= 12.3 else 0.79  # the power is reached exactly at 12.3 points and above
 
@@ -753,7 +754,8 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
     assert record["what"].startswith("drop at one phase")
     asked.clear()
     monkeypatch.setattr(power, "detection_rate", lambda *a, **k: asked.append(a[2]) or (1.0 if a[2] >= 2 else 0.0))
-    assert power.minimum_detectable_effect(design, base, 0.01, 6.0)["points"] == 2  # the first grid point: no bisection
+    first = power.minimum_detectable_effect(design, base, 0.01, 6.0)
+    assert first["points"] == 2 and first["seed"] == 0  # found at the first grid point; the default seed
     # found at the first grid point, the bisection starts from 0: 1.0, 1.5 and 1.8 are missed, so 2 stands
     assert asked == [2, 1.0, 1.5, 1.8]
     monkeypatch.setattr(power, "detection_rate", lambda *a, **k: 0.5)
