@@ -230,14 +230,21 @@ def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
 
 
 def test_gate_plot_takes_layers_of_different_strides(tmp_path):
-    from phasekv.studies.gates.figure import plot_gates
+    from phasekv.studies.gates.figure import plane_block, plot_gates, spec
 
     rows = [
         {"layer": i, "kv_head": 0, "branch": "key", "window": w, "static_offsets": 2.0, "per_window_offsets": 1.5,
          "phase_share": [1.0] * s}
         for i, (w, s) in enumerate([(8, 4), (16, 16)])
     ]  # fmt: skip
-    assert plot_gates(rows, tmp_path / "gates.png").stat().st_size > 1000
+    assert plot_gates(rows, tmp_path / "gates.png").read_bytes().startswith(b"\x89PNG")
+    plane = plane_block(rows, "gates")
+    assert plane["window"] == 16  # the plane spans the widest window
+    assert [(h["label"], h["x"], h["y"]) for h in plane["heads"]] == [("L0H0", 2.0, 1.5), ("L1H0", 2.0, 1.5)]
+    phases = {label: [s["phase"] for s in plane["shares"] if s["label"] == label] for label in ("L0H0", "L1H0")}
+    assert phases == {"L0H0": list(range(4)), "L1H0": list(range(16))}  # each layer its own stride's phases
+    data = spec(plane)["data"]["values"]
+    assert sum(d["kind"] == "share" for d in data) == 20 and {"kind": "diagonal", "x": 16, "y": 16} in data
 
 
 def _with_topk(cfg, top_k: int):

@@ -3,6 +3,8 @@ with it, one that follows position does not; end to end on a real phasekv model 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -43,10 +45,120 @@ def test_a_grid_pattern_moves_with_the_grid_and_a_position_pattern_does_not():
 
 
 def test_bad_input_is_a_clear_error():
-    with pytest.raises(ValueError, match="two distinct offsets"):
+    with pytest.raises(ValueError, match=r"^the grid-shift test needs at least two distinct offsets, got \[0\]$"):
         grid_shift_test([1, 2], [[0, 1]], [0], 8)
-    with pytest.raises(ValueError, match=r"\[offsets, prompts\]"):
+    with pytest.raises(ValueError, match=r"two distinct offsets, got \[2, 2\]$"):
+        grid_shift_test([1, 2], [[0, 1], [1, 0]], [2, 2], 8)
+    shape = r"^outcomes must be \[offsets, prompts\] = \[2, 3\], got shape \(2, 2\)$"
+    with pytest.raises(ValueError, match=shape):
         grid_shift_test([1, 2, 3], [[0, 1], [1, 0]], [0, 1], 8)
+    with pytest.raises(ValueError, match=r"got shape \(3,\)$"):
+        grid_shift_test([1, 2, 3], [0, 1, 1], [0, 1], 8)
+    for offsets in ([0, 4], [-1, 0]):
+        with pytest.raises(ValueError, match=rf"^offsets must lie in \[0, 4\), got {re.escape(str(offsets))}$"):
+            grid_shift_test([1, 2], [[0, 1], [1, 0]], offsets, 4)
+    assert grid_shift_test([1, 2], [[0, 1], [1, 0]], [0, 3], 4, n_shuffles=2).offsets == [0, 3]  # the edges are in
+
+
+def _reference_profiles(positions, outcomes, offsets, period):
+    """Accuracy (percent) by grid phase (t - o) mod P and by position phase t mod P, a plain loop over prompts."""
+    by_grid, by_position = np.zeros((len(offsets), period)), np.zeros((len(offsets), period))
+    for row, o in enumerate(offsets):
+        for profile, shift in ((by_grid, o), (by_position, 0)):
+            sums, counts = np.zeros(period), np.zeros(period)
+            for t, y in zip(positions, outcomes[row], strict=True):
+                sums[(t - shift) % period] += y
+                counts[(t - shift) % period] += 1
+            profile[row] = 100 * sums / np.maximum(counts, 1)
+    return by_grid, by_position
+
+
+def _rms_spread(profiles):
+    """Root mean square deviation of the profiles from their mean over offsets (points)."""
+    return float(np.sqrt(np.mean((profiles - profiles.mean(axis=0)) ** 2)))
+
+
+def test_the_profiles_and_spreads_match_a_plain_loop():
+    rng = np.random.default_rng(5)
+    positions = rng.integers(40, 90, 120)
+    offsets = np.array([0, 2, 3])
+    outcomes = (rng.random((3, 120)) < 0.3 + 0.5 * ((positions - offsets[:, None]) % 4 == 1)).astype(float)
+    result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=20)
+    by_grid, by_position = _reference_profiles(positions, outcomes, offsets, 4)
+    assert result.by_grid == np.round(by_grid, 3).tolist()  # percent, to three decimals
+    assert result.by_position == np.round(by_position, 3).tolist()
+    assert result.grid_spread_points == pytest.approx(_rms_spread(by_grid), rel=1e-9)
+    assert result.position_spread_points == pytest.approx(_rms_spread(by_position), rel=1e-9)
+    assert result.offsets == [0, 2, 3] and result.period == 4 and result.n_shuffles == 20
+    assert result.to_dict()["by_grid"] == result.by_grid and "shuffled prompt by prompt" in result.method
+    empty_phase = grid_shift_test(np.array([8, 9, 10, 12]), np.ones((2, 4)), [0, 1], 4, n_shuffles=5)
+    assert empty_phase.by_position[0] == [100.0, 100.0, 100.0, 0.0]  # phase 3 has no prompt: 0, not a NaN
+
+
+def test_a_noise_free_grid_pattern_has_the_smallest_p_value_and_alpha_decides_at_it():
+    """Wrong exactly at grid phase 3: the grid profiles agree (spread 0), the position profiles are rotations of
+    [100, 100, 100, 0] (spread sqrt(1875) points), no shuffle aligns the pattern as well (p = 1 / 21); the pattern
+    moves with the grid at alpha above that p and not at alpha equal to it."""
+    positions = np.arange(100, 300)
+    offsets = np.arange(4)
+    outcomes = ((positions[None, :] - offsets[:, None]) % 4 != 3).astype(float)
+    grid = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=20, seed=1)
+    assert grid.by_grid == [[100.0, 100.0, 100.0, 0.0]] * 4
+    assert grid.by_position[1] == [0.0, 100.0, 100.0, 100.0]  # offset 1: grid phase 3 is position phase 0
+    assert grid.grid_spread_points == 0.0 and grid.position_spread_points == pytest.approx(np.sqrt(1875))
+    assert grid.p_value == pytest.approx(1 / 21) and grid.moves_with_grid
+    assert not grid_shift_test(positions, outcomes, offsets, 4, alpha=1 / 21, n_shuffles=20, seed=1).moves_with_grid
+    assert grid_shift_test(positions, outcomes, offsets, 4, alpha=1 / 21 + 1e-9, n_shuffles=20, seed=1).moves_with_grid
+    # a pattern of position alone: every shuffle gives the observed contrast, so p = 1, and it stays put
+    position = grid_shift_test(positions, np.tile(positions % 4 != 3, (4, 1)), offsets, 4, n_shuffles=20)
+    assert position.p_value == 1.0 and not position.moves_with_grid
+    assert position.grid_spread_points == pytest.approx(np.sqrt(1875)) and position.position_spread_points == 0.0
+    # a p below alpha is not enough: the grid profiles must also agree better than the position profiles
+    flat = grid_shift_test(positions, np.ones((4, 200)), offsets, 4, alpha=1.01, n_shuffles=20)
+    assert flat.p_value == 1.0 and not flat.moves_with_grid  # equal spreads (0 and 0): not the grid's
+
+
+def test_the_p_value_matches_a_plain_shuffle_loop():
+    """The null shuffles each prompt's outcomes across the offsets (never across prompts); the statistic is the
+    position profiles' spread minus the grid profiles' spread (points^2, profiles from the plain loop)."""
+    rng = np.random.default_rng(8)
+    positions = rng.integers(0, 40, 60)
+    offsets = np.array([0, 1, 3])
+    outcomes = (rng.random((3, 60)) < 0.5 + 0.2 * ((positions - offsets[:, None]) % 4 == 2)).astype(float)
+
+    def contrast(y):
+        by_grid, by_position = _reference_profiles(positions, y, offsets, 4)
+        return _rms_spread(by_position) ** 2 - _rms_spread(by_grid) ** 2
+
+    draws = np.random.default_rng(5)
+    shuffled = []
+    for _ in range(30):
+        order = np.argsort(draws.random(outcomes.shape), axis=0)
+        shuffled.append(contrast(np.array([[outcomes[order[o, n], n] for n in range(60)] for o in range(3)])))
+    expected = (1 + sum(t >= contrast(outcomes) - 1e-8 for t in shuffled)) / 31
+    result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30, seed=5)
+    assert result.p_value == pytest.approx(expected) and 1 / 31 < expected < 1
+    assert grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30) == grid_shift_test(
+        positions, outcomes, offsets, 4, n_shuffles=30, seed=0
+    )
+    # the default alpha is 0.05: a p above it does not move with the grid, whatever the spreads say
+    default = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30, seed=5)
+    assert default.grid_spread_points < default.position_spread_points and not default.moves_with_grid
+    assert grid_shift_test(positions, outcomes, offsets, 4, alpha=0.99, n_shuffles=30, seed=5).moves_with_grid
+    # offsets read from a file as floats are offsets all the same
+    floats = grid_shift_test(positions, outcomes, offsets.astype(float), 4, n_shuffles=30, seed=5)
+    assert floats == result
+
+
+def test_the_shuffles_are_seeded_and_counted():
+    rng = np.random.default_rng(2)
+    positions = rng.integers(0, 40, 60)
+    outcomes = (rng.random((4, 60)) < 0.5).astype(float)
+    first = grid_shift_test(positions, outcomes, np.arange(4), 4, n_shuffles=30, seed=7)
+    assert first == grid_shift_test(positions, outcomes, np.arange(4), 4, n_shuffles=30, seed=7)
+    assert 0 < first.p_value <= 1 and round(first.p_value * 31) == pytest.approx(first.p_value * 31)
+    others = {grid_shift_test(positions, outcomes, np.arange(4), 4, n_shuffles=30, seed=s).p_value for s in range(8)}
+    assert len(others) > 1  # the seed draws the shuffles
 
 
 class GridScorer:

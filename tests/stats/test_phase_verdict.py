@@ -531,3 +531,292 @@ def test_a_run_judges_with_the_minimum_effect_it_was_given(phasekv_dir):
     result = phasekv.probe(phasekv_dir, "lookup", n_records=8, n_demos=2, n_mappings=4, min_effect=42.0)
     assert result.phase_test["min_effect_points"] == 42.0
     assert "42 points" in result.phase_test["rule"]
+
+
+# ------------------------------------------------------------------ the verdict's record, piece by piece
+
+
+def _random_run(seed=0, n=600, period=8, drop=None, n_units=6):
+    """(units, positions, outcomes) of a synthetic run: 60% right, less at the phases in `drop` = {period: phase}."""
+    rng = np.random.default_rng(seed)
+    units, positions = rng.integers(0, n_units, n), 100 + rng.integers(0, 12 * period, n)
+    accuracy = np.full(n, 0.6)
+    for p, phase in (drop or {}).items():
+        accuracy = np.where(positions % p == phase, 0.05, accuracy)
+    return units, positions, (rng.random(n) < accuracy).astype(float)
+
+
+def _reference_trend(units, positions, outcomes, n_resamples, seed, confidence=0.95):
+    """Within-unit least-squares slope (a loop over units) and its percentile interval over resampled units."""
+    per_unit = {}
+    for u in np.unique(units):
+        t, y = positions[units == u].astype(float), outcomes[units == u]
+        per_unit[u] = (np.sum((t - t.mean()) * (y - y.mean())), np.sum((t - t.mean()) ** 2))
+    keys = sorted(per_unit)
+    slope = sum(per_unit[u][0] for u in keys) / sum(per_unit[u][1] for u in keys)
+    draws = np.random.default_rng(seed).integers(0, len(keys), size=(n_resamples, len(keys)))
+    boot = [sum(per_unit[keys[i]][0] for i in row) / sum(per_unit[keys[i]][1] for i in row) for row in draws]
+    tail = (1 - confidence) / 2
+    return 1e4 * slope, [1e4 * v for v in np.quantile(boot, [tail, 1 - tail])]
+
+
+def test_the_position_trend_matches_a_loop_over_units():
+    from phasekv.stats.verdict import position_trend
+
+    rng = np.random.default_rng(4)
+    units, positions = rng.integers(0, 5, 400), rng.integers(20, 220, 400)
+    outcomes = (rng.random(400) < 0.9 - 0.003 * positions + 0.1 * units).astype(float)
+    trend = position_trend(units, positions, outcomes, n_resamples=60, seed=3, confidence=0.9)
+    slope, ci = _reference_trend(units, positions, outcomes, 60, 3, 0.9)
+    assert trend.slope_points_per_100_tokens == pytest.approx(slope, rel=1e-9) and slope < -10
+    assert trend.ci == pytest.approx(ci, rel=1e-9)
+    assert (trend.confidence, trend.n_resamples) == (0.9, 60)
+    assert (trend.first_position, trend.last_position) == (int(positions.min()), int(positions.max()))
+    assert position_trend(units, positions, outcomes) == position_trend(units, positions, outcomes, 2000, 0, 0.95)
+    flat = position_trend([0, 0, 1, 1], [5, 5, 9, 9], [1.0, 0.0, 1.0, 1.0], n_resamples=10)
+    assert flat.slope_points_per_100_tokens == 0.0  # no spread of position within any unit: no slope
+    assert np.isnan(flat.ci).all()
+    with pytest.raises(ValueError, match="confidence"):
+        position_trend([0, 1], [1, 2], [0.0, 1.0], confidence=1.0)
+
+
+def test_the_verdict_record_carries_its_test_rule_and_trend():
+    from phasekv.stats.verdict import position_trend, rule_text
+
+    units, positions, outcomes = _random_run(1, drop={8: 3})
+    verdict = phase_verdict(units, positions, outcomes, 8, alpha=0.01, seed=2, n_resamples=80, chance=0.1)
+    test = PhaseDesign(units, positions, 8).test(outcomes, 2, 80)
+    assert verdict.verdict == PHASE_SENSITIVE and verdict.test == test
+    assert (verdict.period, verdict.alpha, verdict.min_effect_points, verdict.chance) == (8, 0.01, 5.0, 0.1)
+    assert verdict.p_value == test.p_value and verdict.effect_points == test.amplitude_points
+    assert verdict.effect_ci == test.amplitude_ci and verdict.mde is None and verdict.note == ""
+    assert [p.period for p in verdict.placebo] == [7, 9] and all(p.n_bootstrap == 0 for p in verdict.placebo)
+    assert verdict.placebo[0] == PhaseDesign(units, positions, 7).test(outcomes, 2, 0)
+    assert verdict.trend == position_trend(units, positions, outcomes, 80, 2)
+    assert verdict.rule == rule_text(0.01, 5.0, 0.1)
+    assert verdict.to_dict()["test"]["p_value"] == test.p_value and verdict.method == test.method
+    assert phase_verdict(units, positions, outcomes, 8, n_resamples=20).chance is None
+
+
+def test_the_rule_reads_as_it_decides():
+    from phasekv.stats.verdict import rule_text
+
+    assert rule_text(0.05, 5.0, None) == (
+        "phase-sensitive when the phase test rejects at 0.05 and the phase amplitude's lower bound is at least 5 points"
+    )
+    assert rule_text(0.01, 2.5, 0.125) == (
+        "phase-sensitive when the phase test rejects at 0.01 and the phase amplitude's lower bound is at least "
+        "2.5 points; not judged when the mean's interval reaches chance (12.5%)"
+    )
+    assert below_min_effect(5.0) == "phase effect below 5 points" and below_min_effect(2.5).endswith("2.5 points")
+    assert (PHASE_SENSITIVE, NO_EFFECT, NOT_TESTABLE, AT_CHANCE) == (
+        "phase-sensitive",
+        "no phase effect detected",
+        "not testable",
+        "not judged: at chance",
+    )
+
+
+def test_a_placebo_period_that_also_rejects_is_named_in_the_note():
+    units, positions, outcomes = _random_run(2, n=900, drop={8: 3, 7: 2})
+    verdict = phase_verdict(units, positions, outcomes, 8, n_resamples=60)
+    assert verdict.verdict == PHASE_SENSITIVE and verdict.placebo[0].p_value < 0.05
+    assert verdict.note == (
+        "placebo period(s) [7] also reject at 0.05: the position effect may not be specific to the stride 8; "
+        "read the trend and the accuracy-by-position plot"
+    )
+    # the same placebo rejections on a verdict that is not phase-sensitive leave the test's own note alone
+    judged_below = phase_verdict(units, positions, outcomes, 8, n_resamples=60, min_effect=100.0)
+    assert judged_below.verdict == below_min_effect(100.0) and judged_below.note == ""
+    # and a placebo that does not reject at a stricter alpha is not named
+    assert verdict.placebo[0].p_value > 1e-300
+    strict = phase_verdict(units, positions, outcomes, 8, n_resamples=60, alpha=verdict.placebo[0].p_value)
+    assert "[7]" not in strict.note
+
+
+def test_the_minimum_detectable_effect_is_simulated_only_when_asked_and_testable(monkeypatch):
+    import phasekv.stats.verdict as verdict_module
+
+    calls = []
+
+    def recorded(design, base, alpha, min_effect, seed):
+        calls.append((design, base, alpha, min_effect, seed))
+        return {"points": 12.5}
+
+    monkeypatch.setattr(verdict_module, "minimum_detectable_effect", recorded)
+    units, positions, outcomes = _random_run(3, n=300, period=4)
+    asked = phase_verdict(units, positions, outcomes, 4, alpha=0.02, n_resamples=10, seed=5, mde=True, min_effect=7.0)
+    assert asked.mde == {"points": 12.5} and len(calls) == 1
+    design, base, *rest = calls[0]
+    assert rest == [0.02, 7.0, 5] and design.period == 4 and design.n_prompts == 300
+    assert base == pytest.approx(PhaseDesign(units, positions, 4).null_cells(outcomes))  # the run's phase-free fit
+    assert phase_verdict(units, positions, outcomes, 4, n_resamples=10).mde is None and len(calls) == 1
+    narrow = phase_verdict([0, 0, 1, 1], [3, 4, 5, 6], [1.0, 0.0, 1.0, 0.0], 4, n_resamples=10, mde=True)
+    assert narrow.verdict == NOT_TESTABLE and narrow.mde is None and len(calls) == 1
+
+
+def test_the_verdict_refuses_bad_parameters_and_takes_their_edges():
+    run = ([0, 0, 1, 1], [1, 2, 3, 4], [1.0, 0.0, 1.0, 0.0])
+    for alpha in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^alpha must be in \(0, 1\), got {alpha}$"):
+            phase_verdict(*run, 2, alpha=alpha)
+    with pytest.raises(ValueError, match=r"^the phase test needs a stride >= 2, got 1$"):
+        phase_verdict(*run, 1)
+    for floor in (-0.5, 100.5):
+        with pytest.raises(
+            ValueError, match=rf"^min_effect is in accuracy points: it must be in \[0, 100\], got {floor}$"
+        ):
+            phase_verdict(*run, 2, min_effect=floor)
+    for chance in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=rf"^chance is an accuracy in \[0, 1\), got {chance}$"):
+            phase_verdict(*run, 2, chance=chance)
+    for edges in (dict(min_effect=0.0, chance=0.0), dict(min_effect=100.0), dict(alpha=0.999)):
+        assert phase_verdict(*run, 2, n_resamples=10, **edges).period == 2  # the edges are allowed
+
+
+# ------------------------------------------------------------------ power, piece by piece
+
+
+def _reference_detections(design, base, drop_points, alpha, n_simulations, n_resamples, seed):
+    """Per simulated run (a loop): (rejected, lower bound of the amplitude in points or None), with the random
+    draws taken in the order `detection_rate` takes them."""
+    from phasekv.stats.phase_test import amplitude, basic_interval
+
+    rng = np.random.default_rng(seed)
+    phases = rng.integers(0, design.period, n_simulations)
+    probability = np.empty((n_simulations, base.size))
+    for i, phase in enumerate(phases):
+        for c, position in enumerate(design.cell_position):
+            drop = drop_points / 100 if position % design.period == phase else 0.0
+            probability[i, c] = min(max(base[c] - drop, 0.0), 1.0)
+    sums = rng.binomial(design.cell_count.astype(int)[None, :], probability).astype(float)
+    runs = []
+    for row in sums:
+        result = design.evaluate(row[None])
+        if result["p_value"][0] >= alpha:
+            runs.append((False, None))
+            continue
+        draws, _ = design.bootstrap(row[None], n_resamples, seed)
+        observed = amplitude(result["profile"], result["mean"])[0]
+        runs.append((True, 100 * basic_interval(observed, draws[0], 0.95)[0]))
+    return runs
+
+
+def test_the_detection_rate_is_the_share_of_simulated_runs_the_whole_rule_calls():
+    from phasekv.stats.power import detection_rate
+
+    units, positions, _ = _random_run(6, n=400, period=4)
+    design = PhaseDesign(units, positions, 4)
+    base = np.linspace(0.55, 0.95, design.cell_count.size)
+    runs = _reference_detections(design, base, 15.0, 0.05, 16, 40, 9)
+    lowers = sorted(low for rejected, low in runs if rejected)
+    # some runs rejected, some not; one lower bound clipped to exactly 0, which a floor of 0 still counts
+    assert 0 < len(lowers) < 16 and lowers[0] == 0.0 < lowers[1]
+    for floor in (0.0, (lowers[2] + lowers[3]) / 2, lowers[-1] + 0.01):
+        expected = sum(rejected and low >= floor for rejected, low in runs) / 16
+        assert detection_rate(design, base, 15.0, 0.05, floor, 16, 40, 9) == expected
+    assert detection_rate(design, base, 15.0, 0.05, lowers[-1] + 0.01, 16, 40, 9) == 0.0
+    assert detection_rate(design, base, 15.0, 1e-300, 0.0, 16, 40, 9) == 0.0  # nothing rejects: nothing found
+    assert detection_rate(design, base, 15.0, 0.05, 0.0, 16, 40) == detection_rate(
+        design, base, 15.0, 0.05, 0.0, 16, 40, 0
+    )
+    # a drop larger than the accuracy leaves the phase at 0%, not at a negative probability
+    assert detection_rate(design, base, 100.0, 0.05, 0.0, 4, 10) == 1.0
+
+
+def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatch):
+    import phasekv.stats.power as power
+
+    asked = []
+
+    def fake_rate(given_design, given_base, points, alpha, min_effect, n_simulations, seed):
+        asked.append(points)
+        assert given_design is design and given_base is base
+        assert (alpha, min_effect, n_simulations, seed) == (0.01, 6.0, 50, 4)
+        return 0.8 if points >= 12.3 else 0.79  # the power is reached exactly at 12.3 points and above
+
+    monkeypatch.setattr(power, "detection_rate", fake_rate)
+    units, positions, _ = _random_run(7, n=100, period=4)
+    twice = np.arange(200) // 2  # every prompt twice: 100 distinct
+    design = PhaseDesign(units[twice], positions[twice], 4, prompt_ids=twice)
+    base = np.linspace(0.5, 0.9, design.cell_count.size)
+    record = power.minimum_detectable_effect(design, base, 0.01, 6.0, n_simulations=50, seed=4, basis="assumed")
+    # grid 2 .. 15 (15 found, 10 missed), then 12.5 found, 11.2 missed, 11.8 missed
+    assert asked == [2, 3, 5, 7, 10, 15, 12.5, 11.2, 11.8] and record["points"] == 12.5
+    assert record["detection_rates"] == {
+        "2": 0.79, "3": 0.79, "5": 0.79, "7": 0.79, "10": 0.79, "11.2": 0.79, "11.8": 0.79, "12.5": 0.8, "15": 0.8,
+    }  # fmt: skip
+    assert {k: record[k] for k in ("power", "alpha", "min_effect_points", "simulations", "seed", "base")} == {
+        "power": 0.8, "alpha": 0.01, "min_effect_points": 6.0, "simulations": 50, "seed": 4, "base": "assumed",
+    }  # fmt: skip
+    assert record["distinct_prompts"] == 100 and record["cells"] == design.cell_count.size
+    assert record["mean_base_accuracy"] == pytest.approx(np.sum(base * design.cell_count) / design.cell_count.sum())
+    assert record["what"].startswith("drop at one phase")
+    asked.clear()
+    monkeypatch.setattr(power, "detection_rate", lambda *a, **k: asked.append(a[2]) or (1.0 if a[2] >= 2 else 0.0))
+    first = power.minimum_detectable_effect(design, base, 0.01, 6.0)
+    assert first["points"] == 2 and first["seed"] == 0  # found at the first grid point; the default seed
+    # found at the first grid point, the bisection starts from 0: 1.0, 1.5 and 1.8 are missed, so 2 stands
+    assert asked == [2, 1.0, 1.5, 1.8]
+    monkeypatch.setattr(power, "detection_rate", lambda *a, **k: 0.5)
+    never = power.minimum_detectable_effect(design, base, 0.05, 5.0)
+    assert never["points"] is None and len(never["detection_rates"]) == len(power.GRID_POINTS)
+    assert (never["base"], never["power"], never["simulations"]) == ("the run's unit effects and smooth part", 0.8, 200)
+
+
+# ------------------------------------------------------------------ the effect size's bootstrap, against a loop
+
+
+def _reference_bootstrap(units, positions, outcomes, period, n_resamples, seed):
+    """(amplitudes [R], means [R]) by rebuilding the design from each resample's prompts: units drawn with
+    replacement, a unit drawn twice entered twice under new names, the phase profile read off `evaluate`."""
+    from phasekv.stats.phase_test import amplitude
+
+    names = np.unique(units)
+    draws = np.random.default_rng(seed).integers(0, names.size, size=(n_resamples, names.size))
+    amplitudes, means = [], []
+    for row in draws:
+        rows = [np.flatnonzero(units == names[i]) for i in row]
+        relabelled = np.concatenate([np.full(r.size, j) for j, r in enumerate(rows)])
+        take = np.concatenate(rows)
+        design = PhaseDesign(relabelled, positions[take], period)
+        result = design.evaluate(design.cell_sums(outcomes[take])[None])
+        amplitudes.append(amplitude(result["profile"], result["mean"])[0])
+        means.append(outcomes[take].mean())
+    return np.array(amplitudes), np.array(means)
+
+
+def test_the_amplitude_interval_matches_a_bootstrap_that_rebuilds_each_resample():
+    from phasekv.stats.phase_test import basic_interval
+
+    units, positions, outcomes = _random_run(8, n=240, period=4, drop={4: 1}, n_units=4)
+    for u in range(4):  # every unit spans the whole range, so every resample keeps the design's smooth basis
+        positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
+    design = PhaseDesign(units, positions, 4)
+    amplitudes, means = design.bootstrap(design.cell_sums(outcomes)[None], 12, seed=6)
+    expected_amplitudes, expected_means = _reference_bootstrap(units, positions, outcomes, 4, 12, 6)
+    assert amplitudes[0] == pytest.approx(expected_amplitudes, rel=1e-7)
+    assert means[0] == pytest.approx(expected_means, rel=1e-12)
+    test = design.test(outcomes, seed=6, n_resamples=12, confidence=0.8)
+    observed = test.amplitude_points / 100
+    assert test.amplitude_ci == pytest.approx([100 * v for v in basic_interval(observed, expected_amplitudes, 0.8)])
+    assert test.mean_ci == pytest.approx(list(np.quantile(expected_means, [0.1, 0.9])))
+    assert (test.confidence, test.n_bootstrap, test.bootstrap) == (0.8, 12, "units")
+    assert test.mean == pytest.approx(outcomes.mean()) and test.amplitude_points > 50  # phase 1 at 5%, the rest 60%
+    assert np.argmin(test.phase_accuracy_points) == 1 and test.phase_accuracy_points[1] < 20
+    unbootstrapped = design.test(outcomes, n_resamples=0)
+    assert unbootstrapped.amplitude_ci is None and unbootstrapped.mean_ci is None
+
+
+def test_one_unit_takes_a_parametric_bootstrap_of_its_cells():
+    from phasekv.stats.phase_test import amplitude
+
+    units, positions, outcomes = _random_run(9, n=200, period=4, drop={4: 2}, n_units=1)
+    design = PhaseDesign(units, positions, 4)
+    sums = design.cell_sums(outcomes)
+    amplitudes, means = design.bootstrap(sums[None], 10, seed=4)
+    draws = np.random.default_rng(4).binomial(design.cell_count.astype(int), sums / design.cell_count, (10, sums.size))
+    result = design.evaluate(draws.astype(float))
+    assert amplitudes[0] == pytest.approx(amplitude(result["profile"], result["mean"]), rel=1e-9)
+    assert means[0] == pytest.approx(draws.sum(axis=1) / design.cell_count.sum())
+    assert design.test(outcomes, n_resamples=10).bootstrap == "parametric (one unit)"

@@ -479,3 +479,113 @@ def test_residue_labels_are_checked():
     for args, message in refusals:
         with pytest.raises(ValueError, match=message):
             check_residues(*args)
+
+
+# ---------------------------------------------------------------- input checks and edges, word for word
+
+
+def test_wilson_names_the_bad_count_and_refuses_non_numbers():
+    with pytest.raises(ValueError, match=r"^successes must be whole numbers, got array\(1\.5\)$"):
+        wilson_interval(1.5, 4)
+    with pytest.raises(ValueError, match=r"^trials must be whole numbers, got array\(\[4\. , 4\.5\]\)$"):
+        wilson_interval(1, [4.0, 4.5])
+    with pytest.raises(ValueError, match=r"^successes must be whole numbers, got array\(\['a'\]"):
+        wilson_interval(["a"], [2])
+    with pytest.raises(
+        ValueError, match=r"^trials must be >= 1 for every interval \(an empty group has no interval\)$"
+    ):
+        wilson_interval([0, 0], [3, 0])
+    for k in (-1, 5):
+        with pytest.raises(ValueError, match=r"^successes must satisfy 0 <= successes <= trials$"):
+            wilson_interval(k, 4)
+    low, high = wilson_interval([1, 4], 4)  # broadcast; whole floats and ints alike
+    assert low.dtype == high.dtype == np.float64 and low.shape == (2,) and high[1] == 1.0
+    with pytest.raises(ValueError, match="confidence"):
+        wilson_interval(1, 4, confidence=1.0)
+
+
+def test_correctness_and_fraction_checks_word_for_word():
+    from phasekv.stats._checks import as_correctness, as_fractions
+
+    assert as_correctness([True, False], 1).tolist() == [1.0, 0.0]
+    assert as_correctness(np.array([[0, 1]]), 2).dtype == np.float64
+    binary = r"only 0/1 \(or booleans\)"
+    fractions = r"values in \[0, 1\] \(0/1, booleans or fractions\)"
+    refusals = [
+        (lambda: as_correctness([0, 1], 2), r"^correct must be 2-dimensional, got shape \(2,\)$"),
+        (lambda: as_correctness([], 1, "cells"), r"^cells is empty$"),
+        (lambda: as_correctness(["a"], 1), r"^correct must be boolean or 0/1 numbers, got dtype <U1$"),
+        (lambda: as_correctness([0, 2, 3], 1), rf"^correct must hold {binary}; found np\.float64\(2\.0\)$"),
+        (lambda: as_correctness([np.nan], 1, "y"), rf"^y must hold {binary}; found np\.float64\(nan\)$"),
+        (lambda: as_fractions([0.5, 1.5], 1), rf"^correct must hold {fractions}; found np\.float64\(1\.5\)$"),
+        (lambda: as_fractions([-0.5], 1, "cells"), rf"^cells must hold {fractions}; found np\.float64\(-0\.5\)$"),
+        (lambda: as_fractions(["a"], 1), r"^correct must be booleans or numbers in \[0, 1\], got dtype <U1$"),
+    ]  # fmt: skip
+    for call, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert as_fractions([0.0, 0.25, 1.0], 1).tolist() == [0.0, 0.25, 1.0]  # both ends of [0, 1] are in
+
+
+def test_shared_checks_at_their_edges():
+    from phasekv.stats._checks import check_confidence, check_stride, make_rng, whole_or_float
+
+    assert whole_or_float([2.0, 3 + 1e-10, 1e-9]) == [2, 3, 0] and isinstance(whole_or_float([2.0])[0], int)
+    assert whole_or_float([2.0, 2.5]) == [2.0, 2.5] and whole_or_float([1 + 1e-8]) == [1 + 1e-8]
+    assert whole_or_float([[1.0], [2.0]]) == [1, 2]
+    assert check_stride(1, 8) == 1 and check_stride(7.0, 8) == 7 and isinstance(check_stride(7.0, 8), int)
+    for stride in (0, 8, 1.5):
+        with pytest.raises(
+            ValueError, match=rf"^stride must be an integer with 1 <= stride < modulus \(8\), got {stride!r}$"
+        ):
+            check_stride(stride, 8)
+    assert check_confidence(0.5) == 0.5 and isinstance(check_confidence(np.float32(0.5)), float)
+    for confidence in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match=rf"^confidence must lie strictly between 0 and 1, got {confidence!r}$"):
+            check_confidence(confidence)
+    generator = np.random.default_rng(3)
+    assert make_rng(generator) is generator
+    assert make_rng(5).random() == np.random.default_rng(5).random()
+
+
+def test_chi_square_notes_its_small_tables_and_its_degenerate_ones_exactly():
+    from phasekv.stats.uniformity import CHI_SQUARE
+
+    approximate = "some expected cell counts are below 5: the chi-square p-value is approximate"
+    at_five = chi_square_uniformity([5, 5], [10, 10])  # every expected count exactly 5: not flagged
+    assert at_five.note == "" and at_five.method == CHI_SQUARE and at_five.df == 1
+    assert chi_square_uniformity([5, 6], [11, 11]).note == ""  # expected 5.5
+    below = chi_square_uniformity([4, 5], [10, 9])  # expected successes 4.74
+    reference = chi2_contingency([[4, 6], [5, 4]], correction=False)
+    assert below.note == approximate and below.statistic == pytest.approx(reference.statistic)
+    assert below.p_value == pytest.approx(reference.pvalue) and below.df == 1
+    for successes, word in (([0, 0, 0], "wrong"), ([3, 3, 3], "correct")):
+        flat = chi_square_uniformity(successes, [3, 3, 3])
+        assert (flat.method, flat.statistic, flat.p_value, flat.df) == (CHI_SQUARE, 0.0, 1.0, 2)
+        assert flat.note == f"every prompt {word}: no variation to test, p = 1"
+
+
+def test_permutation_test_records_its_draws_and_refuses_bad_counts(monkeypatch):
+    import phasekv.stats.uniformity as uniformity
+
+    rng = np.random.default_rng(11)
+    x = (rng.random((30, 4)) < np.array([0.3, 0.5, 0.6, 0.8])).astype(float)
+    whole = permutation_uniformity(x, n_permutations=40, seed=3)
+    assert (whole.method, whole.n_permutations, whole.seed, whole.df, whole.note) == (
+        uniformity.PERMUTATION, 40, 3, None, ""
+    )  # fmt: skip
+    assert whole.p_value * 41 == pytest.approx(round(whole.p_value * 41))
+    monkeypatch.setattr(uniformity, "_CHUNK_ELEMENTS", 3 * x.size)  # three permutations per chunk
+    assert permutation_uniformity(x, n_permutations=40, seed=3) == whole  # chunks draw the same permutations
+    monkeypatch.undo()
+    assert permutation_uniformity(x, n_permutations=40, seed=np.random.default_rng(3)).seed is None
+    # one varying mapping at two residues: every permutation gives the observed statistic, so p = 1 exactly
+    tie = permutation_uniformity(np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]), n_permutations=20)
+    assert tie.p_value == 1.0 and tie.note == "" and tie.statistic > 0
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match=rf"^n_permutations must be a positive integer, got {bad!r}$"):
+            permutation_uniformity(x, n_permutations=bad)
+    assert permutation_uniformity(x, n_permutations=1, seed=0).n_permutations == 1
+    same = permutation_uniformity(np.ones((4, 3)) * [[1.0], [0.0], [1.0], [0.0]], n_permutations=9, seed=2)
+    assert same.note == "every mapping has the same accuracy at every residue: no variation within mappings, p = 1"
+    assert (same.p_value, same.n_permutations, same.seed) == (1.0, 9, 2)
