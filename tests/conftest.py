@@ -1,7 +1,19 @@
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
+
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests measured as slow (tests/slow_tests.txt) `slow`, so `-m "not slow"` is the fast tier."""
+    listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and line[0] != "#"}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
+
 
 torch.set_num_threads(1)
 
