@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
@@ -15,7 +14,6 @@ from conftest import needs_dsv4, save_with_tokenizer, tiny_dsv4, tiny_qwen3
 from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
 from phasekv.analysis.models import HFView, PhaseKVView, view
 from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
-from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle import figure as cycle_figure
@@ -278,10 +276,8 @@ def test_cycle_statistics_of_an_exactly_moved_pattern():
 
 @pytest.fixture(scope="module")
 def app():
-    app = typer.Typer()
-    app.command("knockout")(knockout_command)
-    app.command("gates")(gates_command)
-    app.command("cycle")(cycle_command)
+    from phasekv.cli import app  # the `phasekv` command itself, with every subcommand mounted
+
     return app
 
 

@@ -8,15 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
 from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
 from conftest import save_with_tokenizer, tiny_qwen3
 from phasekv import planning
 from phasekv.analysis.probe_prompts import calibration_options, lookup_prompts, unique_ids
-from phasekv.cli.analyses import cycle_command, gates_command, knockout_command
-from phasekv.cli.theory import app as theory_app
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.planning import DryRunDone, Planner, Stage, WorkPlan
 from phasekv.scoring import HFScorer, PhaseKVScorer, load_scorer
@@ -147,11 +144,8 @@ def test_the_theory_plans_count_their_steps_and_evaluations():
 
 @pytest.fixture(scope="module")
 def app():
-    app = typer.Typer()
-    app.command("knockout")(knockout_command)
-    app.command("gates")(gates_command)
-    app.command("cycle")(cycle_command)
-    app.add_typer(theory_app, name="theory")
+    from phasekv.cli import app  # the `phasekv` command itself, with every subcommand mounted
+
     return app
 
 
