@@ -26,7 +26,7 @@ from phasekv.studies.knockout import figure as knockout_figure
 from phasekv.studies.knockout import run as knockout_run
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits_reference
 from phasekv.studies.knockout.figure import plot_knockout
-from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
+from phasekv.studies.knockout.layers import final_attention_means, knocked_final_logits
 from phasekv.studies.knockout.options import KnockoutOptions
 from phasekv.studies.knockout.run import run_knockout
 from phasekv.tasks.lookup import LookupOptions
@@ -165,11 +165,11 @@ def test_whole_layer_knockout_with_its_own_mean_is_the_identity(kind):
     ids, other = torch.randint(5, V, (1, 24), generator=gen), torch.randint(5, V, (3, 24), generator=gen)
     own = final_attention_means(model, [ids], n_query=2)
     assert own.shape[:2] == (2, 2)
-    clean, knocked = layer_knockout_logits(model, ids, own)
+    clean = knocked_final_logits(model, ids, own, None)
     for layer in (0, 1):
-        torch.testing.assert_close(knocked[layer], clean, rtol=1e-5, atol=1e-5)
-    clean, knocked = layer_knockout_logits(model, ids, final_attention_means(model, [other], n_query=2))
-    assert all((knocked[layer] - clean).abs().max() > 1e-4 for layer in (0, 1))
+        torch.testing.assert_close(knocked_final_logits(model, ids, own, layer), clean, rtol=1e-5, atol=1e-5)
+    others = final_attention_means(model, [other], n_query=2)
+    assert all((knocked_final_logits(model, ids, others, layer) - clean).abs().max() > 1e-4 for layer in (0, 1))
 
 
 def test_gate_metrics_of_planted_gate_biases(tmp_path):
@@ -335,3 +335,31 @@ def test_model_views_answer_the_same_questions_for_phasekv_and_hf_models():
             assert seen.final_logits(ids).shape == (2, 50)
     assert view(ours).head_knockouts and view(ours).gate_cycling
     assert not view(hf).head_knockouts and not view(hf).gate_cycling and view(hf).topk_hits([]) == []
+
+
+class _NoKeepLM(torch.nn.Module):
+    """An HF-style causal LM whose forward takes no `logits_to_keep` (it always returns every position)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, use_cache=False):
+        return self.inner(input_ids=input_ids, use_cache=use_cache)
+
+
+def test_final_logits_equal_the_full_forward_and_own_only_their_row():
+    # A whole-layer knockout keeps one final-logit tensor per layer: each must not pin the [B, T, V] logits it was
+    # sliced from (SmolLM2: 30 layers x 16 x 400 x 49,152 floats ran a 24 GB machine out of memory).
+    ours, hf = PhaseKVModel(preset_config("w8s8-1kv", vocab_size=50)), tiny_qwen3(50)
+    ids = torch.randint(0, 50, (3, 40))
+    with torch.no_grad():
+        full = {
+            "ours": ours(ids)[:, -1],
+            "hf": hf(input_ids=ids, use_cache=False).logits[:, -1],
+        }
+        for name, model in (("ours", ours), ("hf", hf), ("hf", _NoKeepLM(hf))):
+            logits = view(model).final_logits(ids)
+            assert logits.shape == (3, 50)
+            assert logits.untyped_storage().nbytes() == 3 * 50 * logits.element_size(), type(model).__name__
+            torch.testing.assert_close(logits, full[name], rtol=1e-5, atol=1e-5)

@@ -2,6 +2,7 @@
 compute, `--dry-run` on knockout, gates, cycle and theory (the plan, a projection, no file), and results written
 to a default path when no `--out` is given."""
 
+import io
 import json
 import math
 from pathlib import Path
@@ -19,6 +20,7 @@ from phasekv.planning import DryRunDone, Planner, Stage, WorkPlan
 from phasekv.scoring import HFScorer, PhaseKVScorer, load_scorer
 from phasekv.studies.cycle.run import run_cycle
 from phasekv.studies.gates.run import run_gates
+from phasekv.studies.knockout import run as knockout_run
 from phasekv.studies.knockout.options import KnockoutOptions
 from phasekv.studies.knockout.run import run_knockout
 from phasekv.tasks.lookup import LookupOptions
@@ -111,7 +113,22 @@ def test_the_knockout_plan_counts_its_calibration_and_knockout_batches():
     assert heads.plan.counts["KV heads"] == 2 and heads.plan.stage("knockout").steps > 1
     hf = HFScorer(tiny_qwen3(V), TOKENIZER, batch_size=16)
     options = KnockoutOptions(mode="layers", calibration_mappings=2, batch_size=16)
-    assert planned_and_done(lambda p: run_knockout(hf, LOOKUP, options, p)).plan.counts["layers"] == 2
+    layers = planned_and_done(lambda p: run_knockout(hf, LOOKUP, options, p)).plan
+    batches = -(-layers.counts["distinct"] // 16)
+    assert layers.counts["layers"] == 2 and layers.stage("knockout").steps == batches * (1 + 2)
+
+
+def test_a_layers_knockout_dry_run_times_single_forward_passes(monkeypatch):
+    # On a large model one batch is 1 + layers full passes (SmolLM2: 31, about 5 minutes on a CPU core): the dry run
+    # must stop after two passes, not two batches.
+    hf = HFScorer(tiny_qwen3(V), TOKENIZER, batch_size=16)
+    calls = []
+    real = knockout_run.knocked_final_logits
+    monkeypatch.setattr(knockout_run, "knocked_final_logits", lambda *a: calls.append(a[3]) or real(*a))
+    options = KnockoutOptions(mode="layers", calibration_mappings=2, batch_size=16)
+    with pytest.raises(DryRunDone) as done:
+        run_knockout(hf, LOOKUP, options, Planner(dry_run=True, file=io.StringIO()))
+    assert calls == [None, 0] and "knockout" in done.value.rates
 
 
 def test_the_gates_plan_adds_the_top_k_pass_of_models_with_an_indexer():

@@ -9,6 +9,7 @@ gate metric rows, the lightning indexer's top-k hits, and which analyses the mod
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 
@@ -61,7 +62,7 @@ class PhaseKVView(ModelView):
         return [layer.hook_attn_out for layer in self.model.layers]
 
     def final_logits(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(ids)[:, -1]
+        return self.model(ids)[:, -1].clone()  # a slice would keep all [B, T, V] logits alive
 
     def gate_rows(self, batches: Iterable[torch.Tensor]) -> list[dict]:
         return gate_metrics(self.model, batches)
@@ -89,7 +90,11 @@ class HFView(ModelView):
         return sites
 
     def final_logits(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=ids, use_cache=False).logits[:, -1]
+        # Only the last position reaches the LM head where the model allows it; either way the result owns its
+        # memory: a slice of [B, T, V] logits would keep them all alive (a knockout holds one per layer).
+        if "logits_to_keep" in inspect.signature(self.model.forward).parameters:
+            return self.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[:, -1].clone()
+        return self.model(input_ids=ids, use_cache=False).logits[:, -1].clone()
 
     def gate_rows(self, batches: Iterable[torch.Tensor]) -> list[dict]:
         return hf_gate_metrics(self.model, batches)

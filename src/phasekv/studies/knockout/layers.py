@@ -76,19 +76,14 @@ def _replace(means: torch.Tensor, layer: int):
     return replace
 
 
-@torch.no_grad()
-def layer_knockout_logits(
-    model: nn.Module, ids: torch.Tensor, means: torch.Tensor, layers: list[int] | None = None
-) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """ids [B, T] prompts of one length, means [layers, n_query, d] ->
-    (clean final logits [B, V], {layer: final logits [B, V] with that layer knocked out}).
+def knocked_final_logits(model: nn.Module, ids: torch.Tensor, means: torch.Tensor, layer: int | None) -> torch.Tensor:
+    """ids [B, T] -> final logits [B, V] with `layer`'s attention output replaced by its mean (None: clean).
 
-    One full forward pass per layer: the replaced positions are the last ones, but HF models
-    offer no generic cache fork, so the prefix is recomputed."""
-    layers = list(range(means.shape[0])) if layers is None else layers
-    clean = view(model).final_logits(ids)
-    knocked = {}
-    for layer in layers:
+    One full forward pass: the replaced positions are the last ones, but HF models offer no generic cache
+    fork, so the prefix is recomputed."""
+    with torch.no_grad():  # not a decorator: mutmut leaves decorated functions unmutated
+        if layer is None:
+            return view(model).final_logits(ids)
         with _on_sites(model, {layer: _replace(means, layer)}):
-            knocked[layer] = view(model).final_logits(ids)
-    return clean, knocked
+            return view(model).final_logits(ids)
+

@@ -36,7 +36,7 @@ from phasekv.evaluate.record import RunClock
 from phasekv.evaluate.stride import resolve_stride
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
-from phasekv.studies.knockout.layers import final_attention_means, layer_knockout_logits
+from phasekv.studies.knockout.layers import final_attention_means, knocked_final_logits
 from phasekv.tasks.lookup import LookupOptions
 
 from .options import MODES, KnockoutOptions
@@ -59,19 +59,26 @@ def knockout_predictions(
     scorer, ids: torch.Tensor, means: torch.Tensor, options: KnockoutOptions, progress: bool | Planner = False
 ) -> tuple[torch.Tensor, dict[tuple[int, int | None], torch.Tensor]]:
     """Top-1 tokens at the final position of ids [U, T]: clean [U] and {(layer, kv_head or None): [U]}
-    (`progress`: the planner whose "knockout" stage the batches are)."""
-    model = scorer.model
+    (`progress`: the planner whose "knockout" stage the steps are: batches in heads mode, forward passes in layers
+    mode, so that a dry run on a large model times one pass, not a batch's 1 + layers)."""
+    model, planner = scorer.model, as_planner(progress)
     clean_parts, knocked_parts = [], {}
-    for batch in as_planner(progress).steps("knockout", batches(ids, options.batch_size)):
-        batch = batch.to(scorer.device)
-        if options.mode == "heads":
-            clean, knocked = knockout_logits(model, batch, means)
-        else:
-            clean, knocked = layer_knockout_logits(model, batch, means)
-            knocked = {(layer, None): logits for layer, logits in knocked.items()}
-        clean_parts.append(clean.argmax(-1).cpu())
-        for key, logits in knocked.items():
-            knocked_parts.setdefault(key, []).append(logits.argmax(-1).cpu())
+    if options.mode == "heads":
+        for batch in planner.steps("knockout", batches(ids, options.batch_size)):
+            clean, knocked = knockout_logits(model, batch.to(scorer.device), means)
+            clean_parts.append(clean.argmax(-1).cpu())
+            for key, logits in knocked.items():
+                knocked_parts.setdefault(key, []).append(logits.argmax(-1).cpu())
+    else:
+        for batch in batches(ids, options.batch_size):
+            batch = batch.to(scorer.device)
+            for layer in (None, *range(means.shape[0])):
+                with planner.step("knockout"):
+                    top = knocked_final_logits(model, batch, means, layer).argmax(-1).cpu()
+                if layer is None:
+                    clean_parts.append(top)
+                else:
+                    knocked_parts.setdefault((layer, None), []).append(top)
     return torch.cat(clean_parts), {key: torch.cat(parts) for key, parts in knocked_parts.items()}
 
 
@@ -141,14 +148,24 @@ def knockout_plan(scorer, options: KnockoutOptions, n_prompts: int, ids: torch.T
     """What `run_knockout` computes: calibration passes, then per batch of distinct prompts the clean and every
     knocked-out final logits."""
     size, targets = options.batch_size, _targets(scorer, options)
-    per_batch = (
-        f"a prefill, then {1 + targets} one-token passes (clean and each KV head knocked out)"
-        if options.mode == "heads"
-        else f"{1 + targets} full forward passes (clean and each layer knocked out)"
-    )
+    n_batches = -(-ids.shape[0] // size)
+    if options.mode == "heads":
+        knockout = Stage(
+            "knockout",
+            n_batches,
+            f"batches of up to {size} prompts, each a prefill, then {1 + targets} one-token passes (clean and each "
+            "KV head knocked out)",
+        )
+    else:
+        knockout = Stage(
+            "knockout",
+            n_batches * (1 + targets),
+            f"full forward passes of up to {size} prompts ({n_batches} batches, each clean and with each of the "
+            f"{targets} layers knocked out)",
+        )
     stages = (
         Stage("calibration", -(-cal_ids.shape[0] // size), f"forward passes of up to {size} calibration prompts"),
-        Stage("knockout", -(-ids.shape[0] // size), f"batches of up to {size} prompts, each {per_batch}"),
+        knockout,
     )
     counts = {
         "prompts": n_prompts,
