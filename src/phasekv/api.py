@@ -104,9 +104,9 @@ def _needs(model, like, probe: str) -> None:
 
 
 def _unit_probe(model, probe: str, options: dict, run_options: dict, like, progress: bool):
-    from .evaluate import run_lookup, run_needle
     from .studies.probe.like import recorded
     from .studies.probe.result import ProbeResult
+    from .studies.probe.run import run_lookup, run_needle
 
     if like is not None:
         found = recorded(like, probe)

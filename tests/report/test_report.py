@@ -25,7 +25,7 @@ from phasekv.charts import vega
 from phasekv.charts.labels import head_label
 from phasekv.charts.vega import VEGALITE_VERSION, write_png
 from phasekv.cli.report import report_command
-from phasekv.evaluate import run_lookup, write_results
+from phasekv.evaluate import write_results
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.report import ReportInputError, build_report, load_results
 from phasekv.scoring import PhaseKVScorer
@@ -47,6 +47,7 @@ from phasekv.studies.knockout.options import KnockoutOptions
 from phasekv.studies.knockout.run import run_knockout
 from phasekv.studies.probe import figure as residues
 from phasekv.studies.probe.positions import position_bins
+from phasekv.studies.probe.run import run_lookup
 from phasekv.studies.theory import figure as theory
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer

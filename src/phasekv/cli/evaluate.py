@@ -165,9 +165,9 @@ def _prompt_set_scorer(
     when asked; None after a dry run, which prints the plan and the design's minimum detectable effect and
     loads only the tokenizer."""
     from phasekv.evaluate.press import question_tokens
-    from phasekv.evaluate.scored import plan_prompt_set
-    from phasekv.evaluate.units import planned_mde
     from phasekv.stats.format import format_mde
+    from phasekv.studies.probe.scored import plan_prompt_set
+    from phasekv.studies.probe.units import planned_mde
 
     dump = output["dump_prompts"]
     if output["dry_run"]:
@@ -293,7 +293,7 @@ NEEDLE = OptionGroup(  # the `NeedleOptions` fields `phasekv eval needle` sets
 
 def _lookup_probe():
     """(options class, prompt builder, runner, heading) of the lookup probe."""
-    from phasekv.evaluate.lookup import run_lookup
+    from phasekv.studies.probe.run import run_lookup
     from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 
     def heading(result: dict, options, target) -> str:
@@ -315,7 +315,7 @@ def _lookup_probe():
 
 def _needle_probe():
     """(options class, prompt builder, runner, heading) of the needle probe."""
-    from phasekv.evaluate.needle import run_needle
+    from phasekv.studies.probe.run import run_needle
     from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
     def heading(result: dict, options, target) -> str:

@@ -1,12 +1,7 @@
-"""Run a probe end to end: generate prompts, score them, summarise by residue, write JSON.
-
-`run_lookup` and `run_needle` take a scorer (`phasekv.scoring`) and return a JSON-serialisable result
-dict; `write_results` writes it atomically. Result format: `phasekv.studies.probe.result`. The flip probe
-is `phasekv.studies.flip`; the `phasekv eval` commands are `phasekv.cli.evaluate`.
+"""What the studies share to run: the results envelope and its atomic JSON writer (`write_results`), the stride
+of the period check, the flip pattern test. The lookup and needle probes run in `phasekv.studies.probe.run`.
 """
 
-from .lookup import run_lookup
-from .needle import run_needle
 from .pattern import PhasePattern, best_pattern, pattern_test
 from .record import SCHEMA, write_results
 from .stride import resolve_period, resolve_stride
@@ -18,7 +13,5 @@ __all__ = [
     "pattern_test",
     "resolve_period",
     "resolve_stride",
-    "run_lookup",
-    "run_needle",
     "write_results",
 ]

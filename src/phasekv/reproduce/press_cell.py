@@ -10,9 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from ..evaluate import run_lookup, run_needle, write_results
+from ..evaluate import write_results
 from ..evaluate.press import bind_question, question_tokens
 from ..scoring import load_scorer
+from ..studies.probe.run import run_lookup, run_needle
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
 
