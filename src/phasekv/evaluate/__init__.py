@@ -1,16 +1,12 @@
 """What the studies share to run: the results envelope and its atomic JSON writer (`write_results`), the stride
-of the period check, the flip pattern test. The lookup and needle probes run in `phasekv.studies.probe.run`.
+of the period check. The lookup and needle probes run in `phasekv.studies.probe.run`.
 """
 
-from .pattern import PhasePattern, best_pattern, pattern_test
 from .record import SCHEMA, write_results
 from .stride import resolve_period, resolve_stride
 
 __all__ = [
     "SCHEMA",
-    "PhasePattern",
-    "best_pattern",
-    "pattern_test",
     "resolve_period",
     "resolve_stride",
     "write_results",

@@ -10,9 +10,10 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli.evaluate import eval_app
-from phasekv.evaluate import SCHEMA, best_pattern, pattern_test, resolve_period, resolve_stride, write_results
+from phasekv.evaluate import SCHEMA, resolve_period, resolve_stride, write_results
 from phasekv.scoring import load_scorer
 from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.pattern import best_pattern, pattern_test
 from phasekv.studies.flip.result import format_flip
 from phasekv.studies.flip.run import run_flip
 from phasekv.studies.probe.run import run_lookup, run_needle
