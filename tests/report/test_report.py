@@ -25,9 +25,9 @@ from phasekv.charts import vega
 from phasekv.charts.labels import head_label
 from phasekv.charts.vega import VEGALITE_VERSION, write_png
 from phasekv.cli.report import report_command
-from phasekv.evaluate import write_results
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.report import ReportInputError, build_report, load_results
+from phasekv.results.record import write_results
 from phasekv.scoring import PhaseKVScorer
 from phasekv.stats.seeds import compare_seeds, seed_summary
 from phasekv.studies.cycle import figure as cycle

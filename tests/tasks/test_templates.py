@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from phasekv.evaluate.record import prompt_prefix
+from phasekv.results.record import prompt_prefix
 from phasekv.scoring import HFScorer
 from phasekv.studies.flip import prompts as flip
 from phasekv.studies.flip.options import FlipOptions

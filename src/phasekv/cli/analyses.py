@@ -70,7 +70,7 @@ def _check_out(output: dict) -> None:
 def _run(name: str, work, output: dict, text, plot) -> None:
     """Run `work(planner)` under its plan (`--dry-run`: the plan only), print `text(result)` and write the
     result as NAME.json and its figure `plot(result, path)` as NAME.png into --out."""
-    from phasekv.evaluate.record import write_results
+    from phasekv.results.record import write_results
 
     result = run_planned(work, output["dry_run"], output["quiet"])
     if result is None:

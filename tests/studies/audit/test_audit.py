@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import phasekv
 from phasekv.cli import app
-from phasekv.evaluate.record import prompt_prefix
+from phasekv.results.record import prompt_prefix
 from phasekv.stats.format import format_verdict
 from phasekv.studies.audit.options import AuditOptions, parse_duration
 from phasekv.studies.audit.result import AuditResult

@@ -10,8 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli.evaluate import eval_app
-from phasekv.evaluate import SCHEMA, resolve_period, resolve_stride, write_results
+from phasekv.results.record import SCHEMA, write_results
 from phasekv.scoring import load_scorer
+from phasekv.stats.stride import resolve_period, resolve_stride
 from phasekv.studies.flip.options import FlipOptions
 from phasekv.studies.flip.pattern import best_pattern, pattern_test
 from phasekv.studies.flip.result import format_flip

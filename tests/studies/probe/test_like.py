@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import phasekv
 from phasekv.cli import app
-from phasekv.evaluate import write_results
 from phasekv.reproduce.report import markdown_table, table_rows
+from phasekv.results.record import write_results
 from phasekv.scoring import load_scorer
 from phasekv.studies.probe.like import eval_command, recorded
 from phasekv.studies.probe.result import ProbeResult

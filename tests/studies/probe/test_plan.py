@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli.evaluate import eval_app
-from phasekv.evaluate.record import dump_prompts, prompt_prefix, results_json
+from phasekv.results.record import dump_prompts, prompt_prefix, results_json
 from phasekv.scoring import load_scorer, score_answers
 from phasekv.serve import EndpointScorer
 from phasekv.stats import wilson_interval

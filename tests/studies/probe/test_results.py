@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from phasekv.evaluate import write_results
 from phasekv.results import ResultFileError
+from phasekv.results.record import write_results
 from phasekv.scoring import load_scorer
 from phasekv.studies.probe.result import ProbeResult, learned
 from phasekv.studies.probe.run import run_lookup

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from phasekv.evaluate import write_results
-from phasekv.evaluate.press import bind_question, question_tokens
-from phasekv.evaluate.record import prompt_prefix
+from phasekv.results.record import prompt_prefix, write_results
 from phasekv.scoring import Scorer
+from phasekv.scoring.press_question import bind_question, question_tokens
 from phasekv.studies.probe.like import eval_command
 from phasekv.studies.probe.plan import format_seconds, scores_by_request
 from phasekv.studies.probe.result import ProbeResult

@@ -27,8 +27,8 @@ import numpy as np
 from phasekv.analysis.gate_metrics import gate_metrics
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
+from phasekv.results.record import RunClock
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
 from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set

@@ -29,9 +29,9 @@ import torch
 
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock, prompt_prefix
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.provenance import software_versions
+from phasekv.results.record import RunClock, prompt_prefix
 from phasekv.scoring import load_scorer
 from phasekv.studies.gates.snapshots import snapshot_rows
 from phasekv.tasks.lookup import LookupOptions

@@ -32,9 +32,9 @@ import torch
 from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.analysis.models import model_name, view
 from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock
-from phasekv.evaluate.stride import resolve_stride
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
+from phasekv.results.record import RunClock
+from phasekv.stats.stride import resolve_stride
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
 from phasekv.studies.knockout.layers import final_attention_means, knocked_final_logits
 from phasekv.tasks.lookup import LookupOptions

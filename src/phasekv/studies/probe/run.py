@@ -1,5 +1,5 @@
 """The residue probes end to end: `run_lookup` and `run_needle` take a scorer (`phasekv.scoring`) and return a
-JSON-serialisable result dict (format: `studies.probe.result`); `evaluate.record.write_results` writes it.
+JSON-serialisable result dict (format: `studies.probe.result`); `results.record.write_results` writes it.
 
 Lookup, with the mapping bootstrap. Aggregation. Each mapping i is placed `P` times in every residue group r (P =
 placements_per_mapping, chosen so that the groups' target-position moments are exact), giving a

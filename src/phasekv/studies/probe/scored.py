@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from phasekv.evaluate.record import RECORD_COLUMNS, prompt_records
+from phasekv.results.record import RECORD_COLUMNS, prompt_records
 from phasekv.scoring import Scorer, score_answers
 from phasekv.tasks import placement
 from phasekv.tasks.prompts import Prompt

@@ -9,12 +9,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-from phasekv.evaluate.record import RunClock, prompt_prefix
-from phasekv.evaluate.stride import resolve_stride
+from phasekv.results.record import RunClock, prompt_prefix
 from phasekv.scoring import Scorer
 from phasekv.stats import ResidueSummary, phase_verdict, summarize_mappings
 from phasekv.stats.phase_test import PhaseDesign
 from phasekv.stats.power import minimum_detectable_effect
+from phasekv.stats.stride import resolve_stride
 from phasekv.stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
