@@ -134,7 +134,7 @@ def _flip(model, options: dict, like, progress: bool):
 
 
 def _knockout(model, lookup: dict, options: dict, like, progress: bool):
-    from .analysis.design import ANALYSIS_LOOKUP
+    from .internals.design import ANALYSIS_LOOKUP
     from .studies.knockout.options import KnockoutOptions
     from .studies.knockout.result import KnockoutResult
     from .studies.knockout.run import check_options, run_knockout

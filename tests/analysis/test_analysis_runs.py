@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
 from conftest import needs_dsv4, save_with_tokenizer, tiny_dsv4, tiny_qwen3
-from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
-from phasekv.analysis.models import HFView, PhaseKVView, view
-from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.internals.hf_gates import collect_hf_gates, hf_gate_metrics
+from phasekv.internals.models import HFView, PhaseKVView, view
+from phasekv.internals.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle import figure as cycle_figure

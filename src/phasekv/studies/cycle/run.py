@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phasekv.analysis.gate_metrics import gate_metrics
-from phasekv.analysis.models import model_name, view
-from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
+from phasekv.internals.gate_metrics import gate_metrics
+from phasekv.internals.models import model_name, view
+from phasekv.internals.probe_prompts import lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.results.record import RunClock
 from phasekv.scoring import PhaseKVScorer

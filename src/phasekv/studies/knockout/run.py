@@ -29,9 +29,9 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from phasekv.analysis.design import ANALYSIS_LOOKUP
-from phasekv.analysis.models import model_name, view
-from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.internals.design import ANALYSIS_LOOKUP
+from phasekv.internals.models import model_name, view
+from phasekv.internals.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.results.record import RunClock
 from phasekv.stats.stride import resolve_stride
