@@ -114,7 +114,7 @@ def test_knockout_run_writes_the_map_and_equals_a_manual_knockout(monkeypatch, t
     monkeypatch.setattr(knockout_run, "lookup_prompts", planted_prompts)
     options = KnockoutOptions(calibration_mappings=2, batch_size=64)
     result = run_knockout(scorer, LOOKUP, options, progress=False)
-    assert KNOCKOUT_KEYS <= set(result) and result["schema"] == "phasekv.analysis.knockout/1"
+    assert KNOCKOUT_KEYS <= set(result) and result["schema"] == "phasekv.knockout/1"
     assert len(result["targets"]) == 2 * 8 and all(TARGET_KEYS == set(t) for t in result["targets"])
     assert result["clean"]["accuracy"] == pytest.approx(0.5) and result["stride"]["value"] == 8
     assert result["calibration"]["disjoint_from_eval"] and result["knockout_options"]["calibration_mappings"] == 2

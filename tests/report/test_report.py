@@ -197,6 +197,15 @@ def test_every_result_kind_is_typed_and_keeps_its_whole_content(results):
             assert result.typed.to_dict() == json.loads(json.dumps(result.data)), result.path
 
 
+def test_a_knockout_file_under_its_old_schema_id_is_still_a_knockout_map(results, tmp_path):
+    knock = _copy(results, tmp_path, "analysis/knockout.json") / "analysis" / "knockout.json"
+    data = json.loads(knock.read_text())
+    assert data["schema"] == "phasekv.knockout/1"
+    knock.write_text(json.dumps({**data, "schema": "phasekv.analysis.knockout/1"}))
+    (found,) = load_results(knock.parent).results["knockout"]
+    assert found.typed.targets and found.data["schema"] == "phasekv.analysis.knockout/1"
+
+
 def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path):
     subset = _copy(results, tmp_path, "results")
     path = subset / "results" / "w8s8-1kv.json"

@@ -10,7 +10,7 @@ Modes:
 Calibration prompts come from the lookup generator's calibration split (same design, own mappings)
 and are checked to share no prompt with the evaluation prompts.
 
-Result (JSON, `schema` "phasekv.analysis.knockout/1"): the evaluation envelope (model, scoring,
+Result (JSON, `schema` "phasekv.knockout/1"): the evaluation envelope (model, scoring,
 software, timing) plus `mode`, `options` (lookup options as generated), `knockout_options`,
 `calibration` {split, n_mappings, n_prompts, n_unique_prompts, disjoint_from_eval}, `seed`,
 `n_prompts`, `n_unique_prompts`, `modulus`, `stride` {value, source}, `clean` {accuracy,
@@ -41,7 +41,7 @@ from phasekv.tasks.lookup import LookupOptions
 
 from .options import MODES, KnockoutOptions
 
-SCHEMA = "phasekv.analysis.knockout/1"
+SCHEMA = "phasekv.knockout/1"
 
 
 def _accuracy_by(correct: np.ndarray, groups: np.ndarray, n: int) -> list[float]:
