@@ -30,10 +30,10 @@ import time
 
 import torch
 
-from phasekv.evaluate import run_lookup
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
 from phasekv.scoring.base import usable_cores
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
 

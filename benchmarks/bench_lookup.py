@@ -22,9 +22,9 @@ import time
 
 import torch
 
-from phasekv.evaluate import run_lookup
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions, make_lookup
 from phasekv.tasks.needle import NeedleOptions, make_needle
 from phasekv.tasks.tokenizer import build_word_tokenizer

@@ -11,9 +11,9 @@ import torch
 from typer.testing import CliRunner
 
 import phasekv
-from phasekv.analysis.models import view
-from phasekv.analysis.probe_prompts import unique_ids
 from phasekv.cli import app
+from phasekv.internals.models import view
+from phasekv.internals.probe_prompts import unique_ids
 from phasekv.model import PhaseKVModel
 from phasekv.model.presets import preset_config
 from phasekv.scoring import load_scorer

@@ -104,9 +104,9 @@ def _needs(model, like, probe: str) -> None:
 
 
 def _unit_probe(model, probe: str, options: dict, run_options: dict, like, progress: bool):
-    from .evaluate import run_lookup, run_needle
     from .studies.probe.like import recorded
     from .studies.probe.result import ProbeResult
+    from .studies.probe.run import run_lookup, run_needle
 
     if like is not None:
         found = recorded(like, probe)
@@ -134,7 +134,7 @@ def _flip(model, options: dict, like, progress: bool):
 
 
 def _knockout(model, lookup: dict, options: dict, like, progress: bool):
-    from .analysis.design import ANALYSIS_LOOKUP
+    from .internals.design import ANALYSIS_LOOKUP
     from .studies.knockout.options import KnockoutOptions
     from .studies.knockout.result import KnockoutResult
     from .studies.knockout.run import check_options, run_knockout

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from conftest import randomize
-from phasekv.analysis.gate_metrics import gate_metrics, head_metrics
+from phasekv.internals.gate_metrics import gate_metrics, head_metrics
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.studies.cycle.cycling import cycle_gates
 from phasekv.studies.knockout.ablation import (

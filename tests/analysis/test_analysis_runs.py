@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
 from conftest import needs_dsv4, save_with_tokenizer, tiny_dsv4, tiny_qwen3
-from phasekv.analysis.hf_gates import collect_hf_gates, hf_gate_metrics
-from phasekv.analysis.models import HFView, PhaseKVView, view
-from phasekv.analysis.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
+from phasekv.internals.hf_gates import collect_hf_gates, hf_gate_metrics
+from phasekv.internals.models import HFView, PhaseKVView, view
+from phasekv.internals.probe_prompts import calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle import figure as cycle_figure
@@ -114,7 +114,7 @@ def test_knockout_run_writes_the_map_and_equals_a_manual_knockout(monkeypatch, t
     monkeypatch.setattr(knockout_run, "lookup_prompts", planted_prompts)
     options = KnockoutOptions(calibration_mappings=2, batch_size=64)
     result = run_knockout(scorer, LOOKUP, options, progress=False)
-    assert KNOCKOUT_KEYS <= set(result) and result["schema"] == "phasekv.analysis.knockout/1"
+    assert KNOCKOUT_KEYS <= set(result) and result["schema"] == "phasekv.knockout/1"
     assert len(result["targets"]) == 2 * 8 and all(TARGET_KEYS == set(t) for t in result["targets"])
     assert result["clean"]["accuracy"] == pytest.approx(0.5) and result["stride"]["value"] == 8
     assert result["calibration"]["disjoint_from_eval"] and result["knockout_options"]["calibration_mappings"] == 2

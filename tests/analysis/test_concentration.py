@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from phasekv.analysis.concentration import (
+from phasekv.internals.concentration import (
     effective_numbers,
     effective_phases,
     per_window_effective_number,

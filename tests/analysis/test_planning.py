@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from analysis_helpers import SMALL, TOKENIZER, V, planted_model, random_model
 from conftest import save_with_tokenizer, tiny_qwen3
 from phasekv import planning
-from phasekv.analysis.probe_prompts import calibration_options, lookup_prompts, unique_ids
+from phasekv.internals.probe_prompts import calibration_options, lookup_prompts, unique_ids
 from phasekv.model import PhaseKVModel, preset_config
 from phasekv.planning import DryRunDone, Planner, Stage, WorkPlan
 from phasekv.scoring import HFScorer, PhaseKVScorer, load_scorer

@@ -204,8 +204,8 @@ def test_indexer_learns_from_its_kl_loss_only():
 
 
 def test_topk_hits_by_phase_counts_picks_that_cover_the_target():
-    from phasekv.analysis.topk import target_picked, topk_hits_by_phase
     from phasekv.hooks import hooks
+    from phasekv.internals.topk import target_picked, topk_hits_by_phase
     from phasekv.tasks.prompts import Prompt
 
     torch.manual_seed(10)

@@ -217,7 +217,7 @@ def test_sigmoid_gates_do_not_compete_for_weight():
 
 
 def test_sigmoid_gate_metrics_read_shares_of_the_window():
-    from phasekv.analysis.concentration import gate_shares
+    from phasekv.internals.concentration import gate_shares
 
     alpha = torch.tensor([[0.1, 0.1, 0.0, 0.2], [0.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(gate_shares(alpha, 1, "sigmoid"), torch.tensor([[0.25, 0.25, 0.0, 0.5], [0.0] * 4]))

@@ -25,9 +25,9 @@ from phasekv.charts import vega
 from phasekv.charts.labels import head_label
 from phasekv.charts.vega import VEGALITE_VERSION, write_png
 from phasekv.cli.report import report_command
-from phasekv.evaluate import run_lookup, write_results
 from phasekv.model import PhaseKVModel, preset_config, save_checkpoint
 from phasekv.report import ReportInputError, build_report, load_results
+from phasekv.results.record import write_results
 from phasekv.scoring import PhaseKVScorer
 from phasekv.stats.seeds import compare_seeds, seed_summary
 from phasekv.studies.cycle import figure as cycle
@@ -47,6 +47,7 @@ from phasekv.studies.knockout.options import KnockoutOptions
 from phasekv.studies.knockout.run import run_knockout
 from phasekv.studies.probe import figure as residues
 from phasekv.studies.probe.positions import position_bins
+from phasekv.studies.probe.run import run_lookup
 from phasekv.studies.theory import figure as theory
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer
@@ -194,6 +195,15 @@ def test_every_result_kind_is_typed_and_keeps_its_whole_content(results):
     for found in inputs.results.values():
         for result in found:
             assert result.typed.to_dict() == json.loads(json.dumps(result.data)), result.path
+
+
+def test_a_knockout_file_under_its_old_schema_id_is_still_a_knockout_map(results, tmp_path):
+    knock = _copy(results, tmp_path, "analysis/knockout.json") / "analysis" / "knockout.json"
+    data = json.loads(knock.read_text())
+    assert data["schema"] == "phasekv.knockout/1"
+    knock.write_text(json.dumps({**data, "schema": "phasekv.analysis.knockout/1"}))
+    (found,) = load_results(knock.parent).results["knockout"]
+    assert found.typed.targets and found.data["schema"] == "phasekv.analysis.knockout/1"
 
 
 def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path):

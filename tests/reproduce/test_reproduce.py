@@ -300,9 +300,9 @@ def test_third_round_lists_four_seeds_per_design_at_the_cpu_recipe_and_plans_the
 def test_a_third_round_result_reads_its_overlap_gates_and_renders_in_the_report(tmp_path):
     """designs3's comparison from fabricated per-run rows and final gate snapshots (no training), as
     `compare_designs` writes it, through the designs table and the report's designs section."""
-    from phasekv.evaluate import write_results
     from phasekv.model.presets import preset_config
     from phasekv.report import load_results
+    from phasekv.results.record import write_results
     from phasekv.studies.designs import figure as designs_figure
 
     profile = get_profile("designs3")

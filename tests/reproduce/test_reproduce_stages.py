@@ -7,7 +7,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from phasekv.evaluate.pattern import detect_period
 from phasekv.report import build_report
 from phasekv.reproduce import RunSpec, get_profile, reproduce
 from phasekv.reproduce.cache import cached_result, result_key
@@ -15,6 +14,7 @@ from phasekv.reproduce.profiles import QUICK_ANALYSES, Stage
 from phasekv.reproduce.runner import logged_training_seconds
 from phasekv.reproduce.stages import STUDIES, flip_query, run_stage, run_stages
 from phasekv.studies.cycle.run import CycleOptions
+from phasekv.studies.flip.pattern import detect_period
 from phasekv.studies.flip.run import FlipOptions
 from phasekv.studies.gates.run import GatesOptions
 from phasekv.studies.knockout.run import KnockoutOptions

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from phasekv.evaluate import run_lookup, run_needle
 from phasekv.scoring import ScorerError, load_scorer, score_answers
 from phasekv.serve import EndpointError, EndpointScorer
 from phasekv.serve.local import text_prompt
+from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 from serving_helpers import FAST, answer_lines, counting_handler, serving

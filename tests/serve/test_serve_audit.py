@@ -24,11 +24,11 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli import app
-from phasekv.evaluate import run_lookup
 from phasekv.scoring import load_scorer
 from phasekv.serve import EndpointError, EndpointScorer, make_server
 from phasekv.serve.canary import canary_prompts
 from phasekv.serve.server import CompletionHandler
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 from serving_helpers import answer_lines, counting_handler, serving
 

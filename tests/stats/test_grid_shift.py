@@ -1,4 +1,4 @@
-"""The grid-shift test (stats.grid_shift, evaluate.grid_shift): a pattern that follows the compression grid moves
+"""The grid-shift test (stats.grid_shift, studies.probe.grid_shift): a pattern that follows the compression grid moves
 with it, one that follows position does not; end to end on a real phasekv model and on a stand-in whose grid moves."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from phasekv.evaluate import run_lookup
 from phasekv.model import PhaseKVModel
 from phasekv.model.presets import preset_config
 from phasekv.scoring.phasekv_scorer import PhaseKVScorer
 from phasekv.stats.format import format_verdict
 from phasekv.stats.grid_shift import grid_shift_test
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks import tokenizer
 from phasekv.tasks.lookup import LookupOptions
 

@@ -19,7 +19,6 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from phasekv.evaluate import run_lookup, run_needle
 from phasekv.stats import (
     AT_CHANCE,
     NO_EFFECT,
@@ -33,6 +32,7 @@ from phasekv.stats import (
     placebo_periods,
 )
 from phasekv.stats.phase_test import MIN_PERIODS, neighbours_per_frequency, phase_frequencies, smooth_basis
+from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.tasks import tokenizer, vocab
 from phasekv.tasks.lookup import LookupOptions, make_lookup
 from phasekv.tasks.needle import NeedleOptions, make_needle

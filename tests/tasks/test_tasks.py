@@ -12,7 +12,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from phasekv.tasks import flip, lookup, needle, placement, tokenizer, vocab, words
+from phasekv.studies.flip import prompts as flip
+from phasekv.tasks import lookup, needle, placement, tokenizer, vocab, words
 
 # ---------------------------------------------------------------- fixtures
 

@@ -12,14 +12,15 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from phasekv.evaluate import run_lookup, run_needle
-from phasekv.evaluate.pattern import PhasePattern
-from phasekv.evaluate.record import prompt_prefix
+from phasekv.results.record import prompt_prefix
 from phasekv.scoring import HFScorer
+from phasekv.studies.flip import prompts as flip
 from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.pattern import PhasePattern
 from phasekv.studies.flip.result import format_flip
 from phasekv.studies.flip.run import run_flip
-from phasekv.tasks import flip, lookup, needle, templates, tokenizer, vocab, words
+from phasekv.studies.probe.run import run_lookup, run_needle
+from phasekv.tasks import lookup, needle, templates, tokenizer, vocab, words
 
 FLIP_CONTEXT = "y = T.Cast(FP"
 # Text a pretrained tokenizer would have seen: every word of the prompts, the natural templates'

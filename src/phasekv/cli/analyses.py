@@ -12,12 +12,12 @@ from pathlib import Path
 
 import typer
 
-from phasekv.analysis.design import ANALYSIS_LOOKUP
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
 from phasekv.cli.planned import DRY_RUN, run_planned
 from phasekv.cli.scoring import LOADING
 from phasekv.files import check_output
+from phasekv.internals.design import ANALYSIS_LOOKUP
 from phasekv.studies.knockout.options import KnockoutOptions
 
 KNOCKOUT = KnockoutOptions()  # the knockout command's defaults
@@ -70,7 +70,7 @@ def _check_out(output: dict) -> None:
 def _run(name: str, work, output: dict, text, plot) -> None:
     """Run `work(planner)` under its plan (`--dry-run`: the plan only), print `text(result)` and write the
     result as NAME.json and its figure `plot(result, path)` as NAME.png into --out."""
-    from phasekv.evaluate.record import write_results
+    from phasekv.results.record import write_results
 
     result = run_planned(work, output["dry_run"], output["quiet"])
     if result is None:
@@ -136,7 +136,7 @@ def gates_command(
     output: dict = OUTPUT,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
-    from phasekv.analysis.topk import format_topk_hits
+    from phasekv.internals.topk import format_topk_hits
     from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
     from phasekv.studies.gates.run import format_gates, is_run_dir, run_gate_trajectory, run_gates
 

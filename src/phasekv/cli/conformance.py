@@ -69,7 +69,7 @@ def conformance_command(
     """Does an implementation compute the same next-token distributions in every execution mode (parallel,
     decode, chunked prefill at every boundary phase, padded batches, forked caches) as its reference, phase by phase?
     Exit 0: conforms; 1: does not; 3: not judged (the reference's parallel forward, run twice, disagreed)."""
-    from phasekv.evaluate.record import write_results
+    from phasekv.results.record import write_results
     from phasekv.studies.conformance.figure import plot_conformance
     from phasekv.studies.conformance.run import EndpointRunner, format_conformance, load_runner, run_conformance
 

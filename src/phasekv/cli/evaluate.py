@@ -104,7 +104,7 @@ def _scorer(model: Path | None, scoring: dict, remote: dict, question: Callable[
     """The probe's scorer; a press scorer learns how many prompt tokens are the uncompressed question
     (`question(tokenizer)`: the probe's query tail as its template compiles for the tokenizer)."""
     from phasekv.cli.scoring import scorer_from_options
-    from phasekv.evaluate.press import bind_question
+    from phasekv.scoring.press_question import bind_question
 
     if remote["url"] is not None and scoring["press"] is not None:
         raise ValueError("--press compresses a local model's cache: it cannot apply to --endpoint")
@@ -130,7 +130,7 @@ def _planning_tokenizer(model: Path | None, scoring: dict, remote: dict) -> tupl
 
 def _dump(rows, path: Path | None, tokenizer) -> None:
     if path is not None:
-        from phasekv.evaluate.record import dump_prompts
+        from phasekv.results.record import dump_prompts
 
         typer.echo(f"wrote {dump_prompts(rows, path, tokenizer)} prompts to {path}")
 
@@ -146,7 +146,7 @@ def _dry_run(plan, rows, dump: Path | None, tokenizer) -> None:
 
 def _built(tokenizer, build, options):
     """The prompts a run scores: `build` (a task's `*_prompts`) with the run's prompt prefix."""
-    from phasekv.evaluate.record import prompt_prefix
+    from phasekv.results.record import prompt_prefix
 
     return build(tokenizer, options, prompt_prefix(tokenizer)).prompts
 
@@ -164,10 +164,10 @@ def _prompt_set_scorer(
     """The scorer of a lookup or needle run (`build`: the task's `*_prompts`), after dumping its prompts
     when asked; None after a dry run, which prints the plan and the design's minimum detectable effect and
     loads only the tokenizer."""
-    from phasekv.evaluate.press import question_tokens
-    from phasekv.evaluate.scored import plan_prompt_set
-    from phasekv.evaluate.units import planned_mde
+    from phasekv.scoring.press_question import question_tokens
     from phasekv.stats.format import format_mde
+    from phasekv.studies.probe.scored import plan_prompt_set
+    from phasekv.studies.probe.units import planned_mde
 
     dump = output["dump_prompts"]
     if output["dry_run"]:
@@ -206,7 +206,7 @@ def _finish(result: dict, table: str, out: Path | None) -> None:
     if answers is not None:
         typer.echo(f"answers: {answers['from_cache']} from the results cache, {answers['sent']} sent")
     if out is not None:
-        from phasekv.evaluate.record import write_results
+        from phasekv.results.record import write_results
 
         typer.echo(f"wrote {write_results(result, out)}")
         if result["probe"] in ("lookup", "needle"):
@@ -293,7 +293,7 @@ NEEDLE = OptionGroup(  # the `NeedleOptions` fields `phasekv eval needle` sets
 
 def _lookup_probe():
     """(options class, prompt builder, runner, heading) of the lookup probe."""
-    from phasekv.evaluate.lookup import run_lookup
+    from phasekv.studies.probe.run import run_lookup
     from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 
     def heading(result: dict, options, target) -> str:
@@ -315,7 +315,7 @@ def _lookup_probe():
 
 def _needle_probe():
     """(options class, prompt builder, runner, heading) of the needle probe."""
-    from phasekv.evaluate.needle import run_needle
+    from phasekv.studies.probe.run import run_needle
     from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
     def heading(result: dict, options, target) -> str:
@@ -410,7 +410,7 @@ def flip(
     output: dict = OUTPUT,
 ) -> None:
     """Flipping completion: candidate probabilities as the filler grows one token at a time."""
-    from phasekv.evaluate.press import FLIP_QUESTION_TOKENS
+    from phasekv.scoring.press_question import FLIP_QUESTION_TOKENS
     from phasekv.studies.flip.result import FlipResult
     from phasekv.studies.flip.run import flip_prompts, plan_flip, run_flip
 

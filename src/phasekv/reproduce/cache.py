@@ -16,8 +16,8 @@ from dataclasses import asdict, is_dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..evaluate import write_results
 from ..pretrained import sha256
+from ..results.record import write_results
 from ..train.checkpoint import TRAINER_FILE
 from ..version import __version__
 

@@ -10,9 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from ..evaluate import run_lookup, run_needle, write_results
-from ..evaluate.press import bind_question, question_tokens
+from ..results.record import write_results
 from ..scoring import load_scorer
+from ..scoring.press_question import bind_question, question_tokens
+from ..studies.probe.run import run_lookup, run_needle
 from ..tasks.lookup import LookupOptions
 from ..tasks.needle import NeedleOptions
 

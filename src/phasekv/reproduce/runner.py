@@ -18,12 +18,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..analysis.probe_prompts import lookup_prompts
-from ..analysis.topk import topk_hits_by_phase
-from ..evaluate import run_lookup
 from ..files import write_atomic
+from ..internals.probe_prompts import lookup_prompts
+from ..internals.topk import topk_hits_by_phase
 from ..model.io import read_config
 from ..scoring import PhaseKVScorer
+from ..studies.probe.run import run_lookup
 from ..train import latest_checkpoint, read_log
 from ..train.checkpoint import mark_final
 from ..train.config import RunConfigError, load_run_config, save_run_config

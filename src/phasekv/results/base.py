@@ -111,9 +111,10 @@ class Typed(BaseModel):
 
 class TypedResult(Typed):
     """A whole result file. Subclasses type the fields their readers rely on and say how a file of their
-    kind is recognised: by its "schema" prefix, else (files without one) by keys only it has."""
+    kind is recognised: by its "schema" prefix (or one of several: a schema renamed keeps its old files), else
+    (files without one) by keys only it has."""
 
-    schema_prefix: ClassVar[str] = ""
+    schema_prefix: ClassVar[str | tuple[str, ...]] = ""
     recognising_keys: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod

@@ -2,7 +2,7 @@
 
 What is compressed. Every scored sequence is `prompt + answer[:-1]` (`score_answers`); its last
 `question_tokens` prompt tokens are the *question* (the probe's query tail, see
-`evaluate.press.question_tokens`), everything before them is the *context*. As in kvpress's own
+`press_question.question_tokens`), everything before them is the *context*. As in kvpress's own
 pipeline: the context is prefilled with the press active (`with press(model)`: each attention layer's
 forward hook prunes that layer's cache right after the layer ran, so the prefill itself is exact and
 only the cache is compressed), then the question and the teacher-forced answer tokens are run in one
@@ -110,7 +110,7 @@ class KVPressScorer(HFScorer):
     """An HF causal LM scored through a context prefill compressed by a kvpress press (module docstring).
 
     `question_tokens` (>= 1) is how many prompt tokens at the end are the uncompressed question; the
-    probes set it (`evaluate.press.bind_question`). Rows are scored one at a time under a lock: the
+    probes set it (`press_question.bind_question`). Rows are scored one at a time under a lock: the
     press's hooks belong to the model, so concurrent workers would share them (one worker by default).
     """
 

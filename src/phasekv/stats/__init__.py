@@ -1,6 +1,7 @@
 """Residue-grouped accuracy statistics: Wilson and bootstrap intervals, spread, periodicity,
 uniformity tests, the phase verdict robust to smooth position effects with its effect size and the
-design's minimum detectable effect, a JSON-ready summary and its printed table (numpy/scipy only)."""
+design's minimum detectable effect, a JSON-ready summary and its printed table, which stride the period check
+uses (`stride`) (numpy/scipy only)."""
 
 from .bootstrap import BootstrapIntervals, bootstrap_mappings, resample_accuracy
 from .format import format_summary, format_verdict, verdict_cell

@@ -1,6 +1,7 @@
 """The studies: each folder holds one probe or analysis, its result format (`result.py`), its figure and
 report section (`figure.py`) and the code that runs it. `registry.STUDIES` lists them for the report.
 
-Shared measuring tools stay in `phasekv.analysis` (the model view, probe prompts, gate metrics, concentration), the
-probe engine for lookup and needle in `phasekv.evaluate`, the idealised model in `phasekv.theory`.
+What several studies read from a model is in `phasekv.internals` (the model view, the analyses' lookup prompts, gate
+metrics, concentration), the results envelope and writer in `phasekv.results.record`, the idealised model in
+`phasekv.theory`; the lookup and needle engine is the probe study's own (`studies.probe`).
 """

@@ -5,7 +5,7 @@ radius ``rho`` and are trained with a small step (Adam or plain gradient descent
 batches of ``batch_size`` random contexts (a Monte Carlo estimate of the population gradient).
 A fixed seeded set of ``n_eval_contexts`` contexts measures, every ``record_every`` steps, each
 head's static and per-window effective numbers of positions for its key and value gates
-(:mod:`phasekv.analysis.concentration`, windows = all chunks of all evaluation contexts), and at the
+(:mod:`phasekv.internals.concentration`, windows = all chunks of all evaluation contexts), and at the
 end the loss, the accuracy by query position, and which position each head selects.
 
 Selection and coverage: head ``h`` selects ``r_h = argmax_r E[p^K_h(r)]``. It *concentrates* when
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from phasekv.analysis.concentration import effective_numbers
+from phasekv.internals.concentration import effective_numbers
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.theory.config import InductionConfig
 from phasekv.theory.geometry import near_equiangular_embeddings

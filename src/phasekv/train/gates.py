@@ -2,7 +2,7 @@
 
 For every layer and gate branch (key, value) the snapshot holds, per KV head, the mean gate weight
 at each offset (over probe sequences, windows and channels) and the static and per-window
-effective numbers of offsets (`phasekv.analysis.concentration`; channels of vector gates count as
+effective numbers of offsets (`phasekv.internals.concentration`; channels of vector gates count as
 windows); sigmoid gates as shares of each window's total (`gate_shares`). Overlapping windows (W > S)
 also get effective numbers of phases. Saved as
 `run_dir/gates/step_XXXXXX.json` for the gate-trajectory analysis.
@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from phasekv.analysis.concentration import effective_numbers, effective_phases, gate_shares
 from phasekv.config import CompressionConfig
 from phasekv.files import write_atomic
 from phasekv.hooks import capture, hook_names
+from phasekv.internals.concentration import effective_numbers, effective_phases, gate_shares
 
 GATES_DIR = "gates"
 _GATE = re.compile(r"^layers\.(\d+)\..*hook_gate_(key|value)$")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import phasekv
 from phasekv.cli import app
-from phasekv.evaluate.record import prompt_prefix
+from phasekv.results.record import prompt_prefix
 from phasekv.stats.format import format_verdict
 from phasekv.studies.audit.options import AuditOptions, parse_duration
 from phasekv.studies.audit.result import AuditResult
@@ -158,9 +158,9 @@ def test_an_mde_target_picks_the_smallest_design_that_reaches_it(tmp_path):
 
 @pytest.mark.slow
 def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
-    from phasekv.evaluate import run_lookup
     from phasekv.scoring import load_scorer
     from phasekv.serve import EndpointScorer
+    from phasekv.studies.probe.run import run_lookup
     from serving_helpers import serving
 
     local = load_scorer(phasekv_dir)

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from conftest import randomize, tiny_qwen3, word_tokenizer
-from phasekv.evaluate import run_lookup
-from phasekv.evaluate.press import bind_question, question_tokens
 from phasekv.scoring import HFScorer, ScorerError, load_scorer
 from phasekv.scoring.pooled import install_pooling
+from phasekv.scoring.press_question import bind_question, question_tokens
 from phasekv.scoring.press_spec import PoolSpec, PressCall, PressSpecError, parse_press, press_stride
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 

@@ -10,20 +10,14 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli.evaluate import eval_app
-from phasekv.evaluate import (
-    SCHEMA,
-    best_pattern,
-    pattern_test,
-    resolve_period,
-    resolve_stride,
-    run_lookup,
-    run_needle,
-    write_results,
-)
+from phasekv.results.record import SCHEMA, write_results
 from phasekv.scoring import load_scorer
+from phasekv.stats.stride import resolve_period, resolve_stride
 from phasekv.studies.flip.options import FlipOptions
+from phasekv.studies.flip.pattern import best_pattern, pattern_test
 from phasekv.studies.flip.result import format_flip
 from phasekv.studies.flip.run import run_flip
+from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from phasekv.evaluate import run_lookup, run_needle
-from phasekv.evaluate.record import prompt_prefix
+from phasekv.results.record import prompt_prefix
 from phasekv.scoring import ScorerError, score_answers
+from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer

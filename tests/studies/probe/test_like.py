@@ -13,11 +13,12 @@ from typer.testing import CliRunner
 
 import phasekv
 from phasekv.cli import app
-from phasekv.evaluate import run_lookup, write_results
 from phasekv.reproduce.report import markdown_table, table_rows
+from phasekv.results.record import write_results
 from phasekv.scoring import load_scorer
 from phasekv.studies.probe.like import eval_command, recorded
 from phasekv.studies.probe.result import ProbeResult
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 
 # not the command's defaults, so a re-run that missed any of them scores other prompts

@@ -11,17 +11,17 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli.evaluate import eval_app
-from phasekv.evaluate import run_lookup, run_needle
-from phasekv.evaluate import scored as scored_module
-from phasekv.evaluate.plan import ScoringProgress
-from phasekv.evaluate.record import dump_prompts, prompt_prefix, results_json
-from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
+from phasekv.results.record import dump_prompts, prompt_prefix, results_json
 from phasekv.scoring import load_scorer, score_answers
 from phasekv.serve import EndpointScorer
 from phasekv.stats import wilson_interval
 from phasekv.studies.flip.options import FlipOptions
 from phasekv.studies.flip.run import flip_prompts, plan_flip, run_flip
+from phasekv.studies.probe import scored as scored_module
+from phasekv.studies.probe.plan import ScoringProgress
 from phasekv.studies.probe.positions import position_bins
+from phasekv.studies.probe.run import run_lookup, run_needle
+from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 from serving_helpers import FAST, counting_handler, serving

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from phasekv.evaluate import run_lookup, write_results
 from phasekv.results import ResultFileError
+from phasekv.results.record import write_results
 from phasekv.scoring import load_scorer
 from phasekv.studies.probe.result import ProbeResult, learned
+from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 
 

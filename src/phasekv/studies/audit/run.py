@@ -3,8 +3,8 @@ detectable effect, run the lookup (and the needle when there is time), write the
 
 The screen scores a few prompts of every template on mappings of the calibration split, which the run (the eval
 split) never draws, after one untimed warm-up prompt; the template the model answers best is used. Its time per
-distinct prompt, scaled by sequence length, prices every candidate design (`evaluate.scored.plan_prompt_set`
-counts the distinct prompts a design forwards); the planned MDE (`evaluate.units.planned_mde`) is simulated at
+distinct prompt, scaled by sequence length, prices every candidate design (`studies.probe.scored.plan_prompt_set`
+counts the distinct prompts a design forwards); the planned MDE (`studies.probe.units.planned_mde`) is simulated at
 the screen's accuracy. A budget counts the whole audit from `started` (model loading included): the design is
 the largest whose scoring, statistics and report fit in what the screen left.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from phasekv.evaluate import run_lookup, run_needle, write_results
-from phasekv.evaluate.plan import format_seconds, scores_by_request
-from phasekv.evaluate.press import bind_question, question_tokens
-from phasekv.evaluate.record import prompt_prefix
-from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
-from phasekv.evaluate.units import planned_mde
+from phasekv.results.record import prompt_prefix, write_results
 from phasekv.scoring import Scorer
+from phasekv.scoring.press_question import bind_question, question_tokens
 from phasekv.studies.probe.like import eval_command
+from phasekv.studies.probe.plan import format_seconds, scores_by_request
 from phasekv.studies.probe.result import ProbeResult
+from phasekv.studies.probe.run import run_lookup, run_needle
+from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
+from phasekv.studies.probe.units import planned_mde
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 

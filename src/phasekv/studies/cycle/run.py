@@ -24,15 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from phasekv.analysis.gate_metrics import gate_metrics
-from phasekv.analysis.models import model_name, view
-from phasekv.analysis.probe_prompts import lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock
-from phasekv.evaluate.scored import plan_prompt_set, score_prompt_set
-from phasekv.evaluate.units import unit_residue_cells
+from phasekv.internals.gate_metrics import gate_metrics
+from phasekv.internals.models import model_name, view
+from phasekv.internals.probe_prompts import lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
+from phasekv.results.record import RunClock
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
+from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
+from phasekv.studies.probe.units import unit_residue_cells
 from phasekv.tasks.lookup import LookupOptions
 
 SCHEMA = "phasekv.analysis.cycle/1"
@@ -120,7 +120,7 @@ class CycleOptions:
 
 def cycle_plan(scorer: PhaseKVScorer, shifts: list[int], prompts) -> WorkPlan:
     """What `run_cycle` computes: for every shift (0 first), one forward pass for the gate shares and the
-    scoring of every prompt (its forward passes as `evaluate.scored.plan_prompt_set` counts them)."""
+    scoring of every prompt (its forward passes as `studies.probe.scored.plan_prompt_set` counts them)."""
     scoring = plan_prompt_set(prompts, scorer.batch_size)
     unit = f"forward passes of up to {scorer.batch_size} prompts ({scoring.n_batches} per shift, 1 for its gate shares)"
     counts = {"shifts": ", ".join(map(str, shifts)), "prompts": scoring.n_prompts, "distinct": scoring.n_rows}

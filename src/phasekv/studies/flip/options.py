@@ -17,7 +17,7 @@ DEFAULT_CONTEXT = (
 class FlipOptions:
     """Options of a flip run: filler lengths are min_length .. min_length + n_lengths - 1 tokens;
     `families` None means every filler family; `period` None resolves by `resolve_period`;
-    `template` joins filler and context (`tasks.flip.FLIP_TEMPLATES`)."""
+    `template` joins filler and context (`prompts.FLIP_TEMPLATES`)."""
 
     context: str = DEFAULT_CONTEXT
     candidates: tuple[str, ...] = ("8", "32")

@@ -52,7 +52,7 @@ class FlipResult(TypedResult):
 
     @property
     def verdict(self) -> str | None:
-        """The period the rankings follow by the recorded period scan (`evaluate.pattern.detect_period`: the best
+        """The period the rankings follow by the recorded period scan (`pattern.detect_period`: the best
         period whose permutation p is at most the scan's alpha): "period P detected" or "no period detected";
         None for a file without the scan."""
         scan = self.extra("period_scan")

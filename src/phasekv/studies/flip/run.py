@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from phasekv.evaluate.pattern import best_pattern, detect_period, pattern_test
-from phasekv.evaluate.plan import ScoringPlan, ScoringProgress, plan_pairs, scores_by_request
-from phasekv.evaluate.record import RunClock, prompt_prefix, prompt_records
-from phasekv.evaluate.stride import resolve_period
+from phasekv.results.record import RunClock, prompt_prefix, prompt_records
 from phasekv.scoring import Scorer, score_answers
-from phasekv.tasks.flip import FlipSet, make_flip_families, seam_ids
+from phasekv.stats.stride import resolve_period
+from phasekv.studies.flip.pattern import best_pattern, detect_period, pattern_test
+from phasekv.studies.flip.prompts import FlipSet, make_flip_families, seam_ids
+from phasekv.studies.probe.plan import ScoringPlan, ScoringProgress, plan_pairs, scores_by_request
 from phasekv.tasks.templates import check_round_trip
 
 from .options import FlipOptions

@@ -1,7 +1,7 @@
 """Gate concentration on evaluation text, for one model or along a training run.
 
 `run_gates(scorer, lookup)`: over every window of the (distinct) lookup prompts, the rows of
-the model view's gate rows (`phasekv.analysis.models`: phasekv models, DeepseekV4ForCausalLM): per
+the model view's gate rows (`phasekv.internals.models`: phasekv models, DeepseekV4ForCausalLM): per
 layer, KV head and branch the static and per-window effective numbers of offsets (phases for
 W > S) and the phase share relative to uniform, value shifted back by one offset.
 
@@ -13,7 +13,7 @@ checkpoints when the run has any.
 
 Results (JSON): `schema` "phasekv.analysis.gates/1" with the envelope, `options`, `n_windows_from`
 (prompts), `rows`, and for models with a lightning indexer (DeepSeek-V4 CSA layers) `topk_hits`: how often
-its picks at the query include the target record's entry, by phase and residue (`phasekv.analysis.topk`);
+its picks at the query include the target record's entry, by phase and residue (`phasekv.internals.topk`);
 trajectories: `schema` "phasekv.analysis.gate_trajectory/1", `run_dir`,
 `source`, `steps` [{step, rows}].
 """
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from phasekv.analysis.models import model_name, view
-from phasekv.analysis.probe_prompts import batches, lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock, prompt_prefix
+from phasekv.internals.models import model_name, view
+from phasekv.internals.probe_prompts import batches, lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.provenance import software_versions
+from phasekv.results.record import RunClock, prompt_prefix
 from phasekv.scoring import load_scorer
 from phasekv.studies.gates.snapshots import snapshot_rows
 from phasekv.tasks.lookup import LookupOptions

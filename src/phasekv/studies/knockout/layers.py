@@ -2,7 +2,7 @@
 
 For layer l, the attention output (the residual-stream update, [B, T, d_model]) at the last
 `n_query` positions is replaced by its mean over calibration prompts; nothing else changes. Works
-through forward hooks on the model view's attention sites (`phasekv.analysis.models`): the attention
+through forward hooks on the model view's attention sites (`phasekv.internals.models`): the attention
 module of every decoder layer of a Hugging Face causal LM (tuple outputs keep their other members), the
 `layers.i.hook_attn_out` hook point of a phasekv model.
 """
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from phasekv.analysis.models import view
+from phasekv.internals.models import view
 
 
 def _main(output) -> torch.Tensor:
@@ -86,4 +86,3 @@ def knocked_final_logits(model: nn.Module, ids: torch.Tensor, means: torch.Tenso
             return view(model).final_logits(ids)
         with _on_sites(model, {layer: _replace(means, layer)}):
             return view(model).final_logits(ids)
-

@@ -30,7 +30,7 @@ class CleanAccuracy(Typed):
 class KnockoutResult(TypedResult):
     """`phasekv knockout`: accuracy change by phase and residue when each head or layer is knocked out."""
 
-    schema_prefix = "phasekv.analysis.knockout/"
+    schema_prefix = ("phasekv.knockout/", "phasekv.analysis.knockout/")  # the second: files written before the rename
 
     mode: str
     modulus: int

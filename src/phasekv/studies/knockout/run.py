@@ -10,7 +10,7 @@ Modes:
 Calibration prompts come from the lookup generator's calibration split (same design, own mappings)
 and are checked to share no prompt with the evaluation prompts.
 
-Result (JSON, `schema` "phasekv.analysis.knockout/1"): the evaluation envelope (model, scoring,
+Result (JSON, `schema` "phasekv.knockout/1"): the evaluation envelope (model, scoring,
 software, timing) plus `mode`, `options` (lookup options as generated), `knockout_options`,
 `calibration` {split, n_mappings, n_prompts, n_unique_prompts, disjoint_from_eval}, `seed`,
 `n_prompts`, `n_unique_prompts`, `modulus`, `stride` {value, source}, `clean` {accuracy,
@@ -29,19 +29,19 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from phasekv.analysis.design import ANALYSIS_LOOKUP
-from phasekv.analysis.models import model_name, view
-from phasekv.analysis.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
-from phasekv.evaluate.record import RunClock
-from phasekv.evaluate.stride import resolve_stride
+from phasekv.internals.design import ANALYSIS_LOOKUP
+from phasekv.internals.models import model_name, view
+from phasekv.internals.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
+from phasekv.results.record import RunClock
+from phasekv.stats.stride import resolve_stride
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
 from phasekv.studies.knockout.layers import final_attention_means, knocked_final_logits
 from phasekv.tasks.lookup import LookupOptions
 
 from .options import MODES, KnockoutOptions
 
-SCHEMA = "phasekv.analysis.knockout/1"
+SCHEMA = "phasekv.knockout/1"
 
 
 def _accuracy_by(correct: np.ndarray, groups: np.ndarray, n: int) -> list[float]:

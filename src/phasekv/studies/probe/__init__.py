@@ -1,2 +1,4 @@
-"""The residue probes (lookup and needle, run by `phasekv.evaluate`): accuracy by target position modulo a
-multiple of the stride; `result` (`ProbeResult`), `figure` (by residue) and `positions` (by position)."""
+"""The residue probes (lookup and needle): accuracy by target position modulo a multiple of the stride. `run`
+(`run_lookup`, `run_needle`) on the engine in `units` (cells, summary, verdict), `scored` (scoring the prompts,
+position controls), `plan` (what a run will score, its progress) and `grid_shift`; `result` (`ProbeResult`),
+`figure` (by residue) and `positions` (by position)."""

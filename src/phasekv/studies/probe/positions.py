@@ -1,5 +1,5 @@
 """Accuracy against absolute target position: the prompts of a lookup or needle run binned by t_K,
-with Wilson 95% intervals per bin, drawn from the per-prompt records (`evaluate.record`). A smooth
+with Wilson 95% intervals per bin, drawn from the per-prompt records (`results.record`). A smooth
 trend in position (a step, a slope, lost in the middle) shows here as a trend, beside the residue
 plot where it could pass for a phase effect."""
 

@@ -43,7 +43,7 @@ class StrideChoice(Typed):
 
 
 class ProbeResult(TypedResult):
-    """A lookup or needle result (see `phasekv.evaluate.record` for the envelope's fields)."""
+    """A lookup or needle result (see `phasekv.results.record` for the envelope's fields)."""
 
     schema_id: str = Field(alias="schema", pattern=r"^phasekv\.eval/\d+$")
     probe: Literal["lookup", "needle"]

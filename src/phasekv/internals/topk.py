@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from phasekv.analysis.probe_prompts import batches, unique_ids
 from phasekv.attention.dsv4_indexer import NO_ENTRY
 from phasekv.hooks import capture
+from phasekv.internals.probe_prompts import batches, unique_ids
 from phasekv.planning import Planner, as_planner
 from phasekv.tasks.prompts import Prompt
 

@@ -9,18 +9,19 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ..scoring import Scorer
-from ..stats import ResidueSummary, phase_verdict, summarize_mappings
-from ..stats.phase_test import PhaseDesign
-from ..stats.power import minimum_detectable_effect
-from ..stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict
-from ..tasks.lookup import LookupOptions
-from ..tasks.needle import NeedleOptions
-from ..tasks.prompts import PromptSet
+from phasekv.results.record import RunClock, prompt_prefix
+from phasekv.scoring import Scorer
+from phasekv.stats import ResidueSummary, phase_verdict, summarize_mappings
+from phasekv.stats.phase_test import PhaseDesign
+from phasekv.stats.power import minimum_detectable_effect
+from phasekv.stats.stride import resolve_stride
+from phasekv.stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.needle import NeedleOptions
+from phasekv.tasks.prompts import PromptSet
+
 from .grid_shift import BLACK_BOX, grid_period, run_grid_shift
-from .record import RunClock, prompt_prefix
 from .scored import PromptScores, position_controls, prompt_id, score_prompt_set
-from .stride import resolve_stride
 
 
 def correctness_cube(scores: PromptScores, n_units: int, modulus: int, placements: int) -> np.ndarray:
@@ -145,7 +146,7 @@ def run_unit_probe(
     the prompt set, `bootstrap_unit` says in words what the bootstrap resamples. The bootstrap and the
     permutation tests are seeded with `options.seed`; `stride` overrides the period-check stride
     (`resolve_stride`). `grid_shift` also scores the prompts with the compression grid at every offset
-    (`evaluate.grid_shift`: models whose grid can move only, checked before any scoring)."""
+    (`grid_shift`: models whose grid can move only, checked before any scoring)."""
     if grid_shift and grid_period(scorer) is None:
         raise ValueError(
             "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from ..planning import format_seconds
-from ..scoring import distinct_pairs, rows_by_answer_length
+from phasekv.planning import format_seconds
+from phasekv.scoring import distinct_pairs, rows_by_answer_length
 
 WARMUP_BATCHES = 2  # batches timed before the run's time is estimated
 

@@ -1,6 +1,7 @@
-"""The lookup probe end to end, with the mapping bootstrap.
+"""The residue probes end to end: `run_lookup` and `run_needle` take a scorer (`phasekv.scoring`) and return a
+JSON-serialisable result dict (format: `studies.probe.result`); `results.record.write_results` writes it.
 
-Aggregation. Each mapping i is placed `P` times in every residue group r (P =
+Lookup, with the mapping bootstrap. Aggregation. Each mapping i is placed `P` times in every residue group r (P =
 placements_per_mapping, chosen so that the groups' target-position moments are exact), giving a
 0/1 array correct[i, r, p]. The per-(mapping, residue) cell is the mean over its P placements,
 `cell_accuracy[i, r]` in [0, 1], recorded in the results; per-residue accuracy is the mean of the
@@ -16,12 +17,20 @@ The verdict on phase sensitivity comes from `stats.phase_verdict` (the phase fre
 their neighbours after each mapping's smooth curve, robust to smooth effects of position at any sample
 size, with the phase amplitude and the run's minimum detectable effect), under "phase_test"; the residue
 summary above stays as the paper's moment-matched figure.
+
+Needle: every haystack at every residue, so haystacks are the blocks. A prompt is correct when greedy decoding
+produces the whole value (every value token is the full-vocabulary top-1, teacher forced). Each haystack is
+placed at every residue, so outcomes are paired within haystacks: the summary takes the per-(haystack, residue)
+cells like the lookup probe (bootstrap over haystacks for every interval, residue labels permuted within
+haystacks), and the verdict on phase sensitivity comes from `stats.phase_verdict` with haystacks as units.
 """
 
 from __future__ import annotations
 
-from ..scoring import Scorer
-from ..tasks.lookup import LookupOptions, lookup_prompts
+from phasekv.scoring import Scorer
+from phasekv.tasks.lookup import LookupOptions, lookup_prompts
+from phasekv.tasks.needle import NeedleOptions, needle_prompts
+
 from .units import run_unit_probe
 
 
@@ -41,3 +50,9 @@ def run_lookup(scorer: Scorer, options: LookupOptions = LookupOptions(), **run_o
         "mapping (resampled rows = one mapping's cells at every residue)",
         **run_options,
     )
+
+
+def run_needle(scorer: Scorer, options: NeedleOptions = NeedleOptions(), **run_options) -> dict:
+    """Generate, score and summarise a needle run; returns the result dict. `run_options` go to
+    `run_unit_probe` (stride, n_resamples, progress, grid_shift, min_effect)."""
+    return run_unit_probe("needle", scorer, options, needle_prompts, "haystack", "haystack", **run_options)

@@ -20,10 +20,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from phasekv.analysis.gate_metrics import head_metrics
 from phasekv.compress.dsv4 import DSV4Compressor
 from phasekv.config import CompressionConfig
 from phasekv.hooks import capture
+from phasekv.internals.gate_metrics import head_metrics
 
 CSA, HCA = "DeepseekV4CSACompressor", "DeepseekV4HCACompressor"
 

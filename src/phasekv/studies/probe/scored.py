@@ -8,11 +8,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..scoring import Scorer, score_answers
-from ..tasks import placement
-from ..tasks.prompts import Prompt
+from phasekv.results.record import RECORD_COLUMNS, prompt_records
+from phasekv.scoring import Scorer, score_answers
+from phasekv.tasks import placement
+from phasekv.tasks.prompts import Prompt
+
 from .plan import ScoringPlan, ScoringProgress, plan_pairs, scores_by_request
-from .record import RECORD_COLUMNS, prompt_records
 
 CHUNK_BATCHES = 16  # prompts built and scored at once = max(CHUNK_PROMPTS, CHUNK_BATCHES x batch size)
 CHUNK_PROMPTS = 4096  # identical prompts are scored once per chunk, so chunks should span many units

@@ -34,9 +34,9 @@ import torch
 
 from ..files import write_atomic
 from ..provenance import software_versions
-from ..results.text import results_json
 from ..scoring import Scorer
 from ..studies.probe.result import PROBE_SCHEMA
+from .text import results_json
 
 SCHEMA = PROBE_SCHEMA
 METRIC = "full-vocabulary top-1 at every answer token (teacher forced = greedy decoding yields the answer)"

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..evaluate.record import prompt_prefix
+from ..results.record import prompt_prefix
 from ..tasks.lookup import LookupOptions
 from ..tasks.lookup import lookup_prompts as tasks_lookup_prompts
 from ..tasks.prompts import Prompt, PromptSet

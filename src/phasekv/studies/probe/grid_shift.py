@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scoring import Scorer
-from ..stats.grid_shift import grid_shift_test
+from phasekv.scoring import Scorer
+from phasekv.stats.grid_shift import grid_shift_test
+
 from .scored import score_prompt_set
 
 BLACK_BOX = "position design only: this model's compression grid cannot be moved"

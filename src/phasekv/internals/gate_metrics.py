@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import torch
 
-from phasekv.analysis.concentration import effective_numbers, gate_shares, pool_phases
 from phasekv.hooks import capture
+from phasekv.internals.concentration import effective_numbers, gate_shares, pool_phases
 
 BRANCHES = ("key", "value")
 

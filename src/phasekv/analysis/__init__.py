@@ -1,1 +1,0 @@
-"""Mechanistic analyses: gate concentration, gate cycling, KV-head knockouts."""
