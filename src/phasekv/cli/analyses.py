@@ -72,7 +72,7 @@ HELD_OUT_PROMPTS = FieldGroup(  # the lookup prompts, optionally of the pairs tr
         ),
     },
 )
-KNOCKOUT_DESIGN = FieldGroup(  # the `KnockoutOptions` fields `phasekv knockout` sets (and --batch-size)
+KNOCKOUT_DESIGN = FieldGroup(  # the `KnockoutOptions` fields `phasekv knockout` sets (its batch size: LOADING's)
     KNOCKOUT,
     dict(
         mode=(

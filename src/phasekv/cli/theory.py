@@ -89,13 +89,13 @@ THEOREM1 = FieldGroup(  # the fields of `Theorem1Config` that the command sets
 
 @app.command()
 @expand_groups
-def theorem1(config: dict = THEOREM1, out: Path = _out("theorem1"), dry_run: bool = DRY_RUN) -> None:
+def theorem1(settings: dict = THEOREM1, out: Path = _out("theorem1"), dry_run: bool = DRY_RUN) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
     _check_out(out)
     from phasekv.theory.theorem1 import run_theorem1
 
-    chosen = THEOREM1.build(config)
-    result = run_planned(lambda planner: run_theorem1(chosen, planner), dry_run)
+    config = THEOREM1.build(settings)
+    result = run_planned(lambda planner: run_theorem1(config, planner), dry_run)
     if result is None:
         return
     summary = result["summary"]
@@ -127,14 +127,14 @@ THEOREM2 = FieldGroup(  # the fields of `GateTrainingConfig` that the command se
 
 @app.command()
 @expand_groups
-def theorem2(config: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: bool = DRY_RUN) -> None:
+def theorem2(settings: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: bool = DRY_RUN) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
     _check_out(out)
     from phasekv.studies.theory.figure import plot_theorem2
     from phasekv.theory.theorem2 import train_gates
 
-    chosen = THEOREM2.build(config)
-    result = run_planned(lambda planner: train_gates(chosen, planner), dry_run)
+    config = THEOREM2.build(settings)
+    result = run_planned(lambda planner: train_gates(config, planner), dry_run)
     if result is None:
         return
     final = result["final"]
@@ -149,7 +149,7 @@ def theorem2(config: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: boo
             "val_window": final["value_per_window"][head],
             "concentr": final["head_concentrated"][head],
         }
-        for head in range(chosen.n_heads)
+        for head in range(config.n_heads)
     ]
     _print_rows(heads, list(heads[0]))
     by_position = ", ".join(f"{value:.2f}" for value in final["accuracy_by_position"])
@@ -181,7 +181,7 @@ SWEEP_GRID = FieldGroup(  # the grid of `phasekv theory sweep`: the values of ev
     },
     parsers=dict(n_tokens=_ints, chunk_size=_ints, n_heads=_ints, rho=_floats, gamma=_floats, beta=_floats),
 )
-SWEEP_SEEDS = FieldGroup(
+SWEEP_SEEDS = FieldGroup(  # the seeds every grid point trains with
     QUICK_SWEEP,
     {
         "sweep_seeds": (
@@ -205,21 +205,21 @@ SWEEP_TRAINING = FieldGroup(  # the fields of every grid point's `GateTrainingCo
 @app.command()
 @expand_groups
 def sweep(
-    grid: dict = SWEEP_GRID,
-    seeds: dict = SWEEP_SEEDS,
+    grid_values: dict = SWEEP_GRID,
+    seed_values: dict = SWEEP_SEEDS,
     training: dict = SWEEP_TRAINING,
     out: Path = _out("sweep"),
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Theorem 2 over a grid: fraction concentrating, fraction fully covering, final loss (a quick default grid)."""
     _check_out(out)
-    points = SWEEP_GRID.build(grid)
+    grid = SWEEP_GRID.build(grid_values)
     from phasekv.theory.sweep import TABLE_KEYS, run_sweep
 
     base = SWEEP_TRAINING.build(training)
-    chosen_seeds = list(SWEEP_SEEDS.build(seeds).sweep_seeds)
-    result = run_planned(lambda planner: run_sweep(base, points, chosen_seeds, planner), dry_run)
+    seeds = list(SWEEP_SEEDS.build(seed_values).sweep_seeds)
+    result = run_planned(lambda planner: run_sweep(base, grid, seeds, planner), dry_run)
     if result is None:
         return
-    _print_rows(result["table"], list(points) + list(TABLE_KEYS))
+    _print_rows(result["table"], list(grid) + list(TABLE_KEYS))
     _write(result, out)
