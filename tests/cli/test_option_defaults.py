@@ -11,6 +11,7 @@ import typer
 
 from phasekv.cli import app
 from phasekv.cli.options import FieldGroup
+from phasekv.studies.cycle.options import format_deltas, parse_deltas
 
 # the commands that make a study's options; each must read every default it shows from them
 STUDY_COMMANDS = {
@@ -82,3 +83,8 @@ def test_every_field_option_defaults_to_its_field(name):
     grouped = {parameter for group in groups.values() for parameter in group}
     fields = set().union(*(_field_names(group.defaults) for group in groups.values()))
     assert not (set(shown) - grouped) & fields, f"phasekv {name}: options outside a field group set fields"
+
+
+@pytest.mark.parametrize("deltas", [(-3, -2, -1, 0, 1, 2, 3), (1, 2, -1), (0,), (-2, -1, 1, 2), (5, 3, 4)])
+def test_a_cycle_design_shows_deltas_that_read_back_as_themselves(deltas):
+    assert tuple(parse_deltas(format_deltas(deltas))) == deltas

@@ -45,7 +45,7 @@ class FieldGroup(OptionGroup):
 
     `build` makes the options from the values given: `parsers` turn a field's typed text into its value (a
     comma list into a tuple), and a None value leaves the field at its default, so an option may show no
-    default where the default is long or depends on others."""
+    default where it is long (flip's context) or differs between the commands sharing the option."""
 
     def __init__(self, defaults: Any, options: dict, parsers: dict[str, Callable[[Any], Any]] | None = None):
         super().__init__(options)
