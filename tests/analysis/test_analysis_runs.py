@@ -18,7 +18,8 @@ from phasekv.model import PhaseKVModel, preset_config
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle import figure as cycle_figure
 from phasekv.studies.cycle.figure import plot_cycle
-from phasekv.studies.cycle.run import cycle_statistics, fold_cells, parse_deltas, run_cycle
+from phasekv.studies.cycle.options import parse_deltas
+from phasekv.studies.cycle.run import cycle_statistics, fold_cells, run_cycle
 from phasekv.studies.gates import figure as gates_figure
 from phasekv.studies.gates.figure import plot_gates
 from phasekv.studies.gates.run import run_gate_trajectory, run_gates

@@ -13,10 +13,10 @@ from phasekv.reproduce.cache import cached_result, result_key
 from phasekv.reproduce.profiles import QUICK_ANALYSES, Stage
 from phasekv.reproduce.runner import logged_training_seconds
 from phasekv.reproduce.stages import STUDIES, flip_query, run_stage, run_stages
-from phasekv.studies.cycle.run import CycleOptions
+from phasekv.studies.cycle.options import CycleOptions
 from phasekv.studies.flip.pattern import detect_period
 from phasekv.studies.flip.run import FlipOptions
-from phasekv.studies.gates.run import GatesOptions
+from phasekv.studies.gates.options import GatesOptions
 from phasekv.studies.knockout.run import KnockoutOptions
 from phasekv.studies.theory.options import TheoryOptions
 from phasekv.tasks.tokenizer import build_word_tokenizer

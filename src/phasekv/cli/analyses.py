@@ -13,48 +13,109 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
+from phasekv.cli.options import FieldGroup, OptionGroup, expand_groups, template
 from phasekv.cli.planned import DRY_RUN, run_planned
-from phasekv.cli.scoring import LOADING
+from phasekv.cli.scoring import LOADING, study_loading
 from phasekv.files import check_output
 from phasekv.internals.design import ANALYSIS_LOOKUP
+from phasekv.studies.cycle.options import CycleOptions, format_deltas, parse_deltas
+from phasekv.studies.gates.options import GatesOptions
 from phasekv.studies.knockout.options import KnockoutOptions
 
-KNOCKOUT = KnockoutOptions()  # the knockout command's defaults
+KNOCKOUT, GATES, CYCLE = KnockoutOptions(), GatesOptions(), CycleOptions()  # the analyses' defaults
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
-PROMPTS = OptionGroup(  # the lookup prompts: the `LookupOptions` fields the commands set, at the analyses' design
-    n_records=(
-        int,
-        typer.Option(ANALYSIS_LOOKUP.n_records, "--records", min=1, help="key-name records per lookup prompt"),
-    ),
-    n_demos=(int, typer.Option(ANALYSIS_LOOKUP.n_demos, "--demos", min=0, help="demonstrations before the target")),
-    n_mappings=(
-        int,
-        typer.Option(ANALYSIS_LOOKUP.n_mappings, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)"),
-    ),
-    placements_per_mapping=(
-        int,
-        typer.Option(
-            ANALYSIS_LOOKUP.placements_per_mapping, "--placements", min=1, help="placements per mapping and residue"
+PROMPTS = FieldGroup(  # the lookup prompts: the `LookupOptions` fields the commands set, at the analyses' design
+    ANALYSIS_LOOKUP,
+    dict(
+        n_records=(
+            int,
+            typer.Option(ANALYSIS_LOOKUP.n_records, "--records", min=1, help="key-name records per lookup prompt"),
         ),
+        n_demos=(
+            int,
+            typer.Option(ANALYSIS_LOOKUP.n_demos, "--demos", min=0, help="demonstrations before the target"),
+        ),
+        n_mappings=(
+            int,
+            typer.Option(
+                ANALYSIS_LOOKUP.n_mappings, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)"
+            ),
+        ),
+        placements_per_mapping=(
+            int,
+            typer.Option(
+                ANALYSIS_LOOKUP.placements_per_mapping, "--placements", min=1, help="placements per mapping and residue"
+            ),
+        ),
+        modulus=(
+            int,
+            typer.Option(ANALYSIS_LOOKUP.modulus, "--modulus", min=2, help="group targets by position mod this"),
+        ),
+        protocol=(
+            str,
+            typer.Option(ANALYSIS_LOOKUP.protocol, "--protocol", help="padding protocol: prefix or in-sequence"),
+        ),
+        seed=(int, typer.Option(ANALYSIS_LOOKUP.seed, "--seed", help="seed of the prompts and the bootstrap")),
+        template=(str, template(ANALYSIS_LOOKUP.template)),
     ),
-    modulus=(int, typer.Option(ANALYSIS_LOOKUP.modulus, "--modulus", min=2, help="group targets by position mod this")),
-    protocol=(
-        str,
-        typer.Option(ANALYSIS_LOOKUP.protocol, "--protocol", help="padding protocol: prefix or in-sequence"),
-    ),
-    seed=(int, typer.Option(ANALYSIS_LOOKUP.seed, "--seed", help="seed of the prompts and the bootstrap")),
-    template=(str, TEMPLATE),
 )
-HELD_OUT_PROMPTS = OptionGroup(  # the lookup prompts, optionally of the pairs training held out
+HELD_OUT_PROMPTS = FieldGroup(  # the lookup prompts, optionally of the pairs training held out
+    ANALYSIS_LOOKUP,
     {
         **PROMPTS,
         "held_out_seed": (
             int,
-            typer.Option(None, "--held-out-seed", help="draw pairs held out of training with this seed"),
+            typer.Option(
+                ANALYSIS_LOOKUP.held_out_seed, "--held-out-seed", help="draw pairs held out of training with this seed"
+            ),
         ),
-    }
+    },
+)
+KNOCKOUT_DESIGN = FieldGroup(  # the `KnockoutOptions` fields `phasekv knockout` sets (its batch size: LOADING's)
+    KNOCKOUT,
+    dict(
+        mode=(
+            bool,
+            typer.Option(
+                KNOCKOUT.mode == "layers", "--layers", help="knock out whole layers' attention output (any HF model)"
+            ),
+        ),
+        n_query=(
+            int,
+            typer.Option(KNOCKOUT.n_query, "--query-tokens", min=1, help="--layers: final positions replaced"),
+        ),
+        calibration_mappings=(
+            int,
+            typer.Option(
+                KNOCKOUT.calibration_mappings, "--calibration-mappings", min=1, help="calibration-split mappings"
+            ),
+        ),
+        stride=(
+            int,
+            typer.Option(
+                KNOCKOUT.stride,
+                "--stride",
+                min=1,
+                help="fold mod this (default: the model's stride, else modulus // 2)",
+            ),
+        ),
+    ),
+    parsers=dict(mode=lambda layers: "layers" if layers else "heads"),
+)
+CYCLE_DESIGN = FieldGroup(  # the `CycleOptions` fields `phasekv cycle` sets
+    CYCLE,
+    dict(
+        deltas=(
+            str,
+            typer.Option(format_deltas(CYCLE.deltas), "--delta", help="deltas: a range -3..3, a list 1,2,-1, or both"),
+        ),
+        n_resamples=(
+            int,
+            typer.Option(CYCLE.n_resamples, "--resamples", min=10, help="bootstrap resamples over mappings"),
+        ),
+    ),
+    parsers=dict(deltas=lambda text: tuple(parse_deltas(text))),
 )
 OUTPUT = OptionGroup(  # where an analysis writes and what it prints on the way
     out=(Path, typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")),
@@ -90,16 +151,9 @@ def _scorer(model: Path, scoring: dict):
 @expand_groups
 def knockout_command(
     model: Path = MODEL,
-    layers: bool = typer.Option(False, "--layers", help="knock out whole layers' attention output (any HF model)"),
-    query_tokens: int = typer.Option(
-        KNOCKOUT.n_query, "--query-tokens", min=1, help="--layers: final positions replaced"
-    ),
-    calibration_mappings: int = typer.Option(
-        KNOCKOUT.calibration_mappings, "--calibration-mappings", min=1, help="calibration-split mappings"
-    ),
-    stride: int = typer.Option(None, "--stride", min=1, help="fold mod this (default: the model's stride)"),
+    design: dict = KNOCKOUT_DESIGN,
     prompts: dict = HELD_OUT_PROMPTS,
-    scoring: dict = LOADING,
+    scoring: dict = study_loading(KNOCKOUT),
     output: dict = OUTPUT,
 ) -> None:
     """Knockout map: accuracy change per KV head (or whole layer) and residue, calibration-mean replacement."""
@@ -110,13 +164,7 @@ def knockout_command(
     with one_line_errors("knockout"):
         _check_out(output)
         lookup = replace(ANALYSIS_LOOKUP, **prompts)
-        options = KnockoutOptions(
-            mode="layers" if layers else "heads",
-            calibration_mappings=calibration_mappings,
-            n_query=query_tokens,
-            batch_size=scoring["batch_size"],
-            stride=stride,
-        )
+        options = replace(KNOCKOUT_DESIGN.build(design), batch_size=scoring["batch_size"])
         scorer = _scorer(model, scoring)
         _run(
             "knockout",
@@ -132,7 +180,7 @@ def gates_command(
     model: Path = typer.Argument(..., help="checkpoint / HF DeepseekV4 directory, or a training run directory"),
     source: str = typer.Option("auto", "--source", help="run dirs: auto, checkpoints or snapshots"),
     prompts: dict = PROMPTS,
-    scoring: dict = LOADING,
+    scoring: dict = study_loading(GATES),
     output: dict = OUTPUT,
 ) -> None:
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
@@ -179,24 +227,23 @@ def gates_command(
 @expand_groups
 def cycle_command(
     model: Path = MODEL,
-    delta: str = typer.Option("-3..3", "--delta", help="deltas: a range -3..3, a list 1,2,-1, or both"),
-    resamples: int = typer.Option(2000, "--resamples", min=10, help="bootstrap resamples over mappings"),
+    design: dict = CYCLE_DESIGN,
     prompts: dict = HELD_OUT_PROMPTS,
     scoring: dict = LOADING,
     output: dict = OUTPUT,
 ) -> None:
     """Gate cycling (W = S models): observed vs predicted accuracy change by phase, R^2 grid over deltas."""
     from phasekv.studies.cycle.figure import plot_cycle
-    from phasekv.studies.cycle.run import format_cycle, parse_deltas, run_cycle
+    from phasekv.studies.cycle.run import format_cycle, run_cycle
 
     with one_line_errors("cycle"):
         _check_out(output)
-        deltas = parse_deltas(delta)
+        options = CYCLE_DESIGN.build(design)
         lookup = replace(ANALYSIS_LOOKUP, **prompts)
         scorer = _scorer(model, scoring)
         _run(
             "cycle",
-            lambda planner: run_cycle(scorer, deltas, lookup, resamples, planner),
+            lambda planner: run_cycle(scorer, list(options.deltas), lookup, options.n_resamples, planner),
             output,
             format_cycle,
             plot_cycle,

@@ -4,16 +4,58 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import expand_groups
+from phasekv.cli.options import FieldGroup, comma_list, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
-from phasekv.studies.audit.options import AuditOptions
+from phasekv.studies.audit.options import DEFAULT_BUDGET_S, AuditOptions, parse_duration
 
 DEFAULTS = AuditOptions()
+DEFAULT_BUDGET = f"{DEFAULT_BUDGET_S / 60:g}m"  # as --budget takes it
+DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
+    DEFAULTS,
+    dict(
+        budget_s=(
+            str,
+            typer.Option(
+                DEFAULTS.budget_s,
+                "--budget",
+                help=f"wall time for the whole audit, e.g. 10m, 90s, 1h (default {DEFAULT_BUDGET} unless --mde)",
+            ),
+        ),
+        mde_points=(
+            float,
+            typer.Option(
+                DEFAULTS.mde_points,
+                "--mde",
+                help="size the design instead to reach this minimum detectable effect (accuracy points)",
+            ),
+        ),
+        needle=(
+            bool,
+            typer.Option(
+                DEFAULTS.needle,
+                "--needle/--no-needle",
+                help="also run the needle probe (default: when the budget leaves time for it)",
+            ),
+        ),
+        templates=(str, typer.Option(",".join(DEFAULTS.templates), help="comma-separated templates to screen")),
+        n_records=(
+            int,
+            typer.Option(DEFAULTS.n_records, "--records", min=2, help="key-name records per lookup prompt"),
+        ),
+        stride=(
+            int,
+            typer.Option(DEFAULTS.stride, min=1, help="period of the verdict (default: the model's stride, else 4)"),
+        ),
+        seed=(int, typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests")),
+    ),
+    parsers=dict(budget_s=parse_duration, templates=comma_list),
+)
 
 
 def default_out(model: Path | None, remote: dict, press: str | None) -> Path:
@@ -40,19 +82,7 @@ def _model_args(model: Path | None, scoring: dict, remote: dict) -> str:
 @expand_groups
 def audit_command(
     model: Path = typer.Argument(None, help="phasekv checkpoint or HF model folder (with --endpoint: its tokenizer)"),
-    budget: str = typer.Option(
-        None, "--budget", help="wall time for the whole audit, e.g. 10m, 90s, 1h (default 10m unless --mde)"
-    ),
-    mde: float = typer.Option(
-        None, "--mde", help="size the design instead to reach this minimum detectable effect (accuracy points)"
-    ),
-    needle: bool = typer.Option(
-        None, "--needle/--no-needle", help="also run the needle probe (default: when the budget leaves time for it)"
-    ),
-    templates: str = typer.Option(",".join(DEFAULTS.templates), help="comma-separated templates to screen"),
-    records: int = typer.Option(DEFAULTS.n_records, min=2, help="key-name records per lookup prompt"),
-    stride: int = typer.Option(None, min=1, help="period of the verdict (default: the model's stride, else 4)"),
-    seed: int = typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests"),
+    design: dict = DESIGN,
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     out: Path = typer.Option(None, "--out", help="folder for the results and the report (default runs/audit/MODEL)"),
@@ -63,19 +93,10 @@ def audit_command(
     the verdict and write the JSON results and the HTML report."""
     started = time.perf_counter()
     from phasekv.files import check_output
-    from phasekv.studies.audit.options import parse_duration
 
     with one_line_errors("audit"):
-        options = AuditOptions(
-            budget_s=None if budget is None else parse_duration(budget),
-            mde_points=mde,
-            templates=tuple(t.strip() for t in templates.split(",") if t.strip()),
-            n_records=records,
-            n_demos=min(DEFAULTS.n_demos, records - 1),
-            needle=needle,
-            stride=stride,
-            seed=seed,
-        )
+        chosen = DESIGN.build(design)
+        options = replace(chosen, n_demos=min(chosen.n_demos, chosen.n_records - 1))  # demos are the other records
         if remote["url"] is None:
             if model is None:
                 raise ValueError("give MODEL (a model folder) or --endpoint URL")
@@ -89,7 +110,11 @@ def audit_command(
         from phasekv.studies.audit.run import run_audit
 
         scorer = scorer_from_options(model, scoring, remote)
-        goal = f"budget {budget or '10m'}" if options.goal == "budget" else f"target MDE {mde:g} points"
+        goal = (
+            f"budget {design['budget_s'] or DEFAULT_BUDGET}"
+            if options.goal == "budget"
+            else f"target MDE {options.mde_points:g} points"
+        )
         typer.echo(f"audit of {remote['url'] or model} ({goal}), loaded in {time.perf_counter() - started:.0f} s")
         result = run_audit(
             scorer,

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import expand_groups
+from phasekv.cli.options import FieldGroup, comma_list, expand_groups
 from phasekv.cli.scoring import ENDPOINT
 from phasekv.studies.conformance.options import VERDICTS, ConformanceOptions
 
@@ -20,9 +20,7 @@ DEFAULTS = ConformanceOptions()
 EXIT_CODES = {VERDICTS[True]: 0, VERDICTS[False]: 1, VERDICTS[None]: 3}  # 2: bad input
 
 
-def _sizes(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
+def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -30,6 +28,45 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
     if not sizes or min(sizes) < 1:
         raise typer.BadParameter(f"--chunk-sizes must be positive integers, got {text!r}")
     return sizes
+
+
+DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` sets
+    DEFAULTS,
+    dict(
+        length=(int, typer.Option(DEFAULTS.length, "--length", min=3, help="tokens per prompt")),
+        prompts=(int, typer.Option(DEFAULTS.prompts, "--prompts", min=1, help="random prompts (token ids)")),
+        seed=(int, typer.Option(DEFAULTS.seed, "--seed", help="seed of the prompts (and of preset:NAME weights)")),
+        period=(
+            int,
+            typer.Option(
+                DEFAULTS.period,
+                "--period",
+                min=1,
+                help="group positions mod this (default: the model's S, else the reference's, else 4)",
+            ),
+        ),
+        tolerance=(
+            float,
+            typer.Option(DEFAULTS.tolerance, "--tolerance", help="largest |delta log-prob| and KL allowed"),
+        ),
+        chunk_sizes=(
+            str,
+            typer.Option(
+                DEFAULTS.chunk_sizes,
+                "--chunk-sizes",
+                help="chunk sizes, e.g. 3,4,5,7,61 (default: S-1,S,S+1,odd,large)",
+            ),
+        ),
+        modes=(
+            str,
+            typer.Option(
+                DEFAULTS.modes, "--modes", help="only these modes, comma-separated (e.g. parallel,decode,fork)"
+            ),
+        ),
+        dtype=(str, typer.Option(DEFAULTS.dtype, "--dtype", help="float32, float64 or bfloat16 (local models)")),
+    ),
+    parsers=dict(chunk_sizes=_sizes, modes=comma_list),
+)
 
 
 @expand_groups
@@ -42,16 +79,7 @@ def conformance_command(
     reference: str = typer.Option(
         None, "--reference", help="compare against this model's parallel forward (default: the candidate's own)"
     ),
-    length: int = typer.Option(DEFAULTS.length, "--length", min=3, help="tokens per prompt"),
-    prompts: int = typer.Option(DEFAULTS.prompts, "--prompts", min=1, help="random prompts (token ids)"),
-    seed: int = typer.Option(DEFAULTS.seed, "--seed", help="seed of the prompts (and of preset:NAME weights)"),
-    period: int = typer.Option(None, "--period", min=1, help="group positions mod this (default: the model's S)"),
-    tolerance: float = typer.Option(DEFAULTS.tolerance, "--tolerance", help="largest |delta log-prob| and KL allowed"),
-    chunk_sizes: str = typer.Option(
-        None, "--chunk-sizes", help="chunk sizes, e.g. 3,4,5,7,61 (default: S-1,S,S+1,odd,large)"
-    ),
-    modes: str = typer.Option(None, "--modes", help="only these modes, comma-separated (e.g. parallel,decode,fork)"),
-    dtype: str = typer.Option(DEFAULTS.dtype, "--dtype", help="float32, float64 or bfloat16 (local models)"),
+    design: dict = DESIGN,
     layers_vs_transformers: str = typer.Option(
         None,
         "--layers-vs-transformers",
@@ -77,23 +105,17 @@ def conformance_command(
         from phasekv.files import check_output
 
         check_output(out, directory=True)  # a bad path fails now, not after every mode ran
-        options = ConformanceOptions(
-            length=length,
-            prompts=prompts,
-            seed=seed,
-            period=period,
-            tolerance=tolerance,
-            chunk_sizes=_sizes(chunk_sizes),
-            modes=None if modes is None else tuple(m.strip() for m in modes.split(",") if m.strip()),
-            dtype=dtype,
-        )
+        options = DESIGN.build(design)
         if layers_vs_transformers is not None:
             if model is not None or reference is not None or endpoint["url"] is not None:
                 raise ValueError("--layers-vs-transformers builds both sides: give no MODEL, --reference or --endpoint")
             from phasekv.studies.conformance.dsv4_layers import DEFAULT_TOP_K, layer_kind, layer_runners
 
             ours, theirs = layer_runners(
-                layer_kind(layers_vs_transformers), seed, _dtype(dtype), top_k=index_topk or DEFAULT_TOP_K
+                layer_kind(layers_vs_transformers),
+                options.seed,
+                _dtype(options.dtype),
+                top_k=index_topk or DEFAULT_TOP_K,
             )
             runs = [(ours, theirs, f"{name}-phasekv"), (theirs, ours, f"{name}-transformers")]
         elif index_topk is not None:
@@ -111,12 +133,14 @@ def conformance_command(
             candidate = EndpointRunner(
                 endpoint_scorer_from_options(**{**endpoint, "tokenizer": tokenizer, "no_cache": no_cache})
             )
-            runs = [(candidate, load_runner(ref_spec, dtype, seed), name)]
+            runs = [(candidate, load_runner(ref_spec, options.dtype, options.seed), name)]
         else:
             if model is None:
                 raise ValueError("give MODEL (the candidate), --endpoint URL or --layers-vs-transformers LAYER")
-            candidate = load_runner(model, dtype, seed)
-            runs = [(candidate, None if reference is None else load_runner(reference, dtype, seed), name)]
+            candidate = load_runner(model, options.dtype, options.seed)
+            runs = [
+                (candidate, None if reference is None else load_runner(reference, options.dtype, options.seed), name)
+            ]
         verdicts = []
         for candidate, ref, stem in runs:
             result = run_conformance(candidate, options, reference=ref)

@@ -9,9 +9,11 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import TEMPLATE, OptionGroup, expand_groups
+from phasekv.cli.options import FieldGroup, OptionGroup, comma_list, expand_groups, template
 from phasekv.cli.scoring import ENDPOINT, SCORING
 from phasekv.studies.flip.options import FlipOptions
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.needle import NeedleOptions
 
 eval_app = typer.Typer(
     help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
@@ -19,9 +21,8 @@ eval_app = typer.Typer(
     add_completion=False,
 )
 
-FLIP = FlipOptions()  # the flip command's defaults
+LOOKUP_DEFAULTS, NEEDLE_DEFAULTS, FLIP = LookupOptions(), NeedleOptions(), FlipOptions()  # the probes' defaults
 MODEL = typer.Argument(None, help="phasekv checkpoint or HF model directory (with --endpoint: its tokenizer)")
-SEED = typer.Option(0, help="seed of the prompts, the bootstrap and the permutation tests")
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
 GRID_SHIFT = typer.Option(
@@ -50,8 +51,14 @@ DUMP = typer.Option(
 STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
 
 
-def _placements(unit: str):
-    return typer.Option(None, "--placements", min=1, help=f"placements per {unit} and residue (default: fewest exact)")
+def _seed(default: int):
+    return typer.Option(default, help="seed of the prompts, the bootstrap and the permutation tests")
+
+
+def _placements(unit: str, default: int | None):
+    return typer.Option(
+        default, "--placements", min=1, help=f"placements per {unit} and residue (default: fewest exact)"
+    )
 
 
 def _modulus(default: int):
@@ -62,7 +69,7 @@ def _protocol(default: str):
     return typer.Option(default, help="padding protocol: prefix or in-sequence")
 
 
-SPREAD = typer.Option(
+SPREAD = typer.Option(  # None leaves each probe's own default (lookup's and needle's differ)
     None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
 )
 LIKE = typer.Option(
@@ -251,43 +258,80 @@ def _summary_table(result: dict, heading: str) -> str:
     return "\n".join(lines)
 
 
-LOOKUP = OptionGroup(  # the `LookupOptions` fields `phasekv eval lookup` sets
-    n_records=(int, typer.Option(64, "--records", min=1, help="key-name records per prompt")),
-    n_demos=(int, typer.Option(8, "--demos", min=0, help="demonstrations before the target")),
-    n_mappings=(int, typer.Option(64, "--mappings", min=2, help="key-name mappings (the bootstrap unit)")),
-    placements_per_mapping=(int, _placements("mapping")),
-    modulus=(int, _modulus(24)),
-    protocol=(str, _protocol("prefix")),
-    padding=(
-        int,
-        typer.Option(
-            None, min=0, help="pad tokens per prompt (default: design span + records/4, or what the design needs)"
+LOOKUP = FieldGroup(  # the `LookupOptions` fields `phasekv eval lookup` sets
+    LOOKUP_DEFAULTS,
+    dict(
+        n_records=(
+            int,
+            typer.Option(LOOKUP_DEFAULTS.n_records, "--records", min=1, help="key-name records per prompt"),
         ),
-    ),
-    spread_blocks=(int, SPREAD),
-    seed=(int, SEED),
-    held_out_seed=(
-        int,
-        typer.Option(
-            None,
-            help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)",
+        n_demos=(int, typer.Option(LOOKUP_DEFAULTS.n_demos, "--demos", min=0, help="demonstrations before the target")),
+        n_mappings=(
+            int,
+            typer.Option(
+                LOOKUP_DEFAULTS.n_mappings, "--mappings", min=2, help="key-name mappings (the bootstrap unit)"
+            ),
         ),
+        placements_per_mapping=(int, _placements("mapping", LOOKUP_DEFAULTS.placements_per_mapping)),
+        modulus=(int, _modulus(LOOKUP_DEFAULTS.modulus)),
+        protocol=(str, _protocol(LOOKUP_DEFAULTS.protocol)),
+        padding=(
+            int,
+            typer.Option(
+                LOOKUP_DEFAULTS.padding,
+                min=0,
+                help="pad tokens per prompt (default: design span + records/4, or what the design needs)",
+            ),
+        ),
+        spread_blocks=(int, SPREAD),
+        seed=(int, _seed(LOOKUP_DEFAULTS.seed)),
+        held_out_seed=(
+            int,
+            typer.Option(
+                LOOKUP_DEFAULTS.held_out_seed,
+                help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)",
+            ),
+        ),
+        held_out_modulus=(
+            int,
+            typer.Option(
+                LOOKUP_DEFAULTS.held_out_modulus,
+                min=2,
+                help="1/this of the pairs are held out (match the training run)",
+            ),
+        ),
+        template=(str, template(LOOKUP_DEFAULTS.template)),
     ),
-    held_out_modulus=(int, typer.Option(4, min=2, help="1/this of the pairs are held out (match the training run)")),
-    template=(str, TEMPLATE),
 )
-NEEDLE = OptionGroup(  # the `NeedleOptions` fields `phasekv eval needle` sets
-    context_length=(int, typer.Option(4096, min=8, help="tokens per prompt, query included")),
-    n_records=(int, typer.Option(512, "--records", min=1, help="key-value records per prompt")),
-    key_tokens=(int, typer.Option(2, min=1, help="tokens per key")),
-    value_tokens=(int, typer.Option(2, min=1, help="tokens per value (all must be produced)")),
-    n_haystacks=(int, typer.Option(64, "--haystacks", min=1, help="haystacks, each placed at every residue")),
-    placements_per_haystack=(int, _placements("haystack")),
-    modulus=(int, _modulus(8)),
-    protocol=(str, _protocol("in-sequence")),
-    spread_blocks=(int, SPREAD),
-    template=(str, TEMPLATE),
-    seed=(int, SEED),
+NEEDLE = FieldGroup(  # the `NeedleOptions` fields `phasekv eval needle` sets
+    NEEDLE_DEFAULTS,
+    dict(
+        context_length=(
+            int,
+            typer.Option(NEEDLE_DEFAULTS.context_length, min=8, help="tokens per prompt, query included"),
+        ),
+        n_records=(
+            int,
+            typer.Option(NEEDLE_DEFAULTS.n_records, "--records", min=1, help="key-value records per prompt"),
+        ),
+        key_tokens=(int, typer.Option(NEEDLE_DEFAULTS.key_tokens, min=1, help="tokens per key")),
+        value_tokens=(
+            int,
+            typer.Option(NEEDLE_DEFAULTS.value_tokens, min=1, help="tokens per value (all must be produced)"),
+        ),
+        n_haystacks=(
+            int,
+            typer.Option(
+                NEEDLE_DEFAULTS.n_haystacks, "--haystacks", min=1, help="haystacks, each placed at every residue"
+            ),
+        ),
+        placements_per_haystack=(int, _placements("haystack", NEEDLE_DEFAULTS.placements_per_haystack)),
+        modulus=(int, _modulus(NEEDLE_DEFAULTS.modulus)),
+        protocol=(str, _protocol(NEEDLE_DEFAULTS.protocol)),
+        spread_blocks=(int, SPREAD),
+        template=(str, template(NEEDLE_DEFAULTS.template)),
+        seed=(int, _seed(NEEDLE_DEFAULTS.seed)),
+    ),
 )
 
 
@@ -389,22 +433,49 @@ def _read_context(value: str | None) -> str | None:
     return path.read_text()
 
 
+FLIP_DESIGN = FieldGroup(  # the `FlipOptions` fields `phasekv eval flip` sets
+    FLIP,
+    dict(
+        context=(
+            str,
+            typer.Option(None, help="the fixed context (a string, or @file); default: an FP8-kernel line"),
+        ),
+        candidates=(str, typer.Option(",".join(FLIP.candidates), help="comma-separated candidate continuations")),
+        min_length=(int, typer.Option(FLIP.min_length, min=0, help="shortest filler length in tokens")),
+        n_lengths=(
+            int,
+            typer.Option(FLIP.n_lengths, "--lengths", min=1, help="number of filler lengths (one token apart)"),
+        ),
+        families=(str, typer.Option(FLIP.families, help="comma-separated filler families (default: all)")),
+        period=(
+            int,
+            typer.Option(FLIP.period, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
+        ),
+        n_permutations=(
+            int,
+            typer.Option(FLIP.n_permutations, "--permutations", min=1, help="shuffles for the pattern's chance level"),
+        ),
+        template=(
+            str,
+            typer.Option(
+                FLIP.template,
+                help="paper (context right after the filler) or natural (context on a new line: re-encodable text)",
+            ),
+        ),
+        seed=(int, typer.Option(FLIP.seed, help="seed of the permutation test")),
+    ),
+    # candidates are not stripped: a continuation may begin with a space
+    parsers=dict(
+        context=_read_context, candidates=lambda text: tuple(c for c in text.split(",") if c), families=comma_list
+    ),
+)
+
+
 @eval_app.command()
 @expand_groups
 def flip(
     model: Path = MODEL,
-    context: str = typer.Option(None, help="the fixed context (a string, or @file); default: an FP8-kernel line"),
-    candidates: str = typer.Option(",".join(FLIP.candidates), help="comma-separated candidate continuations"),
-    min_length: int = typer.Option(FLIP.min_length, min=0, help="shortest filler length in tokens"),
-    lengths: int = typer.Option(FLIP.n_lengths, min=1, help="number of filler lengths (one token apart)"),
-    families: str = typer.Option(None, help="comma-separated filler families (default: all)"),
-    period: int = typer.Option(None, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
-    permutations: int = typer.Option(FLIP.n_permutations, min=1, help="shuffles for the pattern's chance level"),
-    template: str = typer.Option(
-        FLIP.template,
-        help="paper (context right after the filler) or natural (context on a new line: re-encodable text)",
-    ),
-    seed: int = typer.Option(FLIP.seed, help="seed of the permutation test"),
+    design: dict = FLIP_DESIGN,
     scoring: dict = SCORING,
     remote: dict = ENDPOINT,
     output: dict = OUTPUT,
@@ -416,18 +487,7 @@ def flip(
 
     with one_line_errors("eval"):
         _check_outputs(output)
-        fields = dict(
-            candidates=tuple(c for c in candidates.split(",") if c),
-            min_length=min_length,
-            n_lengths=lengths,
-            families=None if families is None else tuple(f.strip() for f in families.split(",") if f.strip()),
-            period=period,
-            n_permutations=permutations,
-            seed=seed,
-            template=template,
-        )
-        text = _read_context(context)
-        options = FlipOptions(**fields) if text is None else FlipOptions(context=text, **fields)
+        options = FLIP_DESIGN.build(design)
         dump = output["dump_prompts"]
         if output["dry_run"]:
             tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)

@@ -15,16 +15,29 @@ from pathlib import Path
 
 import typer
 
-from phasekv.cli.options import OptionGroup
+from phasekv.cli.options import FieldGroup, OptionGroup
+
+
+def _batch_size(default: int):
+    return typer.Option(default, "--batch-size", min=1, help="prompts per forward pass")
+
 
 # How a local model is loaded and run (`load_scorer`'s keyword arguments). The analyses read a model's
-# internals, so they take LOADING only; the probes take SCORING (also workers, dtype and a press; its threads
-# are per worker, see `phasekv.scoring.base.choose_parallelism`).
+# internals, so they take LOADING only (`study_loading`: with a study's own batch size); the probes take
+# SCORING (also workers, dtype and a press; its threads are per worker, see
+# `phasekv.scoring.base.choose_parallelism`).
 LOADING = OptionGroup(
-    batch_size=(int, typer.Option(16, "--batch-size", min=1, help="prompts per forward pass")),
+    batch_size=(int, _batch_size(16)),
     threads=(int, typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)")),
     device=(str, typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda")),
 )
+
+
+def study_loading(defaults) -> FieldGroup:
+    """LOADING with --batch-size at the study's own default (`defaults.batch_size`, its options')."""
+    return FieldGroup(defaults, {**LOADING, "batch_size": (int, _batch_size(defaults.batch_size))})
+
+
 SCORING = OptionGroup(
     {
         **LOADING,

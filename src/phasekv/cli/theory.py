@@ -13,31 +13,33 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import OptionGroup, expand_groups
+from phasekv.cli.options import FieldGroup, expand_groups
 from phasekv.cli.planned import DRY_RUN, run_planned
 from phasekv.files import check_output, write_text_atomic
+from phasekv.studies.theory.options import QUICK_SWEEP, TheoryOptions
 
 app = typer.Typer(help="The idealized induction model: optimal and learned compression.", no_args_is_help=True)
 
-N_TOKENS = typer.Option(64, help="vocabulary size N")
-N_CHUNKS = typer.Option(8, help="chunks per context L")
-CHUNK_SIZE = typer.Option(4, help="positions per chunk S")
-N_HEADS = typer.Option(2, help="heads m (< S)")
-GAMMA = typer.Option(4.0, help="attention scale")
-BETA = typer.Option(4.0, help="unembedding scale")
-KAPPA = typer.Option(0.5, help="shared inner product of distinct tokens")
-EPS = typer.Option(0.0, help="allowed deviation from exact equiangular geometry")
-GEOMETRY = OptionGroup(  # the fields of `InductionConfig` that the commands set
-    n_tokens=(int, N_TOKENS),
-    n_chunks=(int, N_CHUNKS),
-    chunk_size=(int, CHUNK_SIZE),
-    n_heads=(int, N_HEADS),
-    gamma=(float, GAMMA),
-    beta=(float, BETA),
-    kappa=(float, KAPPA),
-    eps=(float, EPS),
-)
-SEED = typer.Option(0, help="seed for everything random")
+THEORY = TheoryOptions()  # the theorems' defaults; the sweep's are QUICK_SWEEP
+GEOMETRY = {  # the fields of `InductionConfig` that the commands set: (type, help)
+    "n_tokens": (int, "vocabulary size N"),
+    "n_chunks": (int, "chunks per context L"),
+    "chunk_size": (int, "positions per chunk S"),
+    "n_heads": (int, "heads m (< S)"),
+    "gamma": (float, "attention scale"),
+    "beta": (float, "unembedding scale"),
+    "kappa": (float, "shared inner product of distinct tokens"),
+    "eps": (float, "allowed deviation from exact equiangular geometry"),
+}
+
+
+def _geometry(defaults, names=tuple(GEOMETRY)) -> dict:
+    """The options of the geometry fields `names`, at their values in `defaults`."""
+    return {name: (GEOMETRY[name][0], typer.Option(getattr(defaults, name), help=GEOMETRY[name][1])) for name in names}
+
+
+def _seed(default: int):
+    return typer.Option(default, help="seed for everything random")
 
 
 def _out(command: str):
@@ -72,25 +74,27 @@ def _print_rows(rows: list[dict], keys: list[str]) -> None:
         typer.echo("  ".join(f"{cell(row[key]):>10}" for key in keys))
 
 
-THEOREM1 = OptionGroup(  # the fields of `Theorem1Config` beyond the geometry that the command sets
-    n_starts=(int, typer.Option(32, help="random starts")),
-    n_contexts=(int, typer.Option(4, help="Monte Carlo contexts when eps > 0")),
-    steps=(int, typer.Option(2000, help="Adam steps per start")),
-    lr=(float, typer.Option(0.1, help="Adam learning rate")),
-    seed=(int, SEED),
+THEOREM1 = FieldGroup(  # the fields of `Theorem1Config` that the command sets
+    THEORY.theorem1,
+    {
+        **_geometry(THEORY.theorem1),
+        "n_starts": (int, typer.Option(THEORY.theorem1.n_starts, help="random starts")),
+        "n_contexts": (int, typer.Option(THEORY.theorem1.n_contexts, help="Monte Carlo contexts when eps > 0")),
+        "steps": (int, typer.Option(THEORY.theorem1.steps, help="Adam steps per start")),
+        "lr": (float, typer.Option(THEORY.theorem1.lr, help="Adam learning rate")),
+        "seed": (int, _seed(THEORY.theorem1.seed)),
+    },
 )
 
 
 @app.command()
 @expand_groups
-def theorem1(
-    geometry: dict = GEOMETRY, search: dict = THEOREM1, out: Path = _out("theorem1"), dry_run: bool = DRY_RUN
-) -> None:
+def theorem1(settings: dict = THEOREM1, out: Path = _out("theorem1"), dry_run: bool = DRY_RUN) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
     _check_out(out)
-    from phasekv.theory.theorem1 import Theorem1Config, run_theorem1
+    from phasekv.theory.theorem1 import run_theorem1
 
-    config = Theorem1Config(**geometry, **search)
+    config = THEOREM1.build(settings)
     result = run_planned(lambda planner: run_theorem1(config, planner), dry_run)
     if result is None:
         return
@@ -107,27 +111,29 @@ def theorem1(
     _write(result, out)
 
 
-THEOREM2 = OptionGroup(  # the fields of `GateTrainingConfig` beyond the geometry that the command sets
-    rho=(float, typer.Option(0.01, help="radius of the initial ball")),
-    optimizer=(str, typer.Option("adam", help="adam or sgd")),
-    lr=(float, typer.Option(0.01, help="step size")),
-    steps=(int, typer.Option(1500, help="training steps")),
-    batch_size=(int, typer.Option(256, help="contexts per step")),
-    seed=(int, SEED),
+THEOREM2 = FieldGroup(  # the fields of `GateTrainingConfig` that the command sets
+    THEORY.theorem2,
+    {
+        **_geometry(THEORY.theorem2),
+        "rho": (float, typer.Option(THEORY.theorem2.rho, help="radius of the initial ball")),
+        "optimizer": (str, typer.Option(THEORY.theorem2.optimizer, help="adam or sgd")),
+        "lr": (float, typer.Option(THEORY.theorem2.lr, help="step size")),
+        "steps": (int, typer.Option(THEORY.theorem2.steps, help="training steps")),
+        "batch_size": (int, typer.Option(THEORY.theorem2.batch_size, help="contexts per step")),
+        "seed": (int, _seed(THEORY.theorem2.seed)),
+    },
 )
 
 
 @app.command()
 @expand_groups
-def theorem2(
-    geometry: dict = GEOMETRY, training: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: bool = DRY_RUN
-) -> None:
+def theorem2(settings: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: bool = DRY_RUN) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
     _check_out(out)
     from phasekv.studies.theory.figure import plot_theorem2
-    from phasekv.theory.theorem2 import GateTrainingConfig, train_gates
+    from phasekv.theory.theorem2 import train_gates
 
-    config = GateTrainingConfig(**geometry, **training)
+    config = THEOREM2.build(settings)
     result = run_planned(lambda planner: train_gates(config, planner), dry_run)
     if result is None:
         return
@@ -155,39 +161,64 @@ def theorem2(
     typer.echo(f"wrote {plot_theorem2(result, out.with_suffix('.png'))}")
 
 
+def _grid_text(values: list) -> str:
+    """A grid's values as its option's text, which `_ints` and `_floats` read back: [4.0, 8.0] -> '4,8'."""
+    return ",".join(str(int(v)) if float(v).is_integer() else repr(v) for v in values)
+
+
+SWEEP_GRID = FieldGroup(  # the grid of `phasekv theory sweep`: the values of every parameter it sweeps
+    QUICK_SWEEP.sweep_grid,
+    {
+        name: (str, typer.Option(_grid_text(QUICK_SWEEP.sweep_grid[name]), help=f"comma-separated {values}"))
+        for name, values in (
+            ("n_tokens", "N values"),
+            ("chunk_size", "S values"),
+            ("n_heads", "m values"),
+            ("rho", "initial radii"),
+            ("gamma", "attention scales"),
+            ("beta", "unembedding scales"),
+        )
+    },
+    parsers=dict(n_tokens=_ints, chunk_size=_ints, n_heads=_ints, rho=_floats, gamma=_floats, beta=_floats),
+)
+SWEEP_SEEDS = FieldGroup(  # the seeds every grid point trains with
+    QUICK_SWEEP,
+    {
+        "sweep_seeds": (
+            str,
+            typer.Option(",".join(map(str, QUICK_SWEEP.sweep_seeds)), "--seeds", help="comma-separated seeds"),
+        )
+    },
+    parsers=dict(sweep_seeds=lambda text: tuple(_ints(text))),
+)
+SWEEP_TRAINING = FieldGroup(  # the fields of every grid point's `GateTrainingConfig` that the command sets
+    QUICK_SWEEP.sweep,
+    {
+        **_geometry(QUICK_SWEEP.sweep, ("n_chunks", "kappa", "eps")),
+        "steps": (int, typer.Option(QUICK_SWEEP.sweep.steps, help="training steps per run")),
+        "batch_size": (int, typer.Option(QUICK_SWEEP.sweep.batch_size, help="contexts per step")),
+        "lr": (float, typer.Option(QUICK_SWEEP.sweep.lr, help="Adam step size")),
+    },
+)
+
+
 @app.command()
+@expand_groups
 def sweep(
-    n_tokens: str = typer.Option("64", help="comma-separated N values"),
-    chunk_size: str = typer.Option("4", help="comma-separated S values"),
-    n_heads: str = typer.Option("2,3", help="comma-separated m values"),
-    rho: str = typer.Option("0.01", help="comma-separated initial radii"),
-    gamma: str = typer.Option("4,8", help="comma-separated attention scales"),
-    beta: str = typer.Option("4,8", help="comma-separated unembedding scales"),
-    seeds: str = typer.Option("0", help="comma-separated seeds"),
-    n_chunks: int = N_CHUNKS,
-    kappa: float = KAPPA,
-    eps: float = EPS,
-    steps: int = typer.Option(600, help="training steps per run"),
-    batch_size: int = typer.Option(64, help="contexts per step"),
-    lr: float = typer.Option(0.01, help="Adam step size"),
+    grid_values: dict = SWEEP_GRID,
+    seed_values: dict = SWEEP_SEEDS,
+    training: dict = SWEEP_TRAINING,
     out: Path = _out("sweep"),
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Theorem 2 over a grid: fraction concentrating, fraction fully covering, final loss (a quick default grid)."""
     _check_out(out)
-    grid = {
-        "n_tokens": _ints(n_tokens),
-        "chunk_size": _ints(chunk_size),
-        "n_heads": _ints(n_heads),
-        "rho": _floats(rho),
-        "gamma": _floats(gamma),
-        "beta": _floats(beta),
-    }
+    grid = SWEEP_GRID.build(grid_values)
     from phasekv.theory.sweep import TABLE_KEYS, run_sweep
-    from phasekv.theory.theorem2 import GateTrainingConfig
 
-    base = GateTrainingConfig(n_chunks=n_chunks, kappa=kappa, eps=eps, steps=steps, batch_size=batch_size, lr=lr)
-    result = run_planned(lambda planner: run_sweep(base, grid, _ints(seeds), planner), dry_run)
+    base = SWEEP_TRAINING.build(training)
+    seeds = list(SWEEP_SEEDS.build(seed_values).sweep_seeds)
+    result = run_planned(lambda planner: run_sweep(base, grid, seeds, planner), dry_run)
     if result is None:
         return
     _print_rows(result["table"], list(grid) + list(TABLE_KEYS))

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..corpus.mixture import MixtureConfig
-from ..studies.cycle.run import CycleOptions
+from ..studies.cycle.options import CycleOptions
 from ..studies.flip.options import FlipOptions
-from ..studies.gates.run import GatesOptions
+from ..studies.gates.options import GatesOptions
 from ..studies.knockout.options import KnockoutOptions
 from ..studies.theory.options import TheoryOptions
 from ..tasks.lookup import LookupOptions

@@ -16,30 +16,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
-from phasekv.theory.config import InductionConfig
+from phasekv.theory.config import Theorem1Config
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import FreeCoefficients
 from phasekv.theory.model import equiangular_loss, induction_logits
 from phasekv.theory.task import sample_contexts
-
-
-@dataclass(frozen=True)
-class Theorem1Config(InductionConfig):
-    """Every parameter of a Theorem 1 run (all recorded in the result)."""
-
-    n_starts: int = 32
-    n_contexts: int = 4  # Monte Carlo contexts, used only when eps > 0
-    steps: int = 2000
-    lr: float = 0.1
-    init_scale: float = 1.0  # std of the initial logits
-    one_hot_tol: float = 0.05  # one-hot: every largest weight >= 1 - tol
-    seed: int = 0
 
 
 def one_hot_assignment(positions: tuple[int, ...], n_chunks: int, chunk_size: int) -> tuple[torch.Tensor, ...]:

@@ -16,33 +16,17 @@ all four of its effective numbers are ``<= concentration_threshold``. A non-fina
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from phasekv.internals.concentration import effective_numbers
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
-from phasekv.theory.config import InductionConfig
+from phasekv.theory.config import GateTrainingConfig
 from phasekv.theory.geometry import near_equiangular_embeddings
 from phasekv.theory.heads import LogLinearGates
 from phasekv.theory.model import accuracy_by_position, induction_logits, query_loss
 from phasekv.theory.task import sample_contexts
-
-
-@dataclass(frozen=True)
-class GateTrainingConfig(InductionConfig):
-    """Every parameter of a Theorem 2 run (all recorded in the result)."""
-
-    rho: float = 0.01
-    optimizer: str = "adam"  # "adam" or "sgd" (plain gradient descent)
-    lr: float = 0.01
-    steps: int = 1500
-    batch_size: int = 256
-    n_eval_contexts: int = 512
-    record_every: int = 50
-    concentration_threshold: float = 1.25
-    seed: int = 0
-
 
 GATE_METRICS = ("key_static", "key_per_window", "value_static", "value_per_window")
 

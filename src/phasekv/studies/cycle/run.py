@@ -20,8 +20,6 @@ r2_low [D], r2_high [D]}. R^2 is None where a change has no variance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from phasekv.internals.gate_metrics import gate_metrics
@@ -36,23 +34,6 @@ from phasekv.studies.probe.units import unit_residue_cells
 from phasekv.tasks.lookup import LookupOptions
 
 SCHEMA = "phasekv.analysis.cycle/1"
-
-
-def parse_deltas(text: str) -> list[int]:
-    """'-3..3' -> [-3, ..., 3]; '1,2,-1' -> [1, 2, -1]; pieces combine: '-3..-1,1..3'. Distinct, in order."""
-    deltas: list[int] = []
-    for piece in (p.strip() for p in text.split(",")):
-        try:
-            if ".." in piece:
-                low, high = (int(v) for v in piece.split(".."))
-                if low > high:
-                    raise ValueError
-                deltas += range(low, high + 1)
-            else:
-                deltas.append(int(piece))
-        except ValueError:
-            raise ValueError(f"cannot read deltas {text!r}: use integers, lists (1,2,-1) or ranges (-3..3)") from None
-    return list(dict.fromkeys(deltas))
 
 
 def fold_cells(cells: np.ndarray, stride: int) -> np.ndarray:
@@ -107,15 +88,6 @@ def cycle_statistics(
 def _key_phase_share(model, ids) -> list[float]:
     rows = [r for r in gate_metrics(model, [ids]) if r["branch"] == "key"]
     return np.mean([r["phase_share"] for r in rows], axis=0).round(4).tolist()
-
-
-@dataclass(frozen=True)
-class CycleOptions:
-    """What a cycling run varies besides its prompts: the gate shifts `deltas` (0 is always measured as the
-    base) and the bootstrap's resamples over mappings."""
-
-    deltas: tuple[int, ...] = (-3, -2, -1, 0, 1, 2, 3)
-    n_resamples: int = 2000
 
 
 def cycle_plan(scorer: PhaseKVScorer, shifts: list[int], prompts) -> WorkPlan:

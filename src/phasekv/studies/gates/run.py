@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -61,13 +61,6 @@ def gates_plan(scorer, ids: torch.Tensor, batch_size: int) -> WorkPlan:
         stages.append(Stage("top-k hits", passes, unit))
     counts = {"distinct prompts": int(ids.shape[0]), "tokens each": int(ids.shape[1])}
     return WorkPlan(f"gate concentration of {model_name(scorer)}", tuple(stages), counts)
-
-
-@dataclass(frozen=True)
-class GatesOptions:
-    """Prompts per forward pass of a gate-concentration run (and of its trajectory over checkpoints)."""
-
-    batch_size: int = 16
 
 
 def run_gates(
