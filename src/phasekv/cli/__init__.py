@@ -199,7 +199,7 @@ def reproduce(
     summary = run_reproduction(chosen, out, jobs=jobs or None)
     typer.echo(summary["table"])
     if "designs" in summary:
-        from phasekv.reproduce.designs import markdown
+        from phasekv.studies.designs.run import markdown
 
         typer.echo("\n" + markdown(summary["designs"]))
     wall = summary["wall_seconds"]

@@ -15,9 +15,10 @@ from ..files import write_text_atomic
 from ..model.io import read_config
 from ..report import build_report
 from ..studies.cycle.cycling import cycling_problem
+from ..studies.designs import run as designs
 from ..studies.gates.illustration import illustration
 from ..studies.knockout.figure import plot_knockout
-from . import designs, seeds
+from . import seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .results_doc import figure_name, results_document
