@@ -8,7 +8,7 @@ import torch
 from phasekv import provenance
 from phasekv.model import PhaseKVModel
 from phasekv.reproduce import PROFILES, Profile, RunSpec, get_profile, reproduce
-from phasekv.reproduce.plan import write_plan
+from phasekv.reproduce.training_plan import write_plan
 from phasekv.studies.designs import run as designs_module
 from phasekv.studies.probe.result import learned
 from phasekv.train import RunConfig, train

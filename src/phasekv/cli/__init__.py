@@ -177,8 +177,8 @@ def reproduce(
     from phasekv.files import check_output
     from phasekv.reproduce import get_profile
     from phasekv.reproduce import reproduce as run_reproduction
-    from phasekv.reproduce.plan import write_plan
     from phasekv.reproduce.presses import run_presses
+    from phasekv.reproduce.training_plan import write_plan
     from phasekv.studies.presses.options import DEFAULT_MODEL, PRESS_PROFILES
 
     if profile in PRESS_PROFILES:
