@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _design(name: str, role: str, mean: list, gap: list, learned: list, misses: tuple = ()) -> dict:
-    """A design row with the keys the report reads (reproduce.designs.design_rows writes more)."""
+    """A design row with the keys the report reads (studies.designs.run.design_rows writes more)."""
     return {
         "design": name,
         "control": role == "control",

@@ -8,8 +8,8 @@ import torch
 from phasekv import provenance
 from phasekv.model import PhaseKVModel
 from phasekv.reproduce import PROFILES, Profile, RunSpec, get_profile, reproduce
-from phasekv.reproduce import designs as designs_module
-from phasekv.reproduce.plan import write_plan
+from phasekv.reproduce.training_plan import write_plan
+from phasekv.studies.designs import run as designs_module
 from phasekv.studies.probe.result import learned
 from phasekv.train import RunConfig, train
 
@@ -238,7 +238,7 @@ def test_best_design_is_the_learned_candidate_with_the_smallest_gap():
 
 def test_cache_bytes_per_token_counts_one_entry_per_stride():
     from phasekv.model.presets import preset_config
-    from phasekv.reproduce.designs import cache_bytes_per_token
+    from phasekv.studies.designs.run import cache_bytes_per_token
 
     full, w8s8 = preset_config("full-1kv"), preset_config("w8s8-1kv")
     assert cache_bytes_per_token(full) == 2 * 2 * 32 * 4  # layers x (K, V) x head_dim x float32
@@ -252,8 +252,8 @@ def test_cache_bytes_per_token_counts_one_entry_per_stride():
 def test_third_round_lists_four_seeds_per_design_at_the_cpu_recipe_and_plans_the_cpu_runs_as_reused(tmp_path):
     from phasekv.model.io import CONFIG_FILE, WEIGHTS_FILE
     from phasekv.model.presets import preset_config
-    from phasekv.reproduce.designs import cache_bytes_per_token
     from phasekv.reproduce.profiles import get_profile
+    from phasekv.studies.designs.run import cache_bytes_per_token
     from phasekv.train.checkpoint import TRAINER_FILE
     from phasekv.train.config import save_run_config
 
@@ -347,8 +347,8 @@ def test_a_third_round_result_reads_its_overlap_gates_and_renders_in_the_report(
 
 def test_second_round_designs_match_w8s8_cache_and_the_quick_recipe():
     from phasekv.model.presets import preset_config
-    from phasekv.reproduce.designs import cache_bytes_per_token
     from phasekv.reproduce.profiles import DESIGN_SEEDS, get_profile
+    from phasekv.studies.designs.run import cache_bytes_per_token
 
     profile = get_profile("designs")
     baseline = cache_bytes_per_token(preset_config("w8s8-1kv"))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from phasekv.reproduce import across_seeds as seed_table
 from phasekv.reproduce import get_profile
-from phasekv.reproduce import seeds as seed_table
-from phasekv.reproduce.plan import estimated_seconds, write_plan
+from phasekv.reproduce.training_plan import estimated_seconds, write_plan
 from phasekv.stats.seeds import compare_seeds, hedges_g, seed_summary
 
 

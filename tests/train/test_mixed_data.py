@@ -7,7 +7,7 @@ from phasekv.corpus.mixed import MixedSource, is_text
 from phasekv.corpus.mixture import MixtureConfig, MixtureSource
 from phasekv.corpus.tokens import TokenWindowSource, write_header
 from phasekv.reproduce import get_profile
-from phasekv.reproduce.plan import write_plan
+from phasekv.reproduce.training_plan import write_plan
 from phasekv.train.config import DataConfig, RunConfig, RunConfigError
 from phasekv.train.loop import build_source
 

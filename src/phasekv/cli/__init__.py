@@ -177,8 +177,9 @@ def reproduce(
     from phasekv.files import check_output
     from phasekv.reproduce import get_profile
     from phasekv.reproduce import reproduce as run_reproduction
-    from phasekv.reproduce.plan import write_plan
-    from phasekv.reproduce.presses import DEFAULT_MODEL, PRESS_PROFILES, run_presses
+    from phasekv.reproduce.presses import run_presses
+    from phasekv.reproduce.training_plan import write_plan
+    from phasekv.studies.presses.options import DEFAULT_MODEL, PRESS_PROFILES
 
     if profile in PRESS_PROFILES:
         out = out or f"runs/{profile}"
@@ -198,7 +199,7 @@ def reproduce(
     summary = run_reproduction(chosen, out, jobs=jobs or None)
     typer.echo(summary["table"])
     if "designs" in summary:
-        from phasekv.reproduce.designs import markdown
+        from phasekv.studies.designs.run import markdown
 
         typer.echo("\n" + markdown(summary["designs"]))
     wall = summary["wall_seconds"]

@@ -1,6 +1,6 @@
 """Training data: the synthetic retrieval mixture and memory-mapped token files.
 
-Modules: `batch` (Batch, the DataSource protocol), `templates` (record/query formats), `mixture`
+Modules: `batch` (Batch, the DataSource protocol), `token_patterns` (record/query formats), `mixture`
 (the synthetic mixture), `tokens` (token-file format and random-window loader), `tokenize` (text
 files → token files). The animal→name pairs kept out of training are `phasekv.tasks.heldout`'s
 (evaluation draws from them too).

@@ -2,7 +2,7 @@
 
 One sequence (T+1 tokens) is drawn like this:
 
-1. A template (`templates.TEMPLATES`, chosen with the `templates` weights): the evaluation's own
+1. A template (`token_patterns.TEMPLATES`, chosen with the `templates` weights): the evaluation's own
    lookup format is one part of the mixture, beside other formats and multi-token records.
 2. R records, R from a curriculum (`records_start` growing linearly to `records` over the first
    `curriculum_fraction` of training; validation always uses `records`). Keys in a sequence are
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from phasekv.corpus.batch import Batch, split_index
-from phasekv.corpus.templates import KEY, TEMPLATES, VALUE, MixtureVocab, Template, mixture_vocab
+from phasekv.corpus.token_patterns import KEY, TEMPLATES, VALUE, MixtureVocab, Template, mixture_vocab
 from phasekv.tasks.heldout import HeldOutPairs, assign_names
 from phasekv.tasks.tokenizer import build_word_tokenizer
 

@@ -15,9 +15,10 @@ from ..files import write_text_atomic
 from ..model.io import read_config
 from ..report import build_report
 from ..studies.cycle.cycling import cycling_problem
+from ..studies.designs import run as designs
 from ..studies.gates.illustration import illustration
 from ..studies.knockout.figure import plot_knockout
-from . import designs, seeds
+from . import across_seeds
 from .profiles import PROFILES, Profile, RunSpec, get_profile
 from .report import markdown_table, table_rows
 from .results_doc import figure_name, results_document
@@ -42,11 +43,11 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     stages = run_stages(profile, out, progress) if profile.analyses else {}
     rows = table_rows(results, out / "results")
     table = markdown_table(rows)
-    across_seeds = None
+    seed_statistics = None
     if profile.seed_comparisons:
-        by_design = seeds.design_rows(profile, rows)
-        across_seeds = {"designs": by_design, "tests": seeds.comparisons(profile, by_design)}
-        table += "\n\n## Across seeds\n\n" + seeds.markdown(by_design, across_seeds["tests"])
+        by_design = across_seeds.design_rows(profile, rows)
+        seed_statistics = {"designs": by_design, "tests": across_seeds.comparisons(profile, by_design)}
+        table += "\n\n## Across seeds\n\n" + across_seeds.markdown(by_design, seed_statistics["tests"])
     summary = {
         "profile": profile.name,
         "description": profile.description,
@@ -63,10 +64,10 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
         },
         "stages": stages,
     }
-    if across_seeds is not None:
-        summary["across_seeds"] = across_seeds
+    if seed_statistics is not None:
+        summary["across_seeds"] = seed_statistics
     if profile.compare_designs:
-        tests = across_seeds["tests"] if across_seeds else []
+        tests = seed_statistics["tests"] if seed_statistics else []
         summary["designs"] = compare_designs(profile, out, {row["run"]: row for row in rows}, tests, progress)
     write_json(out / "summary.json", summary)
     reported = time.perf_counter()

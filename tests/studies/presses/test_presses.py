@@ -296,7 +296,7 @@ def test_lookup_with_a_chunk_press_records_press_stride_and_kept_entries(qwen_di
 
 
 def _tiny_profile(*methods):
-    from phasekv.reproduce.presses import PressMethod, PressProfile
+    from phasekv.studies.presses.options import PressMethod, PressProfile
 
     return PressProfile(
         name="presses-test",
@@ -315,7 +315,8 @@ def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen
     import shutil
 
     from phasekv.reproduce.cache import stored_result
-    from phasekv.reproduce.presses import cell_config, cell_key, cell_path, run_presses
+    from phasekv.reproduce.presses import cell_key, run_presses
+    from phasekv.studies.presses.run import cell_config, cell_path
 
     profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"))
     lines = []
@@ -350,7 +351,7 @@ def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen
 
 
 def test_press_table_shows_the_robust_phase_test_when_present():
-    from phasekv.reproduce.press_table import markdown_press_table
+    from phasekv.studies.presses.table import markdown_press_table
 
     row = dict(label="m", probe="lookup", mean=50.0, worst=40.0, gap=20.0, gap_ci=[5.0, 30.0], stride=8)
     row |= dict(period_diff=3.0, period_diff_ci=None, phase_p=None, phase_verdict=None, learned=True)
@@ -368,9 +369,9 @@ def test_a_press_at_the_floor_is_not_judged_in_the_summary_and_the_press_table(q
     from typer.testing import CliRunner
 
     from phasekv.cli.evaluate import eval_app
-    from phasekv.reproduce.press_table import markdown_press_table, press_row
-    from phasekv.reproduce.presses import PressMethod
     from phasekv.stats.verdict import NO_EFFECT
+    from phasekv.studies.presses.options import PressMethod
+    from phasekv.studies.presses.table import markdown_press_table, press_row
     from phasekv.studies.probe.result import ProbeResult
 
     out = tmp_path / "pool.json"

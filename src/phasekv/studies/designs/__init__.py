@@ -1,2 +1,2 @@
-"""The design comparison of the mitigations profile (computed by `phasekv.reproduce.designs`); `result`,
-`figure`."""
+"""The design comparison of the mitigations profile: computed by `run` (wired into the reproduction by
+`phasekv.reproduce.compare_designs`); `result`, `figure`."""

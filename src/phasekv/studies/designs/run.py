@@ -14,11 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from statistics import fmean
 
-from ..config import ModelConfig
-from ..files import write_atomic
-from ..studies.probe.like import remeasure_list
-from .profiles import Profile, RunSpec
-from .seeds import pooled
+from phasekv.config import ModelConfig
+from phasekv.files import write_atomic
+from phasekv.stats.seeds import seed_summary
+from phasekv.studies.probe.like import remeasure_list
 
 SCHEMA = "phasekv.analysis.designs/1"
 BASELINE_PRESET = "w8s8-1kv"
@@ -63,9 +62,21 @@ def _over_seeds(gates: list[dict], key: str) -> list[float] | None:
     return [fmean(v) for v in zip(*values, strict=True)] if values else None
 
 
-def design_rows(profile: Profile, rows: dict[str, dict], configs: dict[str, ModelConfig], out: Path) -> list[dict]:
-    """One row per design: its seeds' table rows (`rows`, by run name), their means, cache bytes and gates."""
-    designs: dict[str, list[RunSpec]] = {}
+def pooled(rows: list[dict]) -> dict:
+    """One design's seeds (table rows with mean, gap, learned) pooled: {mean, gap, gaps}, the mean over every
+    seed and the gap over the learned ones (a seed at chance is flat for the wrong reason), 95% t intervals."""
+    gaps = [row["gap"] for row in rows if row["learned"]]
+    return {
+        "mean": seed_summary([row["mean"] for row in rows]),
+        "gap": seed_summary(gaps) if gaps else None,
+        "gaps": gaps,
+    }
+
+
+def design_rows(profile, rows: dict[str, dict], configs: dict[str, ModelConfig], out: Path) -> list[dict]:
+    """One row per design: its seeds' table rows (`rows`, by run name), their means, cache bytes and gates.
+    `profile` is a reproduction profile (`phasekv.reproduce.profiles.Profile`): its runs, grouped by design."""
+    designs: dict[str, list] = {}
     for run in profile.runs:
         designs.setdefault(run.design_name, []).append(run)
     table = []

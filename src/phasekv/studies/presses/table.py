@@ -14,12 +14,12 @@ from pathlib import Path
 
 import altair as alt
 
-from ..charts import vega
-from ..files import write_atomic
-from ..scoring.press_spec import PoolSpec, parse_press
-from ..stats.format import verdict_cell
-from ..studies.probe.like import eval_command, remeasure_list
-from ..studies.probe.result import ProbeResult
+from phasekv.charts import vega
+from phasekv.files import write_atomic
+from phasekv.scoring.press_spec import PoolSpec, parse_press
+from phasekv.stats.format import verdict_cell
+from phasekv.studies.probe.like import eval_command, remeasure_list
+from phasekv.studies.probe.result import ProbeResult
 
 
 def kept_fraction(result: ProbeResult) -> float:

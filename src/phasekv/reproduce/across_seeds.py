@@ -3,7 +3,8 @@ seeds that the profile states (`Profile.seed_comparisons`); see `phasekv.stats.s
 
 from __future__ import annotations
 
-from ..stats.seeds import compare_seeds, seed_summary
+from ..stats.seeds import compare_seeds
+from ..studies.designs.run import pooled
 from .profiles import Profile
 
 
@@ -27,17 +28,6 @@ def design_rows(profile: Profile, rows: list[dict]) -> list[dict]:
             }
         )
     return table
-
-
-def pooled(rows: list[dict]) -> dict:
-    """One design's seeds (table rows with mean, gap, learned) pooled: {mean, gap, gaps}, the mean over every
-    seed and the gap over the learned ones (a seed at chance is flat for the wrong reason), 95% t intervals."""
-    gaps = [row["gap"] for row in rows if row["learned"]]
-    return {
-        "mean": seed_summary([row["mean"] for row in rows]),
-        "gap": seed_summary(gaps) if gaps else None,
-        "gaps": gaps,
-    }
 
 
 def comparisons(profile: Profile, table: list[dict]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""A profile's plan: its runs, their run configs on disk, and the torchrun command lines that launch them."""
+"""A profile's training plan: its runs, their run configs on disk, and the torchrun command lines that launch them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""One cell of the presses profile, in its own process: `python -m phasekv.reproduce.press_cell CONFIG OUT`.
+"""One cell of the presses profile, in its own process: `python -m phasekv.studies.presses.cell CONFIG OUT`.
 
-CONFIG is `presses.cell_config`'s JSON; OUT receives the probe's result with the config under "cell", written
-atomically; `presses.run_presses` then adds the cell's cache key, so only a cell with its key is reused.
+CONFIG is `run.cell_config`'s JSON; OUT receives the probe's result with the config under "cell", written
+atomically; `phasekv.reproduce.presses.run_presses` then adds the cell's cache key, so only a cell with its key
+is reused.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-from ..results.record import write_results
-from ..scoring import load_scorer
-from ..scoring.press_question import bind_question, question_tokens
-from ..studies.probe.run import run_lookup, run_needle
-from ..tasks.lookup import LookupOptions
-from ..tasks.needle import NeedleOptions
+from phasekv.results.record import write_results
+from phasekv.scoring import load_scorer
+from phasekv.scoring.press_question import bind_question, question_tokens
+from phasekv.studies.probe.run import run_lookup, run_needle
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.needle import NeedleOptions
 
 PROBES = {"lookup": (LookupOptions, run_lookup), "needle": (NeedleOptions, run_needle)}
 
