@@ -13,6 +13,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
+    # A renamed or moved test would silently fall into the fast tier: every listed test must still be defined.
+    stale = sorted(test for test in listed if not _defined(Path(config.rootpath), test))
+    if stale:
+        raise pytest.UsageError(f"tests/slow_tests.txt lists tests that are not defined (renamed or moved?): {stale}")
+
+
+def _defined(root: Path, node_id: str) -> bool:
+    """Whether the test `path::name[params]` is a function defined in its file."""
+    path, name = node_id.split("::")[0], node_id.split("::")[-1].split("[")[0]
+    file = root / path
+    return file.is_file() and f"def {name}(" in file.read_text()
 
 
 torch.set_num_threads(1)
