@@ -82,7 +82,7 @@ def _design(name: str, role: str, mean: list, gap: list, learned: list, misses: 
 
 
 DESIGNS = {  # a design comparison as `phasekv reproduce --profile mitigations` writes it (designs.json)
-    "schema": "phasekv.analysis.designs/1",
+    "schema": "phasekv.designs/1",
     "knockout_run": None,
     "designs": [
         _design("full attention", "control", [90.0, 88.0], [10.0, 8.0], [True, True]),
@@ -197,13 +197,30 @@ def test_every_result_kind_is_typed_and_keeps_its_whole_content(results):
             assert result.typed.to_dict() == json.loads(json.dumps(result.data)), result.path
 
 
-def test_a_knockout_file_under_its_old_schema_id_is_still_a_knockout_map(results, tmp_path):
-    knock = _copy(results, tmp_path, "analysis/knockout.json") / "analysis" / "knockout.json"
-    data = json.loads(knock.read_text())
-    assert data["schema"] == "phasekv.knockout/1"
-    knock.write_text(json.dumps({**data, "schema": "phasekv.analysis.knockout/1"}))
-    (found,) = load_results(knock.parent).results["knockout"]
-    assert found.typed.targets and found.data["schema"] == "phasekv.analysis.knockout/1"
+@pytest.mark.parametrize(
+    "kind, path",
+    [("knockout", "analysis/knockout.json"), ("gates", "analysis/gates.json"), ("cycle", "analysis/cycle.json")],
+)
+def test_a_result_under_its_old_schema_id_still_loads_as_its_kind(results, tmp_path, kind, path):
+    # Results were written as "phasekv.analysis.<kind>/1" before the studies left the analysis package.
+    copied = _copy(results, tmp_path, path) / path
+    data = json.loads(copied.read_text())
+    assert data["schema"] == f"phasekv.{kind}/1"
+    copied.write_text(json.dumps({**data, "schema": f"phasekv.analysis.{kind}/1"}))
+    (found,) = load_results(copied.parent).results[kind]
+    assert found.data["schema"] == f"phasekv.analysis.{kind}/1"
+    assert found.typed.to_dict() == json.loads(json.dumps(found.data))
+
+
+def test_designs_and_gate_trajectories_keep_their_old_schema_ids_readable():
+    from phasekv.studies.designs.result import DesignsResult
+    from phasekv.studies.gates.result import GateTrajectoryResult
+
+    for cls, kind in ((DesignsResult, "designs"), (GateTrajectoryResult, "gate_trajectory")):
+        assert cls.recognises({"schema": f"phasekv.{kind}/1"}) and cls.recognises(
+            {"schema": f"phasekv.analysis.{kind}/1"}
+        )
+        assert not cls.recognises({"schema": f"phasekv.{kind}s-of-something-else/1"})
 
 
 def test_missing_key_is_a_clear_error_naming_the_file_and_key(results, tmp_path):

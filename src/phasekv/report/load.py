@@ -99,7 +99,7 @@ def snapshot_trajectories(root: Path) -> list[Result]:
                 raise ReportInputError(f"{where}: not a gate snapshot (missing {err})") from None
         run_dir = gates_dir.parent
         data = {
-            "schema": "phasekv.analysis.gate_trajectory/1",
+            "schema": "phasekv.gate_trajectory/1",
             "run_dir": str(run_dir),
             "source": "snapshots",
             "steps": steps,

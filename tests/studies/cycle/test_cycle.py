@@ -22,7 +22,7 @@ def test_cycling_moves_the_planted_preference_and_reports_the_r2_grid(tmp_path):
         assert len(c["observed_change"]) == len(c["predicted_change"]) == 8
     grid = result["grid"]
     assert grid["deltas"] == [-1, 1, 3] and all(len(grid[k]) == 3 for k in ("r2", "r2_low", "r2_high"))
-    assert result["boundary_phase"] == 7 and result["schema"] == "phasekv.analysis.cycle/1"
+    assert result["boundary_phase"] == 7 and result["schema"] == "phasekv.cycle/1"
     json.dumps(result)
     # the planted model's accuracies are flat, so the figure is checked on the same result with distinct ones
     result = json.loads(json.dumps(result))

@@ -20,7 +20,7 @@ def test_gate_metrics_of_planted_gate_biases(tmp_path):
     for r in rows:
         assert int(np.argmax(r["phase_share"])) == 5  # value gates peak at 6, shown shifted back by one
         assert r["static_offsets"] < 1.2 and r["per_window_offsets"] <= r["static_offsets"] + 1e-6
-    assert result["n_windows_from"]["prompts"] > 0 and result["schema"] == "phasekv.analysis.gates/1"
+    assert result["n_windows_from"]["prompts"] > 0 and result["schema"] == "phasekv.gates/1"
     spec = gates_figure.spec(gates_figure.plane_block(rows, "planted"))
     assert {"point", "line", "rect"} <= spec_marks(spec)
     drawn = spec_rows(spec)

@@ -31,7 +31,7 @@ class CycleGrid(Typed):
 class CycleResult(TypedResult):
     """`phasekv cycle`: accuracy by phase with the gate biases cycled by delta, against the prediction."""
 
-    schema_prefix = "phasekv.analysis.cycle/"
+    schema_prefix = ("phasekv.cycle/", "phasekv.analysis.cycle/")  # the second: files written before the rename
 
     stride: int
     deltas: list[int]

@@ -11,7 +11,7 @@ R^2 is the squared Pearson correlation of the two over the phases except the bou
 its 95% interval is a percentile bootstrap over mappings (one resample of mapping indices is used
 for both the cycled and the uncycled cells, and both folds are recomputed).
 
-Result (JSON, `schema` "phasekv.analysis.cycle/1"): the envelope, `options`, `deltas`, `stride`,
+Result (JSON, `schema` "phasekv.cycle/1"): the envelope, `options`, `deltas`, `stride`,
 `modulus`, `boundary_phase`, `base` {accuracy_by_phase [S], band [S][2], accuracy_by_residue [M],
 gate_key_phase_share [S]}, `cycles` [{delta, accuracy_by_phase, band, observed_change,
 predicted_change, r2, r2_interval, gate_key_phase_share}] and `grid` {deltas [D], r2 [D],
@@ -33,7 +33,7 @@ from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
 from phasekv.studies.probe.units import unit_residue_cells
 from phasekv.tasks.lookup import LookupOptions
 
-SCHEMA = "phasekv.analysis.cycle/1"
+SCHEMA = "phasekv.cycle/1"
 
 
 def fold_cells(cells: np.ndarray, stride: int) -> np.ndarray:

@@ -17,6 +17,6 @@ class DesignRow(Typed):
 class DesignsResult(TypedResult):
     """The mitigations profile's design comparison (`designs.json`)."""
 
-    schema_prefix = "phasekv.analysis.designs/"
+    schema_prefix = ("phasekv.designs/", "phasekv.analysis.designs/")  # the second: files written before the rename
 
     designs: list[DesignRow]

@@ -19,7 +19,7 @@ from phasekv.files import write_atomic
 from phasekv.stats.seeds import seed_summary
 from phasekv.studies.probe.like import remeasure_list
 
-SCHEMA = "phasekv.analysis.designs/1"
+SCHEMA = "phasekv.designs/1"
 BASELINE_PRESET = "w8s8-1kv"
 GAP_MARGIN = 5.0  # points
 

@@ -29,7 +29,7 @@ class GateRow(Typed):
 class GatesResult(TypedResult):
     """`phasekv gates`: one row per layer, KV head and gate branch."""
 
-    schema_prefix = "phasekv.analysis.gates/"
+    schema_prefix = ("phasekv.gates/", "phasekv.analysis.gates/")  # the second: files written before the rename
 
     rows: list[GateRow]
 
@@ -42,6 +42,6 @@ class GateStep(Typed):
 class GateTrajectoryResult(TypedResult):
     """`phasekv gates --trajectory` (or a training run's gate snapshots): gate rows per training step."""
 
-    schema_prefix = "phasekv.analysis.gate_trajectory/"
+    schema_prefix = ("phasekv.gate_trajectory/", "phasekv.analysis.gate_trajectory/")  # the second: files written before the rename
 
     steps: list[GateStep]

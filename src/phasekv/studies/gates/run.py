@@ -11,10 +11,10 @@ metrics); "snapshots" reads `run_dir/gates/step_*.json` (written during training
 sequences; they hold no raw alphas, so vector-gate channels count as windows there); "auto" uses
 checkpoints when the run has any.
 
-Results (JSON): `schema` "phasekv.analysis.gates/1" with the envelope, `options`, `n_windows_from`
+Results (JSON): `schema` "phasekv.gates/1" with the envelope, `options`, `n_windows_from`
 (prompts), `rows`, and for models with a lightning indexer (DeepSeek-V4 CSA layers) `topk_hits`: how often
 its picks at the query include the target record's entry, by phase and residue (`phasekv.internals.topk`);
-trajectories: `schema` "phasekv.analysis.gate_trajectory/1", `run_dir`,
+trajectories: `schema` "phasekv.gate_trajectory/1", `run_dir`,
 `source`, `steps` [{step, rows}].
 """
 
@@ -37,8 +37,8 @@ from phasekv.studies.gates.snapshots import snapshot_rows
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.train.checkpoint import list_checkpoints
 
-SCHEMA = "phasekv.analysis.gates/1"
-TRAJECTORY_SCHEMA = "phasekv.analysis.gate_trajectory/1"
+SCHEMA = "phasekv.gates/1"
+TRAJECTORY_SCHEMA = "phasekv.gate_trajectory/1"
 SOURCES = ("auto", "checkpoints", "snapshots")
 _SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
 
