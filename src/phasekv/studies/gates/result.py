@@ -42,6 +42,7 @@ class GateStep(Typed):
 class GateTrajectoryResult(TypedResult):
     """`phasekv gates --trajectory` (or a training run's gate snapshots): gate rows per training step."""
 
-    schema_prefix = ("phasekv.gate_trajectory/", "phasekv.analysis.gate_trajectory/")  # the second: files written before the rename
+    # the second: files written before the rename
+    schema_prefix = ("phasekv.gate_trajectory/", "phasekv.analysis.gate_trajectory/")
 
     steps: list[GateStep]
