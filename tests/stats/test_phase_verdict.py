@@ -30,6 +30,7 @@ from phasekv.stats import (
     phase_test,
     phase_verdict,
     placebo_periods,
+    unresolved_size,
 )
 from phasekv.stats.phase_test import MIN_PERIODS, neighbours_per_frequency, phase_frequencies, smooth_basis
 from phasekv.studies.probe.run import run_lookup, run_needle
@@ -632,6 +633,21 @@ def test_a_placebo_period_that_also_rejects_is_named_in_the_note():
     assert verdict.placebo[0].p_value > 1e-300
     strict = phase_verdict(units, positions, outcomes, 8, n_resamples=60, alpha=verdict.placebo[0].p_value)
     assert "[7]" not in strict.note
+
+
+def test_a_pattern_below_the_minimum_effect_says_when_its_size_is_unresolved():
+    # A strong pattern judged against a minimum effect inside its amplitude's interval: "below" may not stand alone.
+    units, positions, outcomes = _random_run(2, n=900, drop={8: 3, 7: 2})
+    strong = phase_verdict(units, positions, outcomes, 8, n_resamples=60)
+    low, high = strong.effect_ci
+    inside = (low + high) / 2
+    straddling = phase_verdict(units, positions, outcomes, 8, n_resamples=60, min_effect=inside)
+    assert straddling.verdict == below_min_effect(inside)
+    assert straddling.note == unresolved_size(strong.effect_ci, inside)
+    assert f"[{low:.1f}, {high:.1f}] reaches past {inside:g} points" in straddling.note
+    # above the whole interval, "below" is what the interval shows, and no such note is added
+    above = phase_verdict(units, positions, outcomes, 8, n_resamples=60, min_effect=high + 1)
+    assert above.verdict == below_min_effect(high + 1) and "not resolved" not in above.note
 
 
 def test_the_minimum_detectable_effect_is_simulated_only_when_asked_and_testable(monkeypatch):

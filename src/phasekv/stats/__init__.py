@@ -23,6 +23,7 @@ from .verdict import (
     below_min_effect,
     phase_verdict,
     position_trend,
+    unresolved_size,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "NOT_TESTABLE",
     "PHASE_SENSITIVE",
     "below_min_effect",
+    "unresolved_size",
     "detection_rate",
     "minimum_detectable_effect",
     "BootstrapIntervals",

@@ -6,7 +6,8 @@ Rule, in order:
    learned the task is flat for the wrong reason, and a pattern of 1% against 3% is not a weak spot);
 3. "phase-sensitive" when the phase test rejects at ``alpha`` **and** the lower end of the phase amplitude's
    interval (best minus worst phase, accuracy points) is at least ``min_effect``;
-4. "phase effect below {min_effect} points" when the test rejects but the amplitude may be smaller;
+4. "phase effect below {min_effect} points" when the test rejects but the amplitude may be smaller (its note
+   says when the amplitude's interval also reaches past the minimum effect: the size is then unresolved);
 5. "no phase effect detected" otherwise; the run's minimum detectable effect (`power.minimum_detectable_effect`)
    says what such a null could have missed.
 
@@ -34,6 +35,16 @@ MIN_EFFECT_POINTS = 5.0
 def below_min_effect(min_effect: float) -> str:
     """The wording of a replicated pattern whose amplitude may be smaller than the minimum effect."""
     return f"phase effect below {min_effect:g} points"
+
+
+def unresolved_size(amplitude_ci: list[float], min_effect: float) -> str:
+    """What "below the minimum effect" leaves open when the amplitude's interval reaches past it."""
+    low, high = amplitude_ci
+    return (
+        f"the amplitude's interval [{low:.1f}, {high:.1f}] reaches past {min_effect:g} points: the pattern replicates "
+        f"but its size is not resolved (it may be below {min_effect:g} points or well above); a design with more "
+        "distinct prompts narrows it"
+    )
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,8 @@ def phase_verdict(
             f"placebo period(s) {rejected} also reject at {alpha}: the position effect may not be specific "
             f"to the stride {stride}; read the trend and the accuracy-by-position plot"
         )
+    if verdict == below_min_effect(min_effect) and test.amplitude_ci is not None and test.amplitude_ci[1] >= min_effect:
+        note = unresolved_size(test.amplitude_ci, min_effect)
     detectable = None
     if mde and test.testable:
         detectable = minimum_detectable_effect(design, design.null_cells(outcomes), alpha, min_effect, seed=seed)
