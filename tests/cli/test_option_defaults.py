@@ -88,3 +88,23 @@ def test_every_field_option_defaults_to_its_field(name):
 @pytest.mark.parametrize("deltas", [(-3, -2, -1, 0, 1, 2, 3), (1, 2, -1), (0,), (-2, -1, 1, 2), (5, 3, 4)])
 def test_a_cycle_design_shows_deltas_that_read_back_as_themselves(deltas):
     assert tuple(parse_deltas(format_deltas(deltas))) == deltas
+
+
+def test_the_analyses_run_by_default_on_the_design_their_commands_start_from():
+    # Called from Python without options, a study measures what its command measures without flags.
+    import inspect
+
+    from phasekv.cli.analyses import PROMPTS
+    from phasekv.internals.design import ANALYSIS_LOOKUP
+    from phasekv.studies.cycle.options import CycleOptions
+    from phasekv.studies.cycle.run import run_cycle
+    from phasekv.studies.gates.options import GatesOptions
+    from phasekv.studies.gates.run import run_gate_trajectory, run_gates
+    from phasekv.studies.knockout.run import run_knockout
+
+    assert PROMPTS.defaults is ANALYSIS_LOOKUP
+    for run in (run_knockout, run_gates, run_gate_trajectory, run_cycle):
+        assert inspect.signature(run).parameters["lookup"].default == ANALYSIS_LOOKUP, run.__name__
+    for run in (run_gates, run_gate_trajectory):
+        assert inspect.signature(run).parameters["batch_size"].default == GatesOptions().batch_size
+    assert inspect.signature(run_cycle).parameters["n_resamples"].default == CycleOptions().n_resamples

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from phasekv.internals.design import ANALYSIS_LOOKUP
 from phasekv.internals.gate_metrics import gate_metrics
 from phasekv.internals.models import model_name, view
 from phasekv.internals.probe_prompts import lookup_prompts, unique_ids
@@ -29,6 +30,7 @@ from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.results.record import RunClock
 from phasekv.scoring import PhaseKVScorer
 from phasekv.studies.cycle.cycling import check_cyclable, cycle_gates
+from phasekv.studies.cycle.options import CycleOptions
 from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
 from phasekv.studies.probe.units import unit_residue_cells
 from phasekv.tasks.lookup import LookupOptions
@@ -103,8 +105,8 @@ def cycle_plan(scorer: PhaseKVScorer, shifts: list[int], prompts) -> WorkPlan:
 def run_cycle(
     scorer: PhaseKVScorer,
     deltas: list[int],
-    lookup: LookupOptions = LookupOptions(),
-    n_resamples: int = 2000,
+    lookup: LookupOptions = ANALYSIS_LOOKUP,
+    n_resamples: int = CycleOptions().n_resamples,
     progress: bool | Planner = True,
 ) -> dict:
     """Cycle the gates of `scorer.model` by every delta and score the same lookup prompts (`progress`: the plan,

@@ -27,16 +27,19 @@ from pathlib import Path
 
 import torch
 
+from phasekv.internals.design import ANALYSIS_LOOKUP
 from phasekv.internals.models import model_name, view
 from phasekv.internals.probe_prompts import batches, lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.provenance import software_versions
 from phasekv.results.record import RunClock, prompt_prefix
 from phasekv.scoring import load_scorer
+from phasekv.studies.gates.options import GatesOptions
 from phasekv.studies.gates.snapshots import snapshot_rows
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.train.checkpoint import list_checkpoints
 
+GATES = GatesOptions()  # the defaults, as `phasekv gates` takes them
 SCHEMA = "phasekv.gates/1"
 TRAJECTORY_SCHEMA = "phasekv.gate_trajectory/1"
 SOURCES = ("auto", "checkpoints", "snapshots")
@@ -64,7 +67,10 @@ def gates_plan(scorer, ids: torch.Tensor, batch_size: int) -> WorkPlan:
 
 
 def run_gates(
-    scorer, lookup: LookupOptions = LookupOptions(), batch_size: int = 16, progress: bool | Planner = False
+    scorer,
+    lookup: LookupOptions = ANALYSIS_LOOKUP,
+    batch_size: int = GATES.batch_size,
+    progress: bool | Planner = False,
 ) -> dict:
     """Gate metrics of `scorer.model` over the windows of the evaluation lookup prompts (`progress`: the plan,
     a bar and a time estimate, or the `Planner` to walk the stages of `gates_plan` with)."""
@@ -105,8 +111,8 @@ def _snapshots(run_dir: Path) -> list[tuple[int, Path]]:
 
 def run_gate_trajectory(
     run_dir: str | Path,
-    lookup: LookupOptions = LookupOptions(),
-    batch_size: int = 16,
+    lookup: LookupOptions = ANALYSIS_LOOKUP,
+    batch_size: int = GATES.batch_size,
     source: str = "auto",
     progress: bool | Planner = True,
 ) -> dict:
