@@ -170,14 +170,17 @@ def reproduce(
     out: str = typer.Option(None, help="output directory (default runs/PROFILE); finished runs in it are reused"),
     jobs: int = typer.Option(0, help="training processes at a time (0: the profile's default)"),
     plan: bool = typer.Option(
-        False, "--plan", help="write the run configs and print the torchrun command lines; train nothing"
+        False,
+        "--plan",
+        help="write the run configs and print the torchrun command lines; train nothing (presses: the cells' "
+        "configs and command lines; score nothing)",
     ),
 ) -> None:
     """Pretrain models that differ only in their attention, probe them by phase, write table and figure."""
     from phasekv.files import check_output
     from phasekv.reproduce import get_profile
     from phasekv.reproduce import reproduce as run_reproduction
-    from phasekv.reproduce.presses import run_presses
+    from phasekv.reproduce.presses import plan_presses, run_presses
     from phasekv.reproduce.training_plan import write_plan
     from phasekv.studies.presses.options import DEFAULT_MODEL, PRESS_PROFILES
 
@@ -185,6 +188,9 @@ def reproduce(
         out = out or f"runs/{profile}"
         with one_line_errors("reproduce"):
             check_output(out, directory=True)  # a bad path fails now, not after the presses ran
+            if plan:
+                typer.echo(plan_presses(PRESS_PROFILES[profile], out, model or DEFAULT_MODEL))
+                return
         run_presses(PRESS_PROFILES[profile], out, model or DEFAULT_MODEL, echo=typer.echo)
         typer.echo((Path(out) / "table.md").read_text())
         typer.echo(f"written: {out}/table.md, {out}/presses.json, {out}/residues.png, {out}/cells/")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..report import build_report
 from ..studies.presses.options import DEFAULT_MODEL, PressProfile
-from ..studies.presses.run import cell_config, cell_path, kvpress_python, run_cell
+from ..studies.presses.run import cell_command, cell_config, cell_path, kvpress_python, run_cell, write_cell_config
 from ..studies.presses.table import write_press_table
 from .cache import result_key, store_result, stored_result
 
@@ -21,6 +21,38 @@ def cell_key(config: dict, model: Path) -> dict:
     return result_key("presses", {name: value for name, value in config.items() if name != "model"}, model)
 
 
+def _cells(profile: PressProfile, out: Path, model: Path):
+    """Every (probe, method, config, result path, stored result or None) of the profile on `model`."""
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
+        )
+    for probe in profile.probes():
+        for method in profile.methods:
+            config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
+            yield probe, method, config, path, stored_result(path, cell_key(config, model))
+
+
+def plan_presses(profile: PressProfile, out: str | Path, model: str | Path = DEFAULT_MODEL) -> str:
+    """Write the configs of the cells still to compute and return their command lines (one process per cell:
+    each writes that cell's result file), after the cells already stored; computes nothing."""
+    out, model = Path(out), Path(model)
+    lines = [f"presses profile {profile.name} on {model}: cells under {out}/cells/"]
+    for probe, method, config, path, stored in _cells(profile, out, model):
+        if stored is not None:
+            lines.append(f"# {probe} {method.name}: stored in {path}")
+            continue
+        python = "$PHASEKV_KVPRESS_PYTHON" if method.needs_kvpress else sys.executable
+        command = cell_command(write_cell_config(config, path), path, python)
+        lines.append(f"# {probe} {method.name}" + (" (kvpress)" if method.needs_kvpress else ""))
+        lines.append(" ".join(command))
+    lines.append(
+        f"`phasekv reproduce --profile {profile.name} --out {out}` computes the cells left ({profile.jobs} at a time), "
+        "reusing the stored ones, and writes the table"
+    )
+    return "\n".join(lines)
+
+
 def run_presses(
     profile: PressProfile, out: str | Path, model: str | Path = DEFAULT_MODEL, echo=print
 ) -> dict[str, dict[str, dict]]:
@@ -28,21 +60,14 @@ def run_presses(
     Returns {probe: {method name: result}}."""
 
     out, model = Path(out), Path(model)
-    if not (model / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
-        )
     results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
     pending = []
-    for probe in profile.probes():
-        for method in profile.methods:
-            config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
-            result = stored_result(path, cell_key(config, model))
-            if result is None:
-                pending.append((probe, method, config, path))
-            else:
-                echo(f"{probe} {method.name}: reused {path}")
-            results[probe][method.name] = result
+    for probe, method, config, path, result in _cells(profile, out, model):
+        if result is None:
+            pending.append((probe, method, config, path))
+        else:
+            echo(f"{probe} {method.name}: reused {path}")
+        results[probe][method.name] = result
     kvpress = kvpress_python() if any(method.needs_kvpress for _, method, _, _ in pending) else None  # fail early
 
     def run(item) -> None:

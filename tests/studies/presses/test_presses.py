@@ -350,6 +350,33 @@ def test_presses_profile_runs_cells_reuses_them_and_writes_table_and_figure(qwen
     assert stored_result(path, cell_key(config, copy)) is None
 
 
+def test_presses_plan_writes_the_cell_configs_and_their_commands_and_computes_nothing(qwen_dir, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    import phasekv.reproduce.presses as presses
+    from phasekv.cli import app
+    from phasekv.studies.presses import options
+
+    def no_cell(*_):
+        raise AssertionError("a plan computes no cell")
+
+    monkeypatch.setattr(presses, "run_cell", no_cell)
+    monkeypatch.setitem(options.PRESS_PROFILES, "presses-test", _tiny_profile(("pool", "pool:w=4,s=2,local=3")))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        app, ["reproduce", "--profile", "presses-test", "--model", str(qwen_dir), "--out", str(out), "--plan"]
+    )
+    assert res.exit_code == 0, res.output
+    commands = [line for line in res.output.splitlines() if "-m phasekv.studies.presses.cell" in line]
+    assert len(commands) == 2 and not (out / "cells").exists() and not (out / "table.md").exists()
+    for name in ("full", "pool"):
+        config = json.loads((out / "configs" / f"{name}-lookup.json").read_text())
+        assert config["method"] == name and config["model"] == str(qwen_dir.resolve())
+        assert any(line.endswith(f"configs/{name}-lookup.json {out}/cells/{name}-lookup.json") for line in commands)
+
+
 def test_press_table_shows_the_robust_phase_test_when_present():
     from phasekv.studies.presses.table import markdown_press_table
 

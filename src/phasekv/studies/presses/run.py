@@ -55,21 +55,27 @@ def cell_path(out: Path, method: PressMethod, probe: str) -> Path:
     return out / "cells" / f"{method.name}-{probe}.json"
 
 
+def write_cell_config(config: dict, path: Path) -> Path:
+    """Write the config of the cell whose result goes to `path`, beside cells/ (so reports read results only)."""
+    config_path = path.parent.parent / "configs" / path.name
+    write_atomic(config_path, lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2)))
+    return config_path
+
+
+def cell_command(config_path: Path, path: Path, python: str) -> list[str]:
+    """The command line that computes one cell from its config."""
+    return [python, "-m", "phasekv.studies.presses.cell", str(config_path), str(path)]
+
+
 def run_cell(config: dict, path: Path, python: str) -> dict:
     """Run one cell in its own process (`python -m phasekv.studies.presses.cell`); returns its result (without
     its cache key: `phasekv.reproduce.presses.run_presses` stores it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    config_path = path.parent.parent / "configs" / path.name  # beside cells/, so reports read results only
-    write_atomic(config_path, lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2)))
+    config_path = write_cell_config(config, path)
     src = str(Path(__file__).resolve().parents[3])  # the same phasekv code in either environment
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     env.setdefault("OMP_NUM_THREADS", "2")
-    done = subprocess.run(
-        [python, "-m", "phasekv.studies.presses.cell", str(config_path), str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    done = subprocess.run(cell_command(config_path, path, python), env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"cell {path.name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(path.read_text())
