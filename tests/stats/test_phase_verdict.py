@@ -899,3 +899,44 @@ def test_the_phase_test_passes_its_seed_and_resamples_on():
     default = phase_test(units, positions, outcomes, 4)
     assert default == design.test(outcomes) == design.test(outcomes, seed=0) and default.n_bootstrap == 1000
     assert default.amplitude_ci != design.test(outcomes, seed=1).amplitude_ci  # so the default seed is seen
+
+
+def test_phase_accuracies_are_the_mean_plus_the_profile_kept_in_0_100():
+    for base, outside in ((0.03, lambda v: v.min() < 0), (0.97, lambda v: v.max() > 1)):
+        rng = np.random.default_rng(2)
+        units, positions = rng.integers(0, 3, 120), 100 + rng.integers(0, 16, 120)
+        outcomes = (rng.random(120) < np.where(positions % 4 == 1, 0.5, base)).astype(float)
+        design = PhaseDesign(units, positions, 4)
+        fit = design.evaluate(design.cell_sums(outcomes)[None])
+        accuracy = fit["mean"][0] + fit["profile"][0]  # [P], unbounded
+        assert outside(accuracy)  # the linear fit leaves [0, 1] here
+        expected = 100 * np.clip(accuracy, 0, 1)
+        assert design.test(outcomes, n_resamples=0).phase_accuracy_points == pytest.approx(expected, abs=1e-9)
+
+
+def test_two_units_are_resampled_as_units_and_batches_in_blocks():
+    units, positions, outcomes = _random_run(10, n=160, period=4, drop={4: 2}, n_units=2)
+    for u in range(2):  # every unit spans the whole range, so every resample keeps the design's smooth basis
+        positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
+    design = PhaseDesign(units, positions, 4)
+    sums = design.cell_sums(outcomes)
+    amplitudes, means = design.bootstrap(sums[None], 8, seed=3)
+    expected_amplitudes, expected_means = _reference_bootstrap(units, positions, outcomes, 4, 8, 3)
+    assert amplitudes[0] == pytest.approx(expected_amplitudes, rel=1e-7)
+    assert means[0] == pytest.approx(expected_means, rel=1e-12)
+    assert design.test(outcomes, n_resamples=8).bootstrap == "units"
+    # a batch of 18 rows runs in blocks of 16, and each row gets what it gets alone; the default seed is 0
+    batch = design.cell_sums((np.random.default_rng(4).random((18, 160)) < 0.5).astype(float))  # [18, C]
+    together = design.bootstrap(batch, 8, seed=3)[0]
+    for row in (15, 16, 17):
+        assert together[row] == pytest.approx(design.bootstrap(batch[row], 8, seed=3)[0][0], rel=1e-12)
+    assert np.array_equal(design.bootstrap(batch[:1], 8)[0], design.bootstrap(batch[:1], 8, seed=0)[0])
+
+
+def test_the_basic_interval_reflects_the_quantiles_and_stays_in_0_1():
+    from phasekv.stats.phase_test import basic_interval
+
+    assert basic_interval(0.5, np.linspace(0, 1, 101), 0.8) == pytest.approx([0.1, 0.9])  # quantiles 0.1, 0.9
+    middle = np.linspace(0.3, 0.7, 41)  # quantiles 0.34 and 0.66 at 80%
+    assert basic_interval(0.9, middle, 0.8) == [1.0, 1.0]  # 1.8 - 0.66 and 1.8 - 0.34, both above 1
+    assert basic_interval(0.1, middle, 0.8) == [0.0, 0.0]  # both below 0
