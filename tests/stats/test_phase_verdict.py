@@ -901,7 +901,7 @@ def test_the_phase_test_passes_its_seed_and_resamples_on():
     assert default.amplitude_ci != design.test(outcomes, seed=1).amplitude_ci  # so the default seed is seen
 
 
-def test_phase_accuracies_are_the_mean_plus_the_profile_kept_in_0_100():
+def test_phase_accuracies_and_the_profile_are_kept_in_0_100():
     for base, outside in ((0.03, lambda v: v.min() < 0), (0.97, lambda v: v.max() > 1)):
         rng = np.random.default_rng(2)
         units, positions = rng.integers(0, 3, 120), 100 + rng.integers(0, 16, 120)
@@ -911,7 +911,9 @@ def test_phase_accuracies_are_the_mean_plus_the_profile_kept_in_0_100():
         accuracy = fit["mean"][0] + fit["profile"][0]  # [P], unbounded
         assert outside(accuracy)  # the linear fit leaves [0, 1] here
         expected = 100 * np.clip(accuracy, 0, 1)
-        assert design.test(outcomes, n_resamples=0).phase_accuracy_points == pytest.approx(expected, abs=1e-9)
+        result = design.test(outcomes, n_resamples=0)
+        assert result.phase_accuracy_points == pytest.approx(expected, abs=1e-9)
+        assert result.profile_points == pytest.approx(expected - expected.mean(), abs=1e-9)  # bounded the same way
 
 
 def test_two_units_are_resampled_as_units_and_batches_in_blocks():
