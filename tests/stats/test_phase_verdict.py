@@ -133,6 +133,13 @@ def test_identical_prompts_count_once():
         PhaseDesign([0, 1], [10, 10], 2, prompt_ids=[7, 7])
 
 
+def test_an_outcome_without_any_pattern_is_no_evidence():
+    rng = np.random.default_rng(0)
+    units, positions = rng.integers(0, 4, 300), 100 + rng.integers(0, 48, 300)
+    flat = phase_test(units, positions, np.full(300, 0.6), 4, n_resamples=0)  # phase and neighbours at rounding level
+    assert flat.testable and flat.statistic == 0.0 and flat.p_value == 1.0
+
+
 def test_placebo_periods_are_coprime_to_the_stride():
     assert placebo_periods(8) == [7, 9] and placebo_periods(4) == [3, 5] and placebo_periods(2) == [3, 5]
     assert placebo_periods(3) == [2, 4]  # 2 is the smallest period there is
@@ -162,6 +169,7 @@ def test_a_narrow_design_is_not_testable():
     assert verdict.verdict == NOT_TESTABLE and verdict.p_value == 1.0
     assert "not testable" in verdict.test.note and "widen the design" in verdict.test.note
     twelve_tokens = phase_test([0, 1] * 6, np.arange(10, 22), [1.0, 0.0] * 6, 8, n_resamples=0)
+    assert (twelve_tokens.testable, twelve_tokens.statistic, twelve_tokens.p_value) == (False, 0.0, 1.0)
     assert twelve_tokens.note == (
         "not testable: the target positions span 12 tokens, fewer than 4 periods of 8; "
         "widen the design (more spread blocks or a larger modulus)"
