@@ -20,7 +20,7 @@ from phasekv.scoring import (
     load_scorer,
     score_answers,
 )
-from phasekv.scoring.base import choose_parallelism, usable_cores
+from phasekv.scoring.base import BatchedScorer, choose_parallelism, gather_positions, usable_cores
 from phasekv.scoring.press import KVPressScorer
 from phasekv.tasks.tokenizer import build_word_tokenizer
 
@@ -200,6 +200,85 @@ def test_fast_paths_agree_with_plain_scoring(kind, qwen_dir, phasekv_dir):
         load_scorer(directory, workers=0)
 
 
+class CumulativeScorer(BatchedScorer):
+    """A causal toy model without training: the logits at position t are the sum of the embeddings of tokens
+    0..t. Records every batch of token ids it is given."""
+
+    def __init__(self, **options):
+        torch.manual_seed(0)
+        super().__init__(torch.nn.Embedding(V, 16), TOKENIZER, **options)
+        self.batches = []
+
+    def _logits(self, input_ids, positions):
+        self.batches.append(input_ids)
+        return gather_positions(self.model(input_ids).cumsum(dim=1), positions)  # [B, K, 16]
+
+
+def test_batching_sorts_by_length_pads_on_the_right_and_keeps_the_input_order():
+    scorer = CumulativeScorer(batch_size=3, workers=1, pad_id=V - 1)
+    sequences = random_sequences(7, seed=3, low=2, high=12)
+    seen = []
+    scored = scorer.logprobs(sequences, 2, progress=seen.append)  # [7, 2, 16]
+    with torch.no_grad():
+        alone = [torch.log_softmax(scorer.model(torch.tensor(s)).cumsum(0)[-2:], -1) for s in sequences]
+    torch.testing.assert_close(scored, torch.stack(alone), atol=1e-5, rtol=0)
+    by_length = sorted(sequences, key=len)
+    padded = [[s + [V - 1] * (len(group[-1]) - len(s)) for s in group] for group in (by_length[:3], by_length[3:6])]
+    assert [ids.tolist() for ids in scorer.batches] == [*padded, by_length[6:]] and seen == [3, 3, 1]
+    default = scorer.logprobs(sequences)  # one position, the last
+    assert default.shape == (7, 1, 16) and torch.equal(default[:, 0], scorer.next_token_logprobs(sequences))
+    torch.testing.assert_close(default[:, 0], scored[:, 1], atol=1e-5, rtol=0)
+    assert scorer.logprobs([[4, 5]], n_last=2).shape == (1, 2, 16)  # a sequence of exactly n_last tokens
+
+
+def test_batching_refuses_what_it_cannot_score_word_for_word():
+    scorer = CumulativeScorer()
+    assert (scorer.batch_size, scorer.pad_id, scorer.dtype) == (16, 0, "float32")  # the defaults
+    for call, message in (
+        (lambda: scorer.logprobs([[1, 2]], n_last=0), "n_last must be >= 1, got 0"),
+        (lambda: scorer.logprobs([[1, 2], [3]], n_last=2), "every sequence needs at least n_last = 2 tokens"),
+        (lambda: scorer.logprobs([]), "no sequences to score"),
+    ):
+        with pytest.raises(ScorerError) as refused:
+            call()
+        assert str(refused.value) == message
+
+
+def test_bad_scorer_settings_are_rejected_word_for_word():
+    for options, message in (
+        (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+        (dict(workers=0), "workers must be >= 1, got 0"),
+        (dict(threads=0), "threads must be >= 1, got 0"),
+        (dict(dtype="float8"), "unknown dtype 'float8'; choose one of float32, bfloat16, float16"),
+    ):
+        with pytest.raises(ScorerError) as refused:
+            CumulativeScorer(**options)
+        assert str(refused.value) == message
+    process_threads = torch.get_num_threads()
+    try:  # the smallest settings are allowed
+        edge = CumulativeScorer(batch_size=1, workers=1, threads=1, dtype="bfloat16")
+        assert (edge.batch_size, edge.workers, edge.threads, torch.get_num_threads()) == (1, 1, 1, 1)
+        assert edge.dtype == "bfloat16"
+    finally:
+        torch.set_num_threads(process_threads)
+    assert edge.model.weight.dtype == torch.bfloat16 and edge.logprobs([[1, 2]]).dtype == torch.float32
+    assert CumulativeScorer(workers=3).workers == 3  # asked for, whatever the cores
+
+
+def test_batches_go_to_the_device_of_the_model(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)  # one worker all the same
+
+    class DeviceRecorder(BatchedScorer):  # "meta" stands in for a GPU: tensors there hold no data
+        def _logits(self, input_ids, positions):
+            self.devices.append((input_ids.device.type, positions.device.type))
+            return torch.zeros(*positions.shape, 4)
+
+    scorer = DeviceRecorder(torch.nn.Linear(1, 1), TOKENIZER, device="meta")
+    scorer.devices = []
+    assert scorer.logprobs([[1, 2, 3]]).shape == (1, 1, 4) and scorer.devices == [("meta", "meta")]
+    assert next(scorer.model.parameters()).device.type == "meta" and scorer.workers == 1
+
+
 @pytest.mark.parametrize("cores", [1, 2, 16])
 def test_default_parallelism_is_one_single_thread_worker_per_usable_core(cores):
     assert choose_parallelism(None, None, cores) == (1, cores)
@@ -208,6 +287,14 @@ def test_default_parallelism_is_one_single_thread_worker_per_usable_core(cores):
     assert choose_parallelism(4, None, cores) == (4, 1)
     assert choose_parallelism(None, 3, cores) == (1, 3)
     assert choose_parallelism(2, 5, cores) == (2, 5)
+
+
+def test_without_an_affinity_mask_every_core_is_usable(monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # macOS, Windows
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert usable_cores() == 6
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # the count is unknown
+    assert usable_cores() == 1
 
 
 def test_scorers_default_to_the_cores_of_their_affinity_mask(phasekv_dir, monkeypatch):

@@ -54,6 +54,13 @@ def _columns(t, frequencies):
     return np.stack(out, 1)
 
 
+def _own_columns(units, t, period):
+    """Explicit unit dummies and each unit's own B-spline curve, one row per prompt: the phase-free model."""
+    smooth = smooth_basis(t.astype(float), (int(t.min()), int(t.max())), period)
+    dummies = (units[:, None] == np.unique(units)[None, :]).astype(float)
+    return np.hstack([dummies] + [dummies * smooth[:, [j]] for j in range(smooth.shape[1])])
+
+
 def reference_test(units, positions, outcomes, period, prompt_ids=None):
     """One row per distinct prompt, explicit unit dummies, lstsq, the sandwich covariance written out, a loop
     over the phase frequencies: (Fisher statistic, p-value, unbounded profile [P])."""
@@ -62,9 +69,7 @@ def reference_test(units, positions, outcomes, period, prompt_ids=None):
         _, first = np.unique(prompt_ids, return_index=True)
         units, t, y = units[first], t[first], y[first]
     span = (int(t.min()), int(t.max()))
-    smooth = smooth_basis(t.astype(float), span, period)
-    dummies = (units[:, None] == np.unique(units)[None, :]).astype(float)
-    own = np.hstack([dummies] + [dummies * smooth[:, [j]] for j in range(smooth.shape[1])])  # each unit's curve
+    own = _own_columns(units, t, period)
     targets = phase_frequencies(period)
     groups = neighbours_per_frequency(period, span[1] - span[0] + 1)
     profile_columns = _columns(t, targets)
@@ -129,8 +134,16 @@ def test_identical_prompts_count_once():
         PhaseDesign([0, 1], [10, 10], 2, prompt_ids=[7, 7])
 
 
+def test_an_outcome_without_any_pattern_is_no_evidence():
+    rng = np.random.default_rng(0)
+    units, positions = rng.integers(0, 4, 300), 100 + rng.integers(0, 48, 300)
+    flat = phase_test(units, positions, np.full(300, 0.6), 4, n_resamples=0)  # phase and neighbours at rounding level
+    assert flat.testable and flat.statistic == 0.0 and flat.p_value == 1.0
+
+
 def test_placebo_periods_are_coprime_to_the_stride():
     assert placebo_periods(8) == [7, 9] and placebo_periods(4) == [3, 5] and placebo_periods(2) == [3, 5]
+    assert placebo_periods(3) == [2, 4]  # 2 is the smallest period there is
     for stride in range(2, 40):
         assert all(np.gcd(p, stride) == 1 for p in placebo_periods(stride)) and len(placebo_periods(stride)) == 2
 
@@ -156,6 +169,12 @@ def test_a_narrow_design_is_not_testable():
     verdict = phase_verdict(np.zeros(300, int), positions, rng.random(300) < 0.5, 8, n_resamples=50)
     assert verdict.verdict == NOT_TESTABLE and verdict.p_value == 1.0
     assert "not testable" in verdict.test.note and "widen the design" in verdict.test.note
+    twelve_tokens = phase_test([0, 1] * 6, np.arange(10, 22), [1.0, 0.0] * 6, 8, n_resamples=0)
+    assert (twelve_tokens.testable, twelve_tokens.statistic, twelve_tokens.p_value) == (False, 0.0, 1.0)
+    assert twelve_tokens.note == (
+        "not testable: the target positions span 12 tokens, fewer than 4 periods of 8; "
+        "widen the design (more spread blocks or a larger modulus)"
+    )
 
 
 # ------------------------------------------------------------------ designs
@@ -836,3 +855,114 @@ def test_one_unit_takes_a_parametric_bootstrap_of_its_cells():
     assert amplitudes[0] == pytest.approx(amplitude(result["profile"], result["mean"]), rel=1e-9)
     assert means[0] == pytest.approx(draws.sum(axis=1) / design.cell_count.sum())
     assert design.test(outcomes, n_resamples=10).bootstrap == "parametric (one unit)"
+
+
+# ------------------------------------------------------------------ the phase test's record, piece by piece
+
+
+def test_the_phase_free_fit_is_each_units_smooth_curve_kept_in_0_1():
+    # a step in position: the splines overshoot it on both sides, and several prompts share each cell
+    rng = np.random.default_rng(11)
+    units, positions = rng.integers(0, 3, 400), 100 + rng.integers(0, 40, 400)
+    outcomes = (positions >= 120).astype(float)
+    design = PhaseDesign(units, positions, 4)
+    assert design.cell_count.max() > 1
+    own = _own_columns(units, positions, 4)
+    fit = own @ np.linalg.lstsq(own, outcomes, rcond=None)[0]  # [N]: the unclipped phase-free fit per prompt
+    assert fit.min() < -0.01 and fit.max() > 1.01
+    cell = {(u, t): c for c, (u, t) in enumerate(zip(design.cell_unit, design.cell_position, strict=True))}
+    of_prompt = [cell[np.searchsorted(np.unique(units), u), t] for u, t in zip(units, positions, strict=True)]
+    null = design.null_cells(outcomes)
+    assert null[of_prompt] == pytest.approx(np.clip(fit, 0, 1), abs=1e-9)
+
+
+def test_cell_sums_take_batches_and_check_their_input_word_for_word():
+    units, positions, outcomes = _random_run(4, n=300, period=4)
+    design = PhaseDesign(units, positions, 4)
+    batch = (np.random.default_rng(2).random((2, 3, 300)) < 0.5).astype(float)  # [2, 3, N]
+    sums = design.cell_sums(batch)
+    assert sums.shape == (2, 3, design.cell_count.size)
+    assert sums[1, 2] == pytest.approx(design.cell_sums(batch[1, 2])) and sums.sum() == batch.sum()
+    with pytest.raises(ValueError) as wrong_length:
+        design.cell_sums(outcomes[:-1])
+    assert str(wrong_length.value) == "outcomes must have 300 entries on the last axis, got (299,)"
+    for bad in ([2.0] + [1.0] * 299, [None] + [1.0] * 299):  # out of range, or missing (None reads as NaN)
+        with pytest.raises(ValueError) as out_of_range:
+            design.cell_sums(bad)
+        assert str(out_of_range.value) == "outcomes must be 0/1 or fractions in [0, 1]"
+    with pytest.raises(ValueError) as not_one_run:
+        design.test(outcomes[None])
+    assert str(not_one_run.value) == "test takes one outcome vector [N], got shape (1, 300)"
+
+
+def test_the_record_of_a_phase_test_field_by_field():
+    units, positions, outcomes = _random_run(5, n=400, period=4, drop={4: 3})
+    design = PhaseDesign(units, positions, 4)
+    result = design.test(outcomes, n_resamples=20)
+    width = int(positions.max() - positions.min() + 1)
+    neighbours = [f for group in neighbours_per_frequency(4, width) for f in group]
+    assert result.df == [2 * 3, 2 * len(neighbours)] and all(type(v) is int for v in result.df)
+    assert result.n_units == 6 and result.span == [positions.min(), positions.max()]
+    assert result.neighbour_frequencies == [round(f, 6) for f in neighbours]
+    # the profile's standard error: the sandwich of the phase-free model plus the profile columns, one row a prompt
+    own = _own_columns(units, positions, 4)
+    fitted = np.clip(own @ np.linalg.lstsq(own, outcomes, rcond=None)[0], 0.01, 0.99)
+    profile_columns = _columns(positions, phase_frequencies(4))
+    x = np.hstack([own, profile_columns])
+    bread = np.linalg.pinv(x.T @ x)
+    cov = (bread @ (x.T * (fitted * (1 - fitted))) @ x @ bread)[own.shape[1] :, own.shape[1] :]
+    rows = _columns(np.arange(4), phase_frequencies(4))
+    assert result.profile_se_points == pytest.approx(100 * np.sqrt(np.diag(rows @ cov @ rows.T)), rel=1e-6)
+    assert result.to_dict() == {name: getattr(result, name) for name in result.__dataclass_fields__}
+
+
+def test_the_phase_test_passes_its_seed_and_resamples_on():
+    units, positions, outcomes = _random_run(6, n=300, period=4, drop={4: 0})
+    design = PhaseDesign(units, positions, 4)
+    assert phase_test(units, positions, outcomes, 4, seed=5, n_resamples=30) == design.test(outcomes, 5, 30)
+    default = phase_test(units, positions, outcomes, 4)
+    assert default == design.test(outcomes) == design.test(outcomes, seed=0) and default.n_bootstrap == 1000
+    assert default.amplitude_ci != design.test(outcomes, seed=1).amplitude_ci  # so the default seed is seen
+
+
+def test_phase_accuracies_and_the_profile_are_kept_in_0_100():
+    for base, outside in ((0.03, lambda v: v.min() < 0), (0.97, lambda v: v.max() > 1)):
+        rng = np.random.default_rng(2)
+        units, positions = rng.integers(0, 3, 120), 100 + rng.integers(0, 16, 120)
+        outcomes = (rng.random(120) < np.where(positions % 4 == 1, 0.5, base)).astype(float)
+        design = PhaseDesign(units, positions, 4)
+        fit = design.evaluate(design.cell_sums(outcomes)[None])
+        accuracy = fit["mean"][0] + fit["profile"][0]  # [P], unbounded
+        assert outside(accuracy)  # the linear fit leaves [0, 1] here
+        expected = 100 * np.clip(accuracy, 0, 1)
+        result = design.test(outcomes, n_resamples=0)
+        assert result.phase_accuracy_points == pytest.approx(expected, abs=1e-9)
+        assert result.profile_points == pytest.approx(expected - expected.mean(), abs=1e-9)  # bounded the same way
+
+
+def test_two_units_are_resampled_as_units_and_batches_in_blocks():
+    units, positions, outcomes = _random_run(10, n=160, period=4, drop={4: 2}, n_units=2)
+    for u in range(2):  # every unit spans the whole range, so every resample keeps the design's smooth basis
+        positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
+    design = PhaseDesign(units, positions, 4)
+    sums = design.cell_sums(outcomes)
+    amplitudes, means = design.bootstrap(sums[None], 8, seed=3)
+    expected_amplitudes, expected_means = _reference_bootstrap(units, positions, outcomes, 4, 8, 3)
+    assert amplitudes[0] == pytest.approx(expected_amplitudes, rel=1e-7)
+    assert means[0] == pytest.approx(expected_means, rel=1e-12)
+    assert design.test(outcomes, n_resamples=8).bootstrap == "units"
+    # a batch of 18 rows runs in blocks of 16, and each row gets what it gets alone; the default seed is 0
+    batch = design.cell_sums((np.random.default_rng(4).random((18, 160)) < 0.5).astype(float))  # [18, C]
+    together = design.bootstrap(batch, 8, seed=3)[0]
+    for row in (15, 16, 17):
+        assert together[row] == pytest.approx(design.bootstrap(batch[row], 8, seed=3)[0][0], rel=1e-12)
+    assert np.array_equal(design.bootstrap(batch[:1], 8)[0], design.bootstrap(batch[:1], 8, seed=0)[0])
+
+
+def test_the_basic_interval_reflects_the_quantiles_and_stays_in_0_1():
+    from phasekv.stats.phase_test import basic_interval
+
+    assert basic_interval(0.5, np.linspace(0, 1, 101), 0.8) == pytest.approx([0.1, 0.9])  # quantiles 0.1, 0.9
+    middle = np.linspace(0.3, 0.7, 41)  # quantiles 0.34 and 0.66 at 80%
+    assert basic_interval(0.9, middle, 0.8) == [1.0, 1.0]  # 1.8 - 0.66 and 1.8 - 0.34, both above 1
+    assert basic_interval(0.1, middle, 0.8) == [0.0, 0.0]  # both below 0

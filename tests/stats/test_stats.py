@@ -148,6 +148,13 @@ def test_resample_accuracy_has_the_binomial_spread():
     np.testing.assert_allclose(draws.std(axis=0), np.sqrt(phat * (1 - phat) / 400), rtol=0.06)
 
 
+def test_resample_accuracy_in_chunks_is_one_draw_of_every_resample():
+    x = np.random.default_rng(5).random((1000, 2)) < [0.3, 0.7]
+    draws = resample_accuracy(x, 2500, np.random.default_rng(6))  # 2,500 x 1,000 weights: two chunks
+    rows = np.random.default_rng(6).integers(0, 1000, size=(2500, 1000))  # every mapping, the first included
+    assert draws == pytest.approx(x[rows].mean(axis=1), abs=1e-12)
+
+
 def test_bootstrap_intervals_cover_the_truth():
     c = np.array([0.9, 0.5, 0.8, 0.3, 0.95, 0.6])
     truth = 0.5 * c
@@ -178,14 +185,74 @@ def test_bootstrap_is_reproducible_with_a_seed():
 
 
 def test_bootstrap_rejects_bad_input():
-    with pytest.raises(ValueError, match="at least 2 mappings"):
+    with pytest.raises(ValueError) as one_mapping:
         bootstrap_mappings(np.ones((1, 4)))
+    assert str(one_mapping.value) == "the bootstrap needs at least 2 mappings, got 1"
     with pytest.raises(ValueError, match="2-dimensional"):
         bootstrap_mappings(np.ones(4))
     with pytest.raises(ValueError, match="stride"):
         bootstrap_mappings(np.ones((3, 4)), stride=4)
     with pytest.raises(ValueError, match="n_resamples"):
         bootstrap_mappings(np.ones((3, 4)), n_resamples=0)
+
+
+def _reference_mapping_bootstrap(x, stride, n_resamples, seed, confidence):
+    """(per-residue intervals [2, M], statistic intervals) of the mapping bootstrap written out: the same draws
+    of rows, each resample's statistics in a loop, basic intervals clipped by hand for the spread statistics."""
+    n, m = x.shape
+    draws = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    acc = np.array([x[row].mean(axis=0) for row in draws])  # [R, M]
+
+    def statistics(a):
+        out = {"mean": a.mean(), "worst": a.min(), "best": a.max(), "gap_points": 100 * (a.max() - a.min())}
+        if stride is not None:
+            out["period_difference_points"] = 100 * np.mean([abs(a[r] - a[r + stride]) for r in range(m - stride)])
+        return out
+
+    tail = (1 - confidence) / 2
+    resampled = [statistics(a) for a in acc]
+    intervals = {}
+    for name, theta in statistics(x.mean(axis=0)).items():
+        low, high = np.quantile([r[name] for r in resampled], [tail, 1 - tail])
+        if name != "mean":
+            top = 100.0 if name.endswith("_points") else 1.0
+            low, high = min(max(2 * theta - high, 0.0), top), min(max(2 * theta - low, 0.0), top)
+        intervals[name] = (low, high)
+    return np.quantile(acc, [tail, 1 - tail], axis=0), intervals
+
+
+def _tied_residues(n_mappings=40):
+    """[n_mappings, n_mappings] 0/1, each mapping wrong at its own residue only: every residue at the same
+    accuracy, so the observed gap is 0 while no resample's is, and a resample's worst residue (its most
+    often drawn mapping's) falls so far below the observed one that both ends of the basic interval leave
+    [0, 1] and are clipped; so do both ends of the gap's."""
+    return 1.0 - np.eye(n_mappings)
+
+
+def test_mapping_bootstrap_matches_a_loop_over_resamples():
+    rng = np.random.default_rng(21)
+    for x, stride, confidence in (
+        (mapping_matrix(rng, 30, [0.9, 0.4, 0.7, 0.2, 0.8, 0.6]), 2, 0.95),
+        (mapping_matrix(rng, 12, [0.95, 0.05, 0.5]), None, 0.8),
+        (_tied_residues(), None, 0.95),
+    ):
+        boot = bootstrap_mappings(x, stride=stride, n_resamples=300, seed=9, confidence=confidence)
+        per_residue, intervals = _reference_mapping_bootstrap(x, stride, 300, 9, confidence)
+        assert boot.accuracy_low == pytest.approx(per_residue[0], abs=1e-12)
+        assert boot.accuracy_high == pytest.approx(per_residue[1], abs=1e-12)
+        assert set(boot.stats) == set(intervals)
+        for name, interval in intervals.items():
+            assert boot.stats[name] == pytest.approx(interval, abs=1e-9), name
+    # the tied design does clip: its worst residue's interval sits at 1, its gap's at 0
+    assert boot.stats["worst"] == (1.0, 1.0) and boot.stats["gap_points"] == (0.0, 0.0)
+
+
+def test_mapping_bootstrap_defaults_and_edges():
+    x = mapping_matrix(np.random.default_rng(22), 8, [0.9, 0.4, 0.7])
+    default = bootstrap_mappings(x)
+    assert (default.n_resamples, default.seed, default.confidence) == (2000, 0, 0.95)
+    assert default.stats == bootstrap_mappings(x, n_resamples=2000, seed=0).stats
+    assert bootstrap_mappings(x, n_resamples=1).n_resamples == 1  # one resample is allowed, if of little use
 
 
 # ---------------------------------------------------------------- uniformity tests
