@@ -180,7 +180,7 @@ class _Options:
     protocol: str = "prefix"
 
 
-def _run(monkeypatch, grid: int | None, **run_options) -> tuple[dict, dict]:
+def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tuple[dict, dict]:
     """run_unit_probe on stand-ins for the scoring, the statistics and the grid shift: (result, their recorders)."""
     scores = _scores(FULL)
     summary = SimpleNamespace(to_dict=lambda: {"summary": 1}, stat_interval_methods={})
@@ -188,7 +188,7 @@ def _run(monkeypatch, grid: int | None, **run_options) -> tuple[dict, dict]:
     calls = {
         "score": _Recorder(scores),
         "summarize": _Recorder((np.zeros((N_UNITS, MODULUS)), summary, verdict)),
-        "shift": _Recorder({"moves_with_grid": True, "p_value": 0.0123}),
+        "shift": _Recorder({"moves_with_grid": moves, "p_value": 0.0123}),
     }
     monkeypatch.setattr(units, "score_prompt_set", calls["score"])
     monkeypatch.setattr(units, "summarize_units", calls["summarize"])
@@ -236,3 +236,8 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
         "grid_shift": {"moves_with_grid": True, "p_value": 0.0123},
         "basis": "position design and grid shift (the pattern moves with the grid, p = 0.0123)",
     }
+    result, _ = _run(monkeypatch, 4, moves=False, grid_shift=True)
+    assert (
+        result["phase_test"]["basis"]
+        == "position design and grid shift (the pattern does not move with the grid, p = 0.0123)"
+    )
