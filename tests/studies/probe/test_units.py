@@ -156,14 +156,15 @@ def test_the_dry_run_says_when_the_design_is_not_testable(monkeypatch):
 
 
 class _Scorer:
-    """A scorer the run only asks for its tokenizer, stride and record; a stride above the modulus."""
+    """A scorer the run only asks for its tokenizer, stride and record; a stride above the modulus, and
+    `grid_period` the period of its compression grid where the grid can move (else None)."""
 
     batch_size, compression_stride = 4, 16
 
-    def __init__(self):
+    def __init__(self, grid_period: int | None):
         from phasekv.tasks.tokenizer import build_word_tokenizer
 
-        self.tokenizer = build_word_tokenizer()
+        self.tokenizer, self.grid_period = build_word_tokenizer(), grid_period
 
     def describe(self):
         return {"kind": "stand-in"}
@@ -193,9 +194,9 @@ def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tu
     monkeypatch.setattr(units, "score_prompt_set", calls["score"])
     monkeypatch.setattr(units, "summarize_units", calls["summarize"])
     monkeypatch.setattr(units, "run_grid_shift", calls["shift"])
-    monkeypatch.setattr(units, "grid_period", lambda scorer: grid)
+    monkeypatch.setattr(units, "grid_period", lambda scorer: scorer.grid_period)
     prompt_set = SimpleNamespace(prompts=["the prompts"], options={"answer_offset": 2, "placements_per_haystack": 2})
-    scorer = _Scorer()
+    scorer = _Scorer(grid)
     result = units.run_unit_probe(
         "needle", scorer, _Options(), lambda *_: prompt_set, "haystack", "haystacks", n_resamples=7, **run_options
     )
