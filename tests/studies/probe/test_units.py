@@ -3,15 +3,17 @@ the period and chance level the verdict is given, the arguments the summary and 
 dry run's planned minimum detectable effect."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
+from phasekv.results.record import METRIC, SCHEMA, prompt_prefix
 from phasekv.stats.verdict import MIN_EFFECT_POINTS
 from phasekv.studies.probe import units
-from phasekv.studies.probe.scored import PromptScores
+from phasekv.studies.probe.scored import PromptScores, position_controls
 from phasekv.studies.probe.units import (
     PLANNING_ACCURACY,
     chance_level,
@@ -184,7 +186,7 @@ class _Options:
 def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tuple[dict, dict]:
     """run_unit_probe on stand-ins for the scoring, the statistics and the grid shift: (result, their recorders)."""
     scores = _scores(FULL)
-    summary = SimpleNamespace(to_dict=lambda: {"summary": 1}, stat_interval_methods={})
+    summary = SimpleNamespace(to_dict=lambda: {"summary": 1}, stat_interval_methods={"gap": "basic"})
     verdict = SimpleNamespace(to_dict=lambda: {"verdict": 1})
     calls = {
         "score": _Recorder(scores),
@@ -197,9 +199,9 @@ def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tu
     monkeypatch.setattr(units, "grid_period", lambda scorer: scorer.grid_period)
     prompt_set = SimpleNamespace(prompts=["the prompts"], options={"answer_offset": 2, "placements_per_haystack": 2})
     scorer = _Scorer(grid)
-    result = units.run_unit_probe(
-        "needle", scorer, _Options(), lambda *_: prompt_set, "haystack", "haystacks", n_resamples=7, **run_options
-    )
+    calls["build"] = _Recorder(prompt_set)
+    result = units.run_unit_probe("needle", scorer, _Options(), calls["build"], "haystack", "haystacks", **run_options)
+    assert calls["build"].args == (scorer.tokenizer, _Options(), prompt_prefix(scorer.tokenizer))
     for recorder in (calls["score"], calls["shift"]):
         assert recorder.args is None or recorder.args[0] is scorer
     assert calls["summarize"].args[0] is scores
@@ -207,7 +209,7 @@ def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tu
 
 
 def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(monkeypatch):
-    result, calls = _run(monkeypatch, None, progress=True, min_effect=9.0)
+    result, calls = _run(monkeypatch, None, progress=True, min_effect=9.0, n_resamples=7)
     score = calls["score"]
     assert score.args[1] == ["the prompts"]
     assert score.kwargs == {"key_length": 2, "desc": "needle", "progress": True}
@@ -224,6 +226,55 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
     }
     assert result["phase_test"] == {"verdict": 1, "basis": units.BLACK_BOX}
     assert calls["shift"].args is None
+    scores = calls["summarize"].args[0]
+    position_stats, controls = position_controls(scores, MODULUS)
+    assert {k: v for k, v in result.items() if k not in ("software", "started_at", "wall_time_s")} == {
+        "schema": SCHEMA,
+        "probe": "needle",
+        "model": {"kind": "stand-in"},
+        "scoring": {
+            "metric": METRIC,
+            "batch_size": 4,
+            "threads": torch.get_num_threads(),
+            "workers": 1,
+            "prompt_prefix_ids": prompt_prefix(_Scorer(None).tokenizer),
+        },
+        "protocol": "prefix",
+        "seed": 5,
+        "options": {**asdict(_Options()), "answer_offset": 2, "placements_per_haystack": 2},
+        "requested_options": asdict(_Options()),
+        "n_prompts": len(FULL),
+        "stride": {"value": None, "source": "the model's compression stride 16 is not below modulus 4"},
+        "aggregation": {
+            "cell": "mean over the placements of one haystack in one residue group (cell_accuracy)",
+            "bootstrap_unit": "haystacks",
+            "permutation": "residue labels of the cells shuffled within each haystack",
+            "counts": "prompts = haystacks x placements per residue",
+            "intervals": {"per_residue": "percentile bootstrap over haystacks", "gap": "basic"},
+            "n_haystacks": N_UNITS,
+            "placements_per_haystack": 2,
+            "n_rows": N_UNITS,
+        },
+        "summary": {"summary": 1},
+        "phase_test": {"verdict": 1, "basis": units.BLACK_BOX},
+        "position_stats": position_stats,
+        "controls": controls,
+        "cell_accuracy": np.zeros((N_UNITS, MODULUS)).tolist(),
+        "mean_answer_logprob": -1.0,
+        "prompt_records": scores.records("haystack"),
+    }
+
+    result, calls = _run(monkeypatch, None, stride=3)  # the defaults, and a stride given
+    assert result["stride"] == {"value": 3, "source": "option"}
+    assert calls["summarize"].kwargs["stride"] == 3 and calls["summarize"].kwargs["n_resamples"] == 2000
+    assert calls["score"].kwargs["progress"] is True and calls["summarize"].kwargs["min_effect"] == MIN_EFFECT_POINTS
+    refusal = (
+        "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
+        "cache, a pool: press, or a kvpress press with a chunk grid: ChunkKVPress, ChunkPress, BlockPress); "
+        "for other models the verdict rests on the position design alone"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(refusal)}$"):
+        _run(monkeypatch, None, grid_shift=True)
 
     result, _ = _run(monkeypatch, 4)
     movable = "position design (the grid can move: run with --grid-shift for the causal test)"
