@@ -68,6 +68,10 @@ def test_residue_accuracy_counts_and_bounds():
     low, high = wilson_interval([1, 2, 1], [2, 2, 3])
     np.testing.assert_allclose(groups.ci_low, low)
     np.testing.assert_allclose(groups.ci_high, high)
+    assert groups.successes.dtype.kind == "i" and groups.confidence == 0.95  # whole counts; the record's level
+    narrow = residue_accuracy(correct, residues, modulus=3, confidence=0.8)
+    assert narrow.confidence == 0.8
+    np.testing.assert_allclose(narrow.ci_low, wilson_interval([1, 2, 1], [2, 2, 3], 0.8)[0])
 
 
 @pytest.mark.parametrize(
@@ -388,6 +392,8 @@ def test_summarize_mappings_record_and_table():
     assert lines[-1].startswith("uniformity: permutation within mappings") and "p = " in lines[-1]
     assert any(line.startswith("gap ") and "CI" in line for line in lines)
     assert len({len(line) for line in lines[1:10]}) <= 2  # fixed-width rows
+    default = summarize_mappings(x[:8], stride=4).to_dict()  # the defaults a published summary was made with
+    assert default["bootstrap_resamples"] == 2000 and default["uniformity"]["n_permutations"] == 2000
 
 
 def test_summary_rejects_bad_stride():
