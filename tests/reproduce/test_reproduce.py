@@ -111,6 +111,29 @@ def _mini(name: str, runs: tuple[RunSpec, ...], **kw) -> Profile:
     )
 
 
+def test_a_profile_with_the_grid_shift_moves_the_grid_of_every_compressed_run_and_keys_its_cache_on_it(tmp_path):
+    runs = (
+        RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=2),
+        RunSpec("w8s8-1kv", "w8s8-1kv", "W8/S8 · 1 KV", steps=2),
+    )
+    plain = reproduce(_mini("plain", runs), tmp_path, progress=False)
+    assert "grid shift" not in plain["table"]
+    shifted = reproduce(_mini("shifted", runs, grid_shift=True), tmp_path, progress=False)
+    assert shifted["train_seconds"] == {}  # the same runs: trained once
+    compressed, full = (json.loads((tmp_path / "results" / f"{n}.json").read_text()) for n in ("w8s8-1kv", "full-1kv"))
+    test = compressed["phase_test"]["grid_shift"]
+    assert test["period"] == 8 and test["offsets"] == list(range(8)) and len(test["by_grid"]) == 8
+    assert compressed["phase_test"]["basis"].startswith("position design and grid shift")
+    assert "grid_shift" not in full["phase_test"]  # full attention has no grid to move
+    row = next(line for line in shifted["table"].splitlines() if line.startswith("| W8/S8"))
+    assert "grid shift: " in row and "grid shift" not in next(
+        line for line in shifted["table"].splitlines() if line.startswith("| Full attention")
+    )
+    again = reproduce(_mini("shifted", runs, grid_shift=True), tmp_path, progress=False)
+    assert again["rows"] == shifted["rows"]  # reused, not scored again
+    assert json.loads((tmp_path / "results" / "w8s8-1kv.json").read_text()) == compressed
+
+
 @pytest.mark.slow
 def test_design_comparison_reuses_identical_runs_and_knocks_out_the_best_design(tmp_path, monkeypatch):
     control = RunSpec("full-1kv", "full-1kv", "Full attention · 1 KV", steps=3)

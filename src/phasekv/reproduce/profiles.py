@@ -88,6 +88,8 @@ class Profile:
     budget_note: str = ""  # how the training budget relates to the paper's (shown by --plan)
     # tests across seeds: (design A, design B, "greater" | "less", the claim "gap of A > gap of B" in words)
     seed_comparisons: tuple[tuple[str, str, str, str], ...] = ()
+    # the causal test too: every run whose compression grid can move is also scored with the grid at each offset
+    grid_shift: bool = False
 
     def tokens_per_run(self, run: RunSpec) -> int:
         return run.steps * self.batch_size * self.seq_len
@@ -381,6 +383,7 @@ DESIGNS3 = _register(
         seed_comparisons=tuple(
             (design, "W8/S8 · 1 KV", "less", f"{design} gap < W8/S8 gap") for _, design, _, _ in _ROUND_THREE
         ),
+        grid_shift=True,
     )
 )
 

@@ -160,7 +160,7 @@ def _probe_run(profile: Profile, out: Path, run: RunSpec, ckpt: Path, progress: 
         nonlocal scorer
         scorer = scorer or PhaseKVScorer.from_checkpoint(ckpt, threads=1, workers=threads, batch_size=16)
         if reading == "top-k":
-            result = run_lookup(scorer, profile.lookup, progress=progress)
+            result = run_lookup(scorer, profile.lookup, progress=progress, grid_shift=shifted)
             hits = topk_hits_by_phase(scorer.model, lookup_prompts(scorer.tokenizer, profile.lookup).prompts)
             if hits:  # DeepSeek-V4 CSA layers: how often the indexer picks the target's entry, by phase
                 result["topk_hits"] = hits
@@ -181,10 +181,16 @@ def _probe_run(profile: Profile, out: Path, run: RunSpec, ckpt: Path, progress: 
         )
         return result
 
+    # the grid-shift test where the profile asks for it and the grid can move (a compressed cache, not top-k)
+    compression = read_config(ckpt)[0].compression
+    shifted = profile.grid_shift and dsv4 is None and compression is not None and compression.stride >= 2
     results = {}
     for reading in readings:
         name = run.name if reading == "top-k" else f"{run.name}-{EVERY_ENTRY}"
-        key = result_key("probe", {"lookup": profile.lookup, "reading": reading}, ckpt)
+        options = {"lookup": profile.lookup, "reading": reading}
+        if shifted and reading == "top-k":  # keyed only when used: results probed without it stay valid
+            options["grid_shift"] = True
+        key = result_key("probe", options, ckpt)
         path = out / "results" / f"{name}.json"
         results[name], _ = cached_result(path, key, lambda reading=reading, name=name: probe(reading, name))
     return results
