@@ -662,3 +662,15 @@ def test_permutation_test_records_its_draws_and_refuses_bad_counts(monkeypatch):
     same = permutation_uniformity(np.ones((4, 3)) * [[1.0], [0.0], [1.0], [0.0]], n_permutations=9, seed=2)
     assert same.note == "every mapping has the same accuracy at every residue: no variation within mappings, p = 1"
     assert (same.p_value, same.n_permutations, same.seed) == (1.0, 9, 2)
+
+
+def test_period_difference_and_fold_edges():
+    # booleans are read as proportions (True - False would not subtract as booleans)
+    assert period_difference([True, False, True, False], 2) == 0.0
+    assert period_difference([True, False, False, False], 2) == 50.0
+    with pytest.raises(ValueError, match=r"^accuracy needs a residue axis$"):
+        period_difference(0.5, 1)
+    one_each = fold_by_stride([1, 0, 0, 0], [1, 1, 0, 0], 2)  # one prompt per phase is enough
+    assert one_each.counts.tolist() == [1, 1] and one_each.accuracy.tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match=r"^every phase needs at least one prompt to fold$"):
+        fold_by_stride([0, 0, 0, 0], [1, 0, 1, 0], 2)
