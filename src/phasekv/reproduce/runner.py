@@ -152,7 +152,8 @@ def evaluate_all(profile: Profile, out: Path, progress: bool = True, threads: in
 
 def _probe_run(profile: Profile, out: Path, run: RunSpec, ckpt: Path, progress: bool, threads: int) -> dict[str, dict]:
     """{result name: result} of one run's readings (see `evaluate_all`), one scorer loaded for those computed."""
-    dsv4 = read_config(ckpt)[0].dsv4
+    config = read_config(ckpt)[0]
+    dsv4, compression = config.dsv4, config.compression
     readings = ("top-k", EVERY_ENTRY) if dsv4 is not None and "csa" in dsv4.layer_types else ("top-k",)
     scorer = None
 
@@ -182,7 +183,6 @@ def _probe_run(profile: Profile, out: Path, run: RunSpec, ckpt: Path, progress: 
         return result
 
     # the grid-shift test where the profile asks for it and the grid can move (a compressed cache, not top-k)
-    compression = read_config(ckpt)[0].compression
     shifted = profile.grid_shift and dsv4 is None and compression is not None and compression.stride >= 2
     results = {}
     for reading in readings:
