@@ -674,3 +674,102 @@ def test_period_difference_and_fold_edges():
     assert one_each.counts.tolist() == [1, 1] and one_each.accuracy.tolist() == [1.0, 0.0]
     with pytest.raises(ValueError, match=r"^every phase needs at least one prompt to fold$"):
         fold_by_stride([0, 0, 0, 0], [1, 0, 1, 0], 2)
+
+
+def test_permutation_test_defaults_sparse_tables_and_exact_messages():
+    x = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    default = permutation_uniformity(x)  # the defaults a published test was made with
+    assert (default.n_permutations, default.seed) == (2000, 0)
+    # column totals [1, 1, 0, 0] of 3 mappings: a mean total below one is not degenerate.
+    # By hand: sum (c - 0.5)^2 = 1, times 3 / (0.5 * 2.5) = 2.4
+    assert default.statistic == pytest.approx(2.4)
+    reference = chi2_contingency([[1, 2], [1, 2], [0, 3], [0, 3]], correction=False)
+    assert default.statistic == pytest.approx(reference.statistic)
+    assert default.p_value == 1.0  # two single hits in one column or two: never less extreme than observed
+    with pytest.raises(ValueError, match=r"^a uniformity test needs at least 2 residues$"):
+        permutation_uniformity(np.ones((5, 1)))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # degenerate tables give 0 without a division by zero
+        for flat in (np.ones((5, 3)), np.zeros((5, 3)), np.ones((4, 3)) * [[1.0], [0.0], [1.0], [0.0]]):
+            test = permutation_uniformity(flat, n_permutations=10)
+            assert (test.method, test.statistic, test.p_value) == ("permutation within mappings", 0.0, 1.0)
+
+
+def test_permutation_counts_every_chunk_and_ties_within_its_tolerance(monkeypatch):
+    import phasekv.stats.uniformity as uniformity
+
+    # one varying mapping at two residues: every permutation ties with the observed statistic
+    tie = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    monkeypatch.setattr(uniformity, "_CHUNK_ELEMENTS", 3 * 2)  # three permutations per chunk, 20 = 6 x 3 + 2
+    assert permutation_uniformity(tie, n_permutations=20, seed=1).p_value == 1.0
+    monkeypatch.undo()
+    # rows [1, 0] and [d, 0]: half the permutations give totals (1 + d, 0) or (0, 1 + d), the observed
+    # statistic 4 (1 + d) / (3 - d) (about 4/3); the other half (1, d) or (d, 1), smaller by
+    # 16 d / ((1 + d) (3 - d)) (about 5.33 d). That counts as a tie when within 1e-9 x observed.
+    for d, ties in ((1.875e-10, True), (3e-10, False)):
+        gap = 16 * d / ((1 + d) * (3 - d))
+        observed = 4 * (1 + d) / (3 - d)
+        assert (gap <= 1e-9 * observed) == ties
+        test = permutation_uniformity(np.array([[1.0, 0.0], [d, 0.0]]), n_permutations=200, seed=0)
+        assert test.statistic == pytest.approx(observed, rel=1e-12)
+        if ties:
+            assert test.p_value == 1.0
+        else:
+            assert 0.35 < test.p_value < 0.65, test.p_value
+
+
+def test_summarize_mappings_fields_labels_and_trials_by_hand():
+    # column totals [2, 1, 3, 4, 0] of 4 mappings: worst residue 4, best residue 3
+    x = np.array(
+        [[1, 0, 1, 1, 0], [1, 0, 1, 1, 0], [0, 1, 1, 1, 0], [0, 0, 0, 1, 0]],
+        dtype=float,
+    )
+    d = summarize_mappings(x, stride=2, n_resamples=50, n_permutations=50).to_dict()
+    assert (d["worst_residue"], d["best_residue"]) == (4, 3)
+    assert d["accuracy"] == [0.5, 0.25, 0.75, 1.0, 0.0]
+    # stride 2: phase 0 holds residues 0, 2, 4 (12 cells, 5 correct), phase 1 residues 1, 3 (8 cells, 5 correct)
+    assert d["fold"] == {
+        "phase": [0, 1],
+        "n_residues": [3, 2],
+        "counts": [12, 8],
+        "successes": [5, 5],
+        "accuracy": [5 / 12, 5 / 8],
+    }
+    assert (d["bootstrap_seed"], d["uniformity"]["seed"]) == (0, 0)  # the default seed
+    assert d["design"] == "mappings x residues" and d["ci_method"] == "bootstrap percentile over mappings"
+    haystacks = summarize_mappings(x, n_resamples=50, n_permutations=50, unit="haystack").to_dict()
+    assert haystacks["design"] == "haystacks x residues"
+    assert haystacks["ci_method"] == "bootstrap percentile over haystacks"
+    one = summarize_mappings(x, n_resamples=50, n_permutations=50, trials_per_cell=1).to_dict()
+    assert (one["trials_per_cell"], one["counts"], one["successes"]) == (1, [4] * 5, [2, 1, 3, 4, 0])
+    near = x.copy()
+    near[0, 4] = 1e-6  # within the 1e-6 tolerance of a whole number of prompts: rounded
+    assert summarize_mappings(near, n_resamples=50, n_permutations=50, trials_per_cell=1).successes == [2, 1, 3, 4, 0]
+    near[0, 4] = 2e-6
+    with pytest.raises(ValueError, match=r"^cells must be multiples of 1/trials_per_cell = 1/1$"):
+        summarize_mappings(near, n_resamples=50, n_permutations=50, trials_per_cell=1)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=rf"^trials_per_cell must be a positive integer, got {bad!r}$"):
+            summarize_mappings(x, n_resamples=50, n_permutations=50, trials_per_cell=bad)
+
+
+def test_summarize_mappings_uses_its_confidence_and_its_seed():
+    # two mappings [1, 0] and [0, 1]: a resampled residue accuracy is 0, 1/2 or 1 with chances 1/4, 1/2, 1/4,
+    # so the central 20% is [1/2, 1/2] and the central 95% is [0, 1]
+    x = np.array([[1.0, 0.0], [0.0, 1.0]])
+    narrow = summarize_mappings(x, n_resamples=2000, n_permutations=10, confidence=0.2)
+    assert narrow.confidence == 0.2 and narrow.ci_low == narrow.ci_high == [0.5, 0.5]
+    wide = summarize_mappings(x, n_resamples=2000, n_permutations=10)
+    assert wide.ci_low == [0.0, 0.0] and wide.ci_high == [1.0, 1.0]
+    # the permutation p-value follows the seed, and one seed gives one p-value
+    flat = mapping_matrix(np.random.default_rng(4), 30, [0.8] * 4)
+    p_values = {
+        seed: [summarize_mappings(flat, n_resamples=10, n_permutations=2000, seed=seed).uniformity.p_value]
+        for seed in range(4)
+    }
+    for seed in range(4):
+        again = summarize_mappings(flat, n_resamples=10, n_permutations=2000, seed=seed).uniformity.p_value
+        assert again == p_values[seed][0]
+    assert len({p[0] for p in p_values.values()}) > 1
