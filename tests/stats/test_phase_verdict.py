@@ -600,6 +600,28 @@ def test_the_position_trend_matches_a_loop_over_units():
         position_trend([0, 1], [1, 2], [0.0, 1.0], confidence=1.0)
 
 
+def test_the_position_trend_of_a_narrow_design_and_its_silent_bootstrap():
+    import warnings
+
+    from phasekv.stats.verdict import position_trend
+
+    # one unit at positions 0 and 1 (squared deviations sum to 0.5): wrong then right is +1 a token, 10,000
+    # points per 100 tokens, and every resample (the one unit again) gives the same slope
+    one = position_trend([0, 0], [0, 1], [0.0, 1.0], n_resamples=5)
+    assert one.slope_points_per_100_tokens == 10000.0 and one.ci == [10000.0, 10000.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from numpy on any of these
+        # unit 0 sits at one position: a resample of unit 0 alone has no spread (0/0) and is set aside
+        assert np.all(np.random.default_rng(0).integers(0, 2, size=(50, 2)) == 0, axis=1).any()
+        mixed = position_trend([0, 0, 1, 1], [5, 5, 3, 4], [1.0, 0.0, 0.0, 1.0], n_resamples=50)
+        assert mixed.slope_points_per_100_tokens == 10000.0 and mixed.ci == [10000.0, 10000.0]
+        flat = position_trend([0, 0, 1, 1], [5, 5, 9, 9], [1.0, 0.0, 1.0, 1.0], n_resamples=10)  # no resample
+        assert flat.slope_points_per_100_tokens == 0.0 and np.isnan(flat.ci).all()
+        # positions 1e-200 apart: their squares underflow to 0 and the products do not (x / 0)
+        tiny = position_trend([0, 0], [0.0, 1e-200], [0.0, 1.0], n_resamples=5)
+        assert tiny.slope_points_per_100_tokens == 0.0 and np.isnan(tiny.ci).all()
+
+
 def test_the_verdict_record_carries_its_test_rule_and_trend():
     from phasekv.stats.verdict import position_trend, rule_text
 
@@ -667,6 +689,59 @@ def test_a_pattern_below_the_minimum_effect_says_when_its_size_is_unresolved():
     # above the whole interval, "below" is what the interval shows, and no such note is added
     above = phase_verdict(units, positions, outcomes, 8, n_resamples=60, min_effect=high + 1)
     assert above.verdict == below_min_effect(high + 1) and "not resolved" not in above.note
+
+
+def test_the_size_note_word_for_word_and_at_the_top_of_the_interval():
+    assert unresolved_size([3.14, 12.66], 5.0) == (
+        "the amplitude's interval [3.1, 12.7] reaches past 5 points: the pattern replicates but its size is not "
+        "resolved (it may be below 5 points or well above); a design with more distinct prompts narrows it"
+    )
+    units, positions, outcomes = _random_run(2, n=900, drop={8: 3, 7: 2})
+    low, high = phase_verdict(units, positions, outcomes, 8, n_resamples=60).effect_ci
+    assert low < high
+    # a minimum effect equal to the interval's upper end: an amplitude of exactly that size is not excluded
+    edge = phase_verdict(units, positions, outcomes, 8, n_resamples=60, min_effect=high)
+    assert edge.verdict == below_min_effect(high)
+    assert edge.note == (
+        f"the amplitude's interval [{low:.1f}, {high:.1f}] reaches past {high:g} points: the pattern replicates "
+        f"but its size is not resolved (it may be below {high:g} points or well above); a design with more "
+        "distinct prompts narrows it"
+    )
+
+
+def test_a_placebo_whose_p_value_equals_alpha_does_not_reject():
+    units, positions, outcomes = _random_run(1, drop={8: 3})
+    first = phase_verdict(units, positions, outcomes, 8, n_resamples=40)
+    level = first.placebo[1].p_value
+    assert first.placebo[1].period == 9 and first.placebo[0].p_value > level > first.p_value
+    at = phase_verdict(units, positions, outcomes, 8, n_resamples=40, alpha=level)
+    assert at.verdict == PHASE_SENSITIVE and at.note == ""  # p < alpha rejects, as for the test itself
+    above = phase_verdict(units, positions, outcomes, 8, n_resamples=40, alpha=float(np.nextafter(level, 1)))
+    assert above.verdict == PHASE_SENSITIVE and above.note.startswith("placebo period(s) [9] also reject at ")
+
+
+def test_a_run_whose_mean_reaches_chance_is_not_judged():
+    units, positions, outcomes = _random_run(1, drop={8: 3})  # about 53% right: phase-sensitive at chance 10%
+    judged = phase_verdict(units, positions, outcomes, 8, n_resamples=40, chance=0.1)
+    assert judged.verdict == PHASE_SENSITIVE and judged.test.mean_ci[0] > 0.1
+    at = phase_verdict(units, positions, outcomes, 8, n_resamples=40, chance=0.7)
+    assert at.test.mean_ci[1] < 0.7 and at.verdict == AT_CHANCE and at.chance == 0.7
+
+
+def test_the_verdict_passes_its_defaults_and_prompt_ids_to_every_test():
+    units, positions, outcomes = _random_run(3, n=300, period=4)
+    default = phase_verdict(units, positions, outcomes, 4)
+    assert default.test.n_bootstrap == 2000 and default.trend.n_resamples == 2000
+    assert default == phase_verdict(units, positions, outcomes, 4, 0.05, 0, 2000)  # the default seed is 0
+    # every prompt three times, marked identical: the test and each placebo count it once, as if given once
+    tiled = np.tile(np.arange(300), 3)
+    once = phase_verdict(units, positions, outcomes, 4, n_resamples=30)
+    thrice = phase_verdict(units[tiled], positions[tiled], outcomes[tiled], 4, n_resamples=30, prompt_ids=tiled)
+    assert [p.period for p in thrice.placebo] == [p.period for p in once.placebo] and len(once.placebo) >= 1
+    for given, marked in zip([once.test, *once.placebo], [thrice.test, *thrice.placebo], strict=True):
+        assert (marked.n_prompts, marked.n_distinct_prompts) == (900, 300)
+        assert marked.p_value == pytest.approx(given.p_value)
+        assert marked.profile_points == pytest.approx(given.profile_points)
 
 
 def test_the_minimum_detectable_effect_is_simulated_only_when_asked_and_testable(monkeypatch):
@@ -757,6 +832,24 @@ def test_the_detection_rate_is_the_share_of_simulated_runs_the_whole_rule_calls(
     )
     # a drop larger than the accuracy leaves the phase at 0%, not at a negative probability
     assert detection_rate(design, base, 100.0, 0.05, 0.0, 4, 10) == 1.0
+
+
+def test_a_simulated_run_whose_p_value_equals_alpha_is_not_rejected():
+    from phasekv.stats.power import detection_rate
+
+    units, positions, _ = _random_run(6, n=400, period=4)
+    design = PhaseDesign(units, positions, 4)
+    base = np.linspace(0.55, 0.95, design.cell_count.size)
+    # the 16 simulated runs' p-values, their cells drawn in the order detection_rate draws them
+    rng = np.random.default_rng(9)
+    phases = rng.integers(0, 4, 16)
+    at_phase = (design.cell_position % 4)[None, :] == phases[:, None]
+    sums = rng.binomial(design.cell_count.astype(int)[None, :], np.clip(base[None, :] - 0.15 * at_phase, 0, 1))
+    p_values = np.sort(design.evaluate(sums.astype(float))["p_value"])
+    assert p_values[5] < p_values[6] < p_values[7] < 1
+    # with a floor of 0 every rejected run is found (its lower bound is clipped at 0): the share with p < alpha
+    assert detection_rate(design, base, 15.0, float(p_values[6]), 0.0, 16, 40, 9) == 6 / 16
+    assert detection_rate(design, base, 15.0, float(np.nextafter(p_values[6], 1)), 0.0, 16, 40, 9) == 7 / 16
 
 
 def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatch):
