@@ -77,6 +77,17 @@ def test_answer_scoring_passes_progress_on_defers_to_a_scorer_that_scores_answer
         score_answers(CountingModel(), [[1]], [[]])
 
 
+def test_answer_scores_are_booleans_and_token_ids_and_read_narrow_token_ids():
+    # [3, 4, 10] + [11, 12]: 11 and 12 are the argmax (2 sure log-probs); [7] + [9]: the argmax is 8, so wrong
+    contexts, answers = [[3, 4, 10], [7]], [[11, 12], [9]]
+    for ids in (list, lambda s: np.array(s, dtype=np.uint16)):  # a tokenized corpus stores ids as uint16
+        scores = score_answers(CountingModel(), [ids(c) for c in contexts], [ids(a) for a in answers])
+        # the record's "correct" column and the model's top-1 token ids, as the endpoint scorer returns them
+        assert scores.correct.dtype == np.bool_ and scores.first_argmax.dtype == np.int64
+        assert scores.correct.tolist() == [True, False] and scores.first_argmax.tolist() == [11, 8]
+        np.testing.assert_allclose(scores.logprob, [2 * SURE_LP, OTHER_LP], rtol=1e-6)
+
+
 class InductionModel:
     """A stand-in that answers a retrieval prompt by construction: at each answer position it copies the token
     that followed the query's key (the context's last `key_length` tokens) where that key occurs earlier in the
