@@ -1059,3 +1059,57 @@ def test_the_basic_interval_reflects_the_quantiles_and_stays_in_0_1():
     middle = np.linspace(0.3, 0.7, 41)  # quantiles 0.34 and 0.66 at 80%
     assert basic_interval(0.9, middle, 0.8) == [1.0, 1.0]  # 1.8 - 0.66 and 1.8 - 0.34, both above 1
     assert basic_interval(0.1, middle, 0.8) == [0.0, 0.0]  # both below 0
+
+
+def _neighbours_exact(period, span, n_neighbours=None):
+    """The neighbour rule in exact fractions, in units of the step 1/span (a plain twin of the rule)."""
+    from fractions import Fraction
+
+    if n_neighbours is None:
+        n_neighbours = max(2, min(4, span // (2 * period) - 1))
+    targets = [Fraction(k * span, period) for k in range(1, period // 2 + 1)]  # in steps
+    chosen, groups = [], []
+    for f in targets:
+        group = []
+        for j in range(2, n_neighbours + 2):
+            for g in (f - j, f + j):
+                if not Fraction(3, 2) <= g < Fraction(span, 2) - Fraction(1, 4):
+                    continue
+                if min(abs(g - t) for t in targets) < Fraction(3, 2) or any(
+                    abs(g - c) < Fraction(1, 2) for c in chosen
+                ):
+                    continue
+                chosen.append(g)
+                group.append(g)
+        groups.append(sorted(group))
+    return groups
+
+
+@pytest.mark.parametrize(
+    ("period", "span", "n_neighbours", "steps"),
+    [
+        (2, 8, None, [[2]]),  # the lowest neighbour sits at 2 steps, just above the smooth part
+        (2, 16, None, [[4, 5, 6]]),  # J = 16 // 4 - 1 = 3
+        (3, 12, None, [[2]]),  # 4 + 2 = 6 steps is 1/2 itself, not below 1/2 - step/4
+        (3, 14, None, [[5 / 3, 8 / 3, 20 / 3]]),  # 20/3 steps is kept: below 1/2 - step/4 = 6.75 steps
+        (4, 16, None, [[2, 6], []]),  # 1/2's neighbours are all taken or too close: its group is empty
+        (2, 11, 3, [[1.5, 2.5, 3.5]]),  # 1.5 steps is on the smooth part's bound, and kept
+        (5, 23, None, [[8 / 5, 13 / 5, 33 / 5, 38 / 5], [56 / 5]]),
+        (3, 36, 2, [[9, 10, 14, 15]]),
+        # 16 steps (1/3 - 5 steps) is half a step from 15.5 (1/6 + 5 steps): kept
+        (
+            6,
+            63,
+            None,
+            [[5.5, 6.5, 7.5, 8.5, 12.5, 13.5, 14.5, 15.5], [16, 17, 18, 19, 23, 24, 25, 26], [26.5, 27.5, 28.5, 29.5]],
+        ),
+        (3, 36, None, [[7, 8, 9, 10, 14, 15, 16, 17]]),  # J = 36 // 6 - 1 = 5, capped at 4
+    ],
+)
+def test_the_neighbours_of_each_phase_frequency_by_hand(period, span, n_neighbours, steps):
+    got = neighbours_per_frequency(period, span, n_neighbours)
+    exact = _neighbours_exact(period, span, n_neighbours)
+    assert len(got) == len(exact) == len(steps)
+    for group, exact_group, expected in zip(got, exact, steps, strict=True):
+        assert [float(g) for g in exact_group] == pytest.approx(expected, abs=1e-12)
+        assert [g * span for g in group] == pytest.approx(expected, abs=1e-9)
