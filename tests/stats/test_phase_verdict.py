@@ -1113,3 +1113,89 @@ def test_the_neighbours_of_each_phase_frequency_by_hand(period, span, n_neighbou
     for group, exact_group, expected in zip(got, exact, steps, strict=True):
         assert [float(g) for g in exact_group] == pytest.approx(expected, abs=1e-12)
         assert [g * span for g in group] == pytest.approx(expected, abs=1e-9)
+
+
+def _cubic_bspline_basis(x, knots):
+    """Cox-de Boor recursion for the clamped cubic B-splines on ``knots`` at the points x [n, len(knots) - 4]."""
+    x = np.asarray(x, dtype=float)
+    n_basis = len(knots) - 4
+    basis = np.zeros((x.size, len(knots) - 1))
+    for i in range(len(knots) - 1):
+        basis[:, i] = (knots[i] <= x) & (x < knots[i + 1])
+    for degree in range(1, 4):
+        nxt = np.zeros((x.size, len(knots) - 1 - degree))
+        for i in range(len(knots) - 1 - degree):
+            left = knots[i + degree] - knots[i]
+            right = knots[i + degree + 1] - knots[i + 1]
+            if left > 0:
+                nxt[:, i] += (x - knots[i]) / left * basis[:, i]
+            if right > 0:
+                nxt[:, i] += (knots[i + degree + 1] - x) / right * basis[:, i + 1]
+        basis = nxt
+    return basis[:, :n_basis]
+
+
+@pytest.mark.parametrize(
+    ("span", "period", "inner"),
+    [
+        # width 10 over (2 + 1/pi) * 2 = 4.64 tokens a knot: 3 intervals
+        ((0, 9), 2, [-0.5, 17 / 6, 37 / 6, 9.5]),
+        # width 4 is under one knot spacing: a single interval
+        ((0, 3), 2, [-0.5, 3.5]),
+    ],
+)
+def test_the_smooth_basis_is_the_cubic_b_splines_on_its_knots_less_the_first(span, period, inner):
+    positions = np.arange(span[0], span[1] + 1)
+    knots = [inner[0]] * 3 + inner + [inner[-1]] * 3
+    expected = _cubic_bspline_basis(positions, knots)[:, 1:]
+    got = smooth_basis(positions, span, period)
+    assert got.shape == expected.shape == (positions.size, len(inner) + 1)
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+def test_a_design_checks_its_input_word_for_word():
+    with pytest.raises(ValueError) as error:
+        PhaseDesign([], [], 2)
+    assert str(error.value) == "units and positions must be non-empty 1-D arrays of equal length, got (0,) and (0,)"
+    for period in (1, 2.5):
+        with pytest.raises(ValueError) as error:
+            PhaseDesign([0, 0], [0, 1], period)
+        assert str(error.value) == f"the phase test needs an integer period >= 2, got {period!r}"
+    with pytest.raises(ValueError) as error:
+        PhaseDesign([0, 0], [0, 1], 2, prompt_ids=[1, 2, 3])
+    assert str(error.value) == "prompt_ids must have one entry per prompt (2), got shape (3,)"
+    for units, positions in (([0, 0], [1, 2]), ([0, 1], [1, 1])):
+        with pytest.raises(ValueError) as error:
+            PhaseDesign(units, positions, 2, prompt_ids=["a", "a"])
+        assert str(error.value) == "identical prompts (equal prompt_ids) must have the same unit and target position"
+    single = PhaseDesign([0], [5], 2)  # one prompt is a design, just not a testable one
+    assert (single.n_prompts, single.n_distinct, single.testable) == (1, 1, False)
+
+
+def test_which_designs_are_testable_and_their_degrees_of_freedom():
+    # span 11 < 4 periods of 3: not testable, no neighbours, no neighbour columns
+    short = PhaseDesign(np.zeros(11, dtype=int), np.arange(11), 3)
+    assert short.testable is False
+    assert (short.neighbours, short.df, short.columns.shape) == ([], [4, 0], (11, 4))
+    # span exactly 4 periods of 3: testable, the one neighbour 2/12 (2 columns)
+    exact = PhaseDesign(np.zeros(12, dtype=int), np.arange(12), 3)
+    assert exact.testable is True
+    assert [f * 12 for f in exact.neighbours] == pytest.approx([2])
+    assert exact.df == [4, 2]
+    # span 16 at period 4: long enough, but 1/2 has no neighbour left, so not testable
+    empty = PhaseDesign(np.zeros(16, dtype=int), np.arange(16), 4)
+    assert empty.testable is False
+    # the number of neighbours asked for is the one used: J = 2 instead of the span's 4
+    asked = PhaseDesign(np.zeros(36, dtype=int), np.arange(36), 3, n_neighbours=2)
+    assert [f * 36 for f in asked.neighbours] == pytest.approx([9, 10, 14, 15])
+    assert asked.df == [4, 8]
+
+
+def test_a_vanishing_frequency_p_value_is_floored_so_the_statistic_stays_finite():
+    design = PhaseDesign(np.zeros(36, dtype=int), np.arange(36), 3)  # one phase group: 4 columns, 16 neighbour ones
+    assert design.df == [4, 16]
+    coef = np.r_[np.full(4, 1e60), np.ones(16)][None]  # F = 1e120 on (4, 16) degrees of freedom: sf underflows
+    statistic, p_value, p_parts = design._frequency_tests(coef, np.eye(20)[None])
+    assert p_parts.tolist() == [[1e-300]]
+    assert statistic[0] == pytest.approx(600 * np.log(10))
+    assert p_value[0] == pytest.approx(np.exp(-300 * np.log(10)), rel=1e-9)
