@@ -42,13 +42,15 @@ class InductionScorer:
     batch_size = 16
     compression_stride = None
 
-    def __init__(self, share: float = 0.7):
+    def __init__(self, share: float = 0.7, seconds_per_call: float = 0.0):
         self.tokenizer = TOKENIZER
         self.share = share
+        self.seconds_per_call = seconds_per_call  # a known speed, for tests whose plan depends on the timing
         self.calls = 0
 
     def logprobs(self, sequences, n_last=1):
         self.calls += 1
+        time.sleep(self.seconds_per_call)
         vocab = len(self.tokenizer)
         out = torch.full((len(sequences), n_last, vocab), -20.0)
         for i, sequence in enumerate(sequences):
@@ -84,11 +86,12 @@ def test_a_budget_too_small_fails_before_any_scoring(tmp_path):
     with pytest.raises(AuditError, match="nothing was scored"):
         run_audit(scorer, AuditOptions(budget_s=REPORT_RESERVE_S / 2, **SMALL), tmp_path / "a", echo=lambda _: None)
     assert scorer.calls == 0 and not (tmp_path / "a").exists()
-    # a budget the screen leaves too little of: the design fails before the lookup is scored
+    # a budget the screen leaves too little of: the design fails before the lookup is scored (a scorer slow
+    # enough that the smallest design cannot fit in one second, however fast the machine)
     calls = []
     with pytest.raises(AuditError, match="the smallest design .* needs about"):
         run_audit(
-            scorer,
+            InductionScorer(seconds_per_call=0.05),
             AuditOptions(budget_s=REPORT_RESERVE_S + 1.0, **{**SMALL, "templates": ("paper",), "screen_prompts": 2}),
             tmp_path / "b",
             started=time.perf_counter(),
