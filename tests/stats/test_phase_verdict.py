@@ -1104,6 +1104,8 @@ def _neighbours_exact(period, span, n_neighbours=None):
             [[5.5, 6.5, 7.5, 8.5, 12.5, 13.5, 14.5, 15.5], [16, 17, 18, 19, 23, 24, 25, 26], [26.5, 27.5, 28.5, 29.5]],
         ),
         (3, 36, None, [[7, 8, 9, 10, 14, 15, 16, 17]]),  # J = 36 // 6 - 1 = 5, capped at 4
+        # 10.5 steps is exactly 1.5 steps from 1/3 (9 steps): kept, so 1/2 has neighbours
+        (6, 27, None, [[1.5, 2.5, 6.5, 7.5], [6, 7, 11, 12], [10.5, 11.5]]),
     ],
 )
 def test_the_neighbours_of_each_phase_frequency_by_hand(period, span, n_neighbours, steps):
@@ -1114,6 +1116,14 @@ def test_the_neighbours_of_each_phase_frequency_by_hand(period, span, n_neighbou
         assert [float(g) for g in exact_group] == pytest.approx(expected, abs=1e-12)
         assert [g * span for g in group] == pytest.approx(expected, abs=1e-9)
 
+
+
+def test_the_neighbours_agree_with_the_exact_rule_at_every_period_and_span():
+    # ties at the half- and quarter-step bounds (span * k / P a half integer) are common; none is left to rounding
+    for period in range(2, 13):
+        for span in range(4 * period, 16 * period + 1):
+            exact = [[float(g / span) for g in group] for group in _neighbours_exact(period, span)]
+            assert neighbours_per_frequency(period, span) == exact, (period, span)
 
 def _cubic_bspline_basis(x, knots):
     """Cox-de Boor recursion for the clamped cubic B-splines on ``knots`` at the points x [n, len(knots) - 4]."""
@@ -1189,6 +1199,10 @@ def test_which_designs_are_testable_and_their_degrees_of_freedom():
     asked = PhaseDesign(np.zeros(36, dtype=int), np.arange(36), 3, n_neighbours=2)
     assert [f * 36 for f in asked.neighbours] == pytest.approx([9, 10, 14, 15])
     assert asked.df == [4, 8]
+    # period 6 over 27 positions: 1/2's neighbours sit exactly 1.5 steps from 1/3, and count
+    tie = PhaseDesign(np.zeros(27, dtype=int), np.arange(27), 6)
+    assert tie.testable is True
+    assert [f * 27 for f in tie.neighbours] == pytest.approx([1.5, 2.5, 6.5, 7.5, 6, 7, 11, 12, 10.5, 11.5])
 
 
 def test_a_vanishing_frequency_p_value_is_floored_so_the_statistic_stays_finite():

@@ -44,6 +44,7 @@ with a span below ``MIN_PERIODS`` periods it is not testable.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -118,24 +119,27 @@ def phase_frequencies(period: int) -> list[tuple[float, bool]]:
 def neighbours_per_frequency(period: int, span: int, n_neighbours: int | None = None) -> list[list[float]]:
     """For each phase frequency k/P, its neighbours k/P ± j/span (j = 1 .. J) that lie strictly between the
     smooth part (1.5/span) and 1/2 and at least half a step 1/span from every phase frequency and from each
-    other. J (None) grows with the periods in the span: 2 to 4."""
+    other. J (None) grows with the periods in the span: 2 to 4.
+
+    Worked in exact fractions: a neighbour exactly on a half-step bound is common (P 6, span 27), and floats
+    would decide such ties by rounding, dropping neighbours the rule keeps."""
     if n_neighbours is None:
         n_neighbours = max(2, min(4, span // (2 * period) - 1))
-    step = 1.0 / span
-    targets = [f for f, _ in phase_frequencies(period)]
-    chosen: list[float] = []
+    step = Fraction(1, span)
+    targets = [Fraction(k, period) for k in range(1, period // 2 + 1)]
+    chosen: list[Fraction] = []
     groups = []
     for f in targets:
         group = []
         for j in range(2, n_neighbours + 2):
             for g in (f - j * step, f + j * step):
-                if not 1.5 * step <= g < 0.5 - 0.25 * step:
+                if not 3 * step / 2 <= g < Fraction(1, 2) - step / 4:
                     continue
-                if min(abs(g - t) for t in targets) < 1.5 * step or any(abs(g - c) < 0.5 * step for c in chosen):
+                if min(abs(g - t) for t in targets) < 3 * step / 2 or any(abs(g - c) < step / 2 for c in chosen):
                     continue
                 chosen.append(g)
                 group.append(g)
-        groups.append(sorted(group))
+        groups.append([float(g) for g in sorted(group)])
     return groups
 
 
