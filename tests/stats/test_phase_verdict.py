@@ -1117,13 +1117,13 @@ def test_the_neighbours_of_each_phase_frequency_by_hand(period, span, n_neighbou
         assert [g * span for g in group] == pytest.approx(expected, abs=1e-9)
 
 
-
 def test_the_neighbours_agree_with_the_exact_rule_at_every_period_and_span():
     # ties at the half- and quarter-step bounds (span * k / P a half integer) are common; none is left to rounding
     for period in range(2, 13):
         for span in range(4 * period, 16 * period + 1):
             exact = [[float(g / span) for g in group] for group in _neighbours_exact(period, span)]
             assert neighbours_per_frequency(period, span) == exact, (period, span)
+
 
 def _cubic_bspline_basis(x, knots):
     """Cox-de Boor recursion for the clamped cubic B-splines on ``knots`` at the points x [n, len(knots) - 4]."""
