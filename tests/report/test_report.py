@@ -820,7 +820,7 @@ def test_the_report_opens_on_its_summary_then_the_residue_figure(layout):
     rows = {row[0]: row[1:] for row in layout["summary"]}
     for name in ("w8s8", "w8s4-1kv · seed 1", "w8s4-1kv", "w8s8-1kv"):  # each model: mean, gap, verdict, effect, MDE
         assert rows[name] == [*planted, f"{MDE['points']:g}"], (name, rows[name])
-    assert rows["full-1kv not shown above guessing"][2] == "not testable"
+    assert rows["full-1kv not shown above guessing"][2] == "not judged: at chance"  # a random model guesses
 
 
 def test_nothing_leaves_the_content_column_at_common_widths(layout):
