@@ -4,6 +4,7 @@ with it, one that follows position does not; end to end on a real phasekv model 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -221,3 +222,49 @@ def test_the_grid_shift_runs_on_a_phasekv_model_and_refuses_a_model_without_a_gr
     full = PhaseKVScorer(PhaseKVModel(preset_config("full-1kv", vocab_size=len(tokenizer.build_word_tokenizer()))))
     with pytest.raises(ValueError, match="grid can move"):
         run_lookup(full, OPTIONS, n_resamples=50, progress=False, grid_shift=True)
+
+
+class CountingGridScorer(GridScorer):
+    """The stand-in, saying where its grid starts outside `grid_offset` and counting the prompts it scores."""
+
+    unshifted_grid_offset = 0
+
+    def __init__(self):
+        super().__init__()
+        self.scored = 0
+
+    def logprobs(self, sequences, n_last=1):
+        self.scored += len(sequences)
+        return super().logprobs(sequences, n_last)
+
+
+def test_the_grid_in_place_is_scored_once_and_the_shift_result_is_unchanged():
+    once, counting, plain = CountingGridScorer(), CountingGridScorer(), GridScorer()
+    run_lookup(once, OPTIONS, n_resamples=100, progress=False)
+    reused = run_lookup(counting, OPTIONS, n_resamples=100, progress=False, grid_shift=True)
+    scored_twice = run_lookup(plain, OPTIONS, n_resamples=100, progress=False, grid_shift=True)
+    assert counting.scored == 4 * once.scored  # S scorings in all: offset 0 is the unshifted scoring
+    assert reused["phase_test"]["grid_shift"] == scored_twice["phase_test"]["grid_shift"]
+
+
+@pytest.mark.parametrize("offsets", [(2, 2), (0, 2)])
+def test_a_phasekv_model_reuses_the_offset_its_windows_have_and_only_that_one(monkeypatch, offsets):
+    torch.manual_seed(0)
+    config = preset_config("w8s4-1kv", vocab_size=len(tokenizer.build_word_tokenizer()))
+    config = replace(config, compression=replace(config.compression, offsets=offsets))
+    scorer = PhaseKVScorer(PhaseKVModel(config))
+    assert scorer.unshifted_grid_offset == (2 if offsets == (2, 2) else None)
+    entered, window_offset = [], scorer.model.window_offset
+
+    def recording(offset):
+        entered.append(offset)
+        return window_offset(offset)
+
+    monkeypatch.setattr(scorer.model, "window_offset", recording)
+    result = run_lookup(scorer, OPTIONS, n_resamples=50, progress=False, grid_shift=True)
+    assert entered == ([0, 1, 3] if offsets == (2, 2) else [0, 1, 2, 3])
+    monkeypatch.setattr(type(scorer), "unshifted_grid_offset", None)  # every grid scored under grid_offset
+    assert (
+        run_lookup(scorer, OPTIONS, n_resamples=50, progress=False, grid_shift=True)["phase_test"]
+        == result["phase_test"]
+    )

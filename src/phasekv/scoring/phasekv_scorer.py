@@ -62,6 +62,14 @@ class PhaseKVScorer(BatchedScorer):
         comp = self.model.config.compression
         return None if comp is None else comp.stride
 
+    @property
+    def unshifted_grid_offset(self) -> int | None:
+        """The offset every layer's windows start at outside `grid_offset` (None when they differ or a layer has
+        no compressor)."""
+        compressors = [layer.self_attn.compressor for layer in self.model.layers]
+        offsets = {None if c is None else c.geometry.offset for c in compressors}
+        return offsets.pop() if len(offsets) == 1 else None
+
     def grid_offset(self, offset: int):
         """A context in which every compressed layer's windows start at `offset` (`PhaseKVModel.window_offset`):
         the same prompts scored under another grid, for the grid-shift test."""

@@ -134,6 +134,8 @@ class PooledScorer(HFScorer):
     def compression_stride(self) -> int | None:
         return self.spec.stride
 
+    unshifted_grid_offset = 0  # where the grid starts outside `grid_offset`
+
     @contextmanager
     def grid_offset(self, offset: int) -> Iterator[None]:
         """Within the block the pooling windows start at `offset` + jS (content and positions unchanged):

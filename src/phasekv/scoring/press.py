@@ -128,6 +128,8 @@ class KVPressScorer(HFScorer):
     def compression_stride(self) -> int | None:
         return press_stride(self.spec)[0]
 
+    unshifted_grid_offset = 0  # where the grid starts outside `grid_offset`
+
     @contextmanager
     def grid_offset(self, offset: int) -> Iterator[None]:
         """Within the block the press's chunk grid is cut `offset` tokens later (`press_grid`; content and

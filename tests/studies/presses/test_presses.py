@@ -133,7 +133,10 @@ def test_pooling_grid_offset_moves_the_windows_and_returns(qwen_dir):
         with scorer.grid_offset(3):
             shifted = scorer.model(ids).logits
         again = scorer.model(ids).logits
+        with scorer.grid_offset(scorer.unshifted_grid_offset):  # the grid-shift test reuses this grid's scores
+            in_place = scorer.model(ids).logits
     torch.testing.assert_close(again, base, rtol=0, atol=0)
+    torch.testing.assert_close(in_place, base, rtol=0, atol=0)
     # Until the first window of either grid completes (position 3 at offset 0), both see their local tokens only.
     torch.testing.assert_close(shifted[:, :3], base[:, :3], rtol=0, atol=1e-6)
     assert (shifted[:, 3:] - base[:, 3:]).abs().max() > 1e-4
@@ -551,7 +554,10 @@ def test_kvpress_scorer_moves_its_grid_for_the_block_only(qwen_dir):
             assert scorer.press.grid_offset == 3
             shifted = scorer._logits(ids, positions)
         again = scorer._logits(ids, positions)
+        with scorer.grid_offset(scorer.unshifted_grid_offset):  # the grid-shift test reuses this grid's scores
+            in_place = scorer._logits(ids, positions)
     torch.testing.assert_close(again, base, rtol=0, atol=0)
+    torch.testing.assert_close(in_place, base, rtol=0, atol=0)
     assert (shifted - base).abs().max() > 1e-5
     with pytest.raises(ValueError, match="chunk grid"), scorer.grid_offset(8):
         pass

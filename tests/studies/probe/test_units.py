@@ -282,7 +282,9 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
 
     result, calls = _run(monkeypatch, 4, grid_shift=True, progress=False)
     assert calls["shift"].args[1:] == (["the prompts"], 2)
+    unshifted = calls["shift"].kwargs.pop("unshifted")
     assert calls["shift"].kwargs == {"seed": 5, "progress": False}
+    assert unshifted is calls["score"].result  # the grid in place is not scored again
     assert result["phase_test"] == {
         "verdict": 1,
         "grid_shift": {"moves_with_grid": True, "p_value": 0.0123},

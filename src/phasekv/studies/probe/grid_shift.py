@@ -10,7 +10,7 @@ import numpy as np
 from phasekv.scoring import Scorer
 from phasekv.stats.grid_shift import grid_shift_test
 
-from .scored import score_prompt_set
+from .scored import PromptScores, score_prompt_set
 
 BLACK_BOX = "position design only: this model's compression grid cannot be moved"
 
@@ -22,9 +22,18 @@ def grid_period(scorer: Scorer) -> int | None:
     return scorer.compression_stride
 
 
-def run_grid_shift(scorer: Scorer, prompts, key_length: int, seed: int = 0, progress: bool = False) -> dict:
+def run_grid_shift(
+    scorer: Scorer,
+    prompts,
+    key_length: int,
+    seed: int = 0,
+    progress: bool = False,
+    unshifted: PromptScores | None = None,
+) -> dict:
     """Score `prompts` with the grid at every offset 0 .. S-1 and test whether the accuracy profile moves with
-    it; raises ValueError (before any scoring) for a scorer whose grid cannot move."""
+    it; raises ValueError (before any scoring) for a scorer whose grid cannot move. `unshifted`, the scores of
+    the same prompts outside any `grid_offset`, stands in for the offset the scorer's grid already has
+    (`unshifted_grid_offset`), so that grid is not scored twice."""
     period = grid_period(scorer)
     if period is None or period < 2:
         raise ValueError(
@@ -33,10 +42,16 @@ def run_grid_shift(scorer: Scorer, prompts, key_length: int, seed: int = 0, prog
             "verdict rests on the position design alone"
         )
     offsets = np.arange(period)
+    reused = getattr(scorer, "unshifted_grid_offset", None) if unshifted is not None else None
     outcomes, positions = [], None
     for offset in offsets:
-        with scorer.grid_offset(int(offset)):
-            scores = score_prompt_set(scorer, prompts, key_length=key_length, desc=f"grid {offset}", progress=progress)
+        if offset == reused:
+            scores = unshifted
+        else:
+            with scorer.grid_offset(int(offset)):
+                scores = score_prompt_set(
+                    scorer, prompts, key_length=key_length, desc=f"grid {offset}", progress=progress
+                )
         outcomes.append(scores.correct.astype(float))
         positions = scores.target_position
     return grid_shift_test(positions, np.stack(outcomes), offsets, period, seed=seed).to_dict()

@@ -178,7 +178,9 @@ def run_unit_probe(
     phase = verdict.to_dict()
     phase["basis"] = BLACK_BOX
     if grid_shift:
-        shifted = run_grid_shift(scorer, prompt_set.prompts, key_length, seed=options.seed, progress=progress)
+        shifted = run_grid_shift(
+            scorer, prompt_set.prompts, key_length, seed=options.seed, progress=progress, unshifted=scores
+        )
         phase["grid_shift"] = shifted
         phase["basis"] = (
             f"position design and grid shift (the pattern {'moves' if shifted['moves_with_grid'] else 'does not move'} "
