@@ -32,6 +32,7 @@ from phasekv.stats import (
     placebo_periods,
     unresolved_size,
 )
+from phasekv.stats.format import verdict_cell
 from phasekv.stats.phase_test import MIN_PERIODS, neighbours_per_frequency, phase_frequencies, smooth_basis
 from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.tasks import tokenizer, vocab
@@ -689,6 +690,22 @@ def test_a_pattern_below_the_minimum_effect_says_when_its_size_is_unresolved():
     # above the whole interval, "below" is what the interval shows, and no such note is added
     above = phase_verdict(units, positions, outcomes, 8, n_resamples=60, min_effect=high + 1)
     assert above.verdict == below_min_effect(high + 1) and "not resolved" not in above.note
+
+
+def test_a_table_cell_says_when_a_pattern_below_the_minimum_effect_has_an_unresolved_size():
+    # Tables show no note: the label itself must not read "below 5 points" for an amplitude of 23 [0, 30].
+    def cell(label, ci, min_effect=5.0):
+        verdict = {"verdict": label, "effect_points": 1.0, "effect_ci": ci, "min_effect_points": min_effect}
+        return verdict_cell({**verdict, "p_value": 1e-12, "period": 8})
+
+    below = below_min_effect(5.0)
+    assert cell(below, [0.0, 30.1]) == f"{below}, size unresolved (1.0 [0.0, 30.1] points, p 1e-12, P=8)"
+    assert cell(below, [0.0, 5.0]).startswith(f"{below}, size unresolved (")  # 5 points is not excluded
+    assert cell(below, [0.0, 4.9]).startswith(f"{below} (")
+    assert cell(below_min_effect(2.5), [0.0, 3.0], 2.5).startswith("phase effect below 2.5 points, size unresolved")
+    for label in ("phase-sensitive", "no phase effect detected", "not judged: at chance"):
+        assert cell(label, [0.0, 30.1]).startswith(f"{label} (")
+    assert cell(below, None).startswith(f"{below} (")  # results written before the interval was recorded
 
 
 def test_the_size_note_word_for_word_and_at_the_top_of_the_interval():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .summary import ResidueSummary
+from .verdict import below_min_effect
 
 
 def _p(p_value: float) -> str:
@@ -95,6 +96,15 @@ def mde_cell(verdict: dict) -> str | None:
     return "none" if mde["points"] is None else f"{mde['points']:g}"
 
 
+def verdict_label(verdict: dict) -> str:
+    """The verdict's wording for a table, where its note is not shown: a replicated pattern below the minimum
+    effect whose amplitude interval also reaches past it gets ', size unresolved' (it may be well above)."""
+    label, ci, min_effect = verdict["verdict"], verdict.get("effect_ci"), verdict.get("min_effect_points")
+    if min_effect is not None and ci and label == below_min_effect(min_effect) and ci[1] >= min_effect:
+        label += ", size unresolved"
+    return label
+
+
 def verdict_cell(verdict: dict | None) -> str | None:
     """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict
     (with the grid-shift test's finding where it ran); None for results without one. Results written before the
@@ -108,7 +118,7 @@ def verdict_cell(verdict: dict | None) -> str | None:
     if shifted:
         moves = "moves with" if shifted["moves_with_grid"] else "does not move with"
         parts.append(f"grid shift: {moves} the grid, p {shifted['p_value']:.2g}")
-    return f"{verdict['verdict']} ({', '.join(parts)})"
+    return f"{verdict_label(verdict)} ({', '.join(parts)})"
 
 
 def format_mde(mde: dict | None) -> str:
