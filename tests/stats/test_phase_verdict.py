@@ -1123,6 +1123,8 @@ def _neighbours_exact(period, span, n_neighbours=None):
         (3, 36, None, [[7, 8, 9, 10, 14, 15, 16, 17]]),  # J = 36 // 6 - 1 = 5, capped at 4
         # 10.5 steps is exactly 1.5 steps from 1/3 (9 steps): kept, so 1/2 has neighbours
         (6, 27, None, [[1.5, 2.5, 6.5, 7.5], [6, 7, 11, 12], [10.5, 11.5]]),
+        # f - 6 steps falls under the smooth part; f + 6 steps (10.2, 1.8 steps from 2/5) is still kept
+        (5, 21, 6, [[2.2, 6.2, 10.2], []]),
     ],
 )
 def test_the_neighbours_of_each_phase_frequency_by_hand(period, span, n_neighbours, steps):
