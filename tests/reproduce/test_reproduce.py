@@ -123,10 +123,11 @@ def test_a_profile_with_the_grid_shift_moves_the_grid_of_every_compressed_run_an
     compressed, full = (json.loads((tmp_path / "results" / f"{n}.json").read_text()) for n in ("w8s8-1kv", "full-1kv"))
     test = compressed["phase_test"]["grid_shift"]
     assert test["period"] == 8 and test["offsets"] == list(range(8)) and len(test["by_grid"]) == 8
-    assert compressed["phase_test"]["basis"].startswith("position design and grid shift")
-    assert "grid_shift" not in full["phase_test"]  # full attention has no grid to move
+    assert compressed["phase_test"]["basis"].startswith("grid shift (the pattern")
+    assert compressed["phase_test"]["position_design"]["period"] == 8
+    assert full["phase_test"]["grid_shift"] is None  # full attention has no grid to move
     row = next(line for line in shifted["table"].splitlines() if line.startswith("| W8/S8"))
-    assert "grid shift: " in row and "grid shift" not in next(
+    assert "grid shift p " in row and "position design: " in row and "grid shift" not in next(
         line for line in shifted["table"].splitlines() if line.startswith("| Full attention")
     )
     again = reproduce(_mini("shifted", runs, grid_shift=True), tmp_path, progress=False)

@@ -13,8 +13,9 @@ import torch
 from phasekv.model import PhaseKVModel
 from phasekv.model.presets import preset_config
 from phasekv.scoring.phasekv_scorer import PhaseKVScorer
-from phasekv.stats.format import format_verdict
+from phasekv.stats.format import format_verdict, verdict_cell
 from phasekv.stats.grid_shift import grid_shift_test
+from phasekv.stats.verdict import phase_verdict, rest_on_grid_shift
 from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks import tokenizer
 from phasekv.tasks.lookup import LookupOptions
@@ -91,7 +92,7 @@ def test_the_profiles_and_spreads_match_a_plain_loop():
     assert result.grid_spread_points == pytest.approx(_rms_spread(by_grid), rel=1e-9)
     assert result.position_spread_points == pytest.approx(_rms_spread(by_position), rel=1e-9)
     assert result.offsets == [0, 2, 3] and result.period == 4 and result.n_shuffles == 20
-    assert result.to_dict()["by_grid"] == result.by_grid and "shuffled prompt by prompt" in result.method
+    assert result.to_dict()["by_grid"] == result.by_grid and "shuffled per distinct prompt" in result.method
     empty_phase = grid_shift_test(np.array([8, 9, 10, 12]), np.ones((2, 4)), [0, 1], 4, n_shuffles=5)
     assert empty_phase.by_position[0] == [100.0, 100.0, 100.0, 0.0]  # phase 3 has no prompt: 0, not a NaN
 
@@ -121,15 +122,15 @@ def test_a_noise_free_grid_pattern_has_the_smallest_p_value_and_alpha_decides_at
 
 def test_the_p_value_matches_a_plain_shuffle_loop():
     """The null shuffles each prompt's outcomes across the offsets (never across prompts); the statistic is the
-    position profiles' spread minus the grid profiles' spread (points^2, profiles from the plain loop)."""
+    variance over grid phases of the grid-phase profile averaged over the offsets (from the plain loop)."""
     rng = np.random.default_rng(8)
     positions = rng.integers(0, 40, 60)
     offsets = np.array([0, 1, 3])
     outcomes = (rng.random((3, 60)) < 0.5 + 0.2 * ((positions - offsets[:, None]) % 4 == 2)).astype(float)
 
     def contrast(y):
-        by_grid, by_position = _reference_profiles(positions, y, offsets, 4)
-        return _rms_spread(by_position) ** 2 - _rms_spread(by_grid) ** 2
+        profile = _reference_profiles(positions, y, offsets, 4)[0].mean(axis=0) / 100
+        return np.mean((profile - profile.mean()) ** 2)
 
     draws = np.random.default_rng(5)
     shuffled = []
@@ -204,12 +205,26 @@ class GridScorer:
 OPTIONS = LookupOptions(n_records=8, n_demos=2, modulus=8, n_mappings=4, spread_blocks=4, seed=3)
 
 
-def test_the_probe_runs_the_grid_shift_and_says_what_the_verdict_rests_on():
+def test_the_probe_runs_the_grid_shift_and_its_verdict_rests_on_it():
     result = run_lookup(GridScorer(), OPTIONS, n_resamples=100, progress=False, grid_shift=True)
     phase = result["phase_test"]
     assert phase["grid_shift"]["moves_with_grid"] and phase["grid_shift"]["offsets"] == [0, 1, 2, 3]
-    assert phase["basis"].startswith("position design and grid shift (the pattern moves")
-    assert "grid shift over offsets" in format_verdict(phase)
+    assert phase["basis"].startswith("grid shift (the pattern moves with the grid")
+    # wrong exactly at grid phase 3: 0% there, 100% elsewhere, whatever the position
+    assert phase["verdict"] == "phase-sensitive" and phase["effect_points"] == pytest.approx(100)
+    assert phase["p_value"] == phase["grid_shift"]["p_value"] and "grid-shift p" in phase["rule"]
+    assert phase["grid_shift"]["profile_points"] == pytest.approx([25, 25, 25, -75])
+    assert phase["position_design"]["verdict"] and phase["position_design"]["period"] == 4
+    text = format_verdict(phase)
+    assert "grid shift over offsets" in text and "position design alone:" in text and "grid-phase profile" in text
+    assert verdict_cell(phase).startswith("phase-sensitive (100.0 [") and "position design: " in verdict_cell(phase)
+    columns = result["prompt_records"]["columns"]
+    assert [c for c in columns if c.startswith("correct_grid_offset_")] == [
+        f"correct_grid_offset_{o}" for o in range(4)
+    ]
+    assert columns["correct_grid_offset_0"] == columns["correct"]
+    positions = np.array(columns["target_position"])
+    assert columns["correct_grid_offset_2"] == ((positions - 2) % 4 != 3).astype(int).tolist()
 
 
 def test_the_grid_shift_runs_on_a_phasekv_model_and_refuses_a_model_without_a_grid():
@@ -268,3 +283,116 @@ def test_a_phasekv_model_reuses_the_offset_its_windows_have_and_only_that_one(mo
         run_lookup(scorer, OPTIONS, n_resamples=50, progress=False, grid_shift=True)["phase_test"]
         == result["phase_test"]
     )
+
+
+def _copies(rng, n_distinct, copies, n_units):
+    """Positions, units and prompt ids of a design that repeats each distinct prompt `copies` times."""
+    positions = np.repeat(rng.integers(100, 228, n_distinct), copies)
+    units = np.repeat(rng.integers(0, n_units, n_distinct), copies)
+    return positions, units, np.repeat(np.arange(n_distinct), copies)
+
+
+def test_identical_prompts_share_one_shuffle_so_a_grid_that_does_not_matter_is_not_rejected():
+    """A grid that changes each distinct prompt's answer at random (exchangeable offsets) with a steep effect of
+    position: copies of a prompt answer alike, so they are one observation. Shuffled as if they were independent,
+    the null's profiles are too smooth and the test rejects far more often than alpha."""
+    rng = np.random.default_rng(11)
+    offsets = np.arange(8)
+    rejected, below_alpha, below_alpha_as_independent = 0, 0, 0
+    for _ in range(100):
+        positions, units, ids = _copies(rng, 60, 20, 6)
+        accuracy = 0.2 + 0.7 * ((positions[::20] - 100) / 128) ** 2  # a steep U in position, per distinct prompt
+        outcomes = (rng.random((8, 60)) < accuracy).astype(float)[:, ids]
+        shared = grid_shift_test(
+            positions, outcomes, offsets, 8, n_shuffles=100, units=units, prompt_ids=ids, n_resamples=0
+        )
+        alone = grid_shift_test(positions, outcomes, offsets, 8, n_shuffles=100, units=units, n_resamples=0)
+        rejected += shared.moves_with_grid
+        below_alpha += shared.p_value < 0.05
+        below_alpha_as_independent += alone.p_value < 0.05
+        assert shared.n_distinct_prompts == 60 and shared.n_prompts == 1200
+    assert rejected <= 8 and below_alpha <= 10
+    assert below_alpha_as_independent >= 90  # copies shuffled apart: p < 0.05 nearly always
+
+
+def test_the_grid_phase_amplitude_leaves_position_out_and_matches_a_plain_loop():
+    """Noise-free expected accuracies: a 30-point effect of position phase and a 20-point drop at grid phase 3.
+    Over all offsets the position effect averages out: the grid-phase profile is the drop alone, and the grid
+    effect is found beside a larger effect of position phase."""
+    positions = np.arange(100, 260)
+    offsets = np.arange(4)
+    grid_phase = (positions[None, :] - offsets[:, None]) % 4
+    outcomes = 0.5 + 0.3 * (positions[None, :] % 4 == 1) - 0.2 * (grid_phase == 3)
+    result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=20, units=(positions - 100) // 40)
+    assert result.profile_points == pytest.approx([5, 5, 5, -15])
+    assert result.amplitude_points == pytest.approx(20) and result.moves_with_grid
+    assert result.bootstrap == "units" and result.n_units == 4
+    assert result.amplitude_ci == pytest.approx([20, 20])  # every unit holds the same pattern
+    by_grid, _ = _reference_profiles(positions, outcomes, offsets, 4)
+    plain = by_grid.mean(axis=0)
+    assert result.profile_points == pytest.approx((plain - plain.mean()).tolist())
+    position = grid_shift_test(
+        positions, np.tile(outcomes[0] * 0 + 0.5 + 0.3 * (positions % 4 == 1), (4, 1)), offsets, 4, n_shuffles=20
+    )
+    assert position.amplitude_points == pytest.approx(0) and not position.moves_with_grid
+
+
+def test_the_amplitude_interval_resamples_units_and_covers_a_sampled_drop():
+    rng = np.random.default_rng(4)
+    offsets = np.arange(4)
+    covered = 0
+    for _ in range(20):
+        positions, units, ids = _copies(rng, 400, 3, 10)
+        p = 0.7 - 0.3 * ((positions[None, :] - offsets[:, None]) % 4 == 2)  # a 30-point drop at grid phase 2
+        distinct = rng.random((4, 400)) < p[:, ::3]
+        result = grid_shift_test(positions, distinct[:, ids], offsets, 4, n_shuffles=50, units=units, prompt_ids=ids)
+        low, high = result.amplitude_ci
+        covered += low <= 30 <= high
+        assert result.moves_with_grid and low >= 5
+    assert covered >= 16
+    one_unit = grid_shift_test(
+        positions, distinct[:, ids], offsets, 4, n_shuffles=10, units=np.zeros_like(units), prompt_ids=ids
+    )
+    assert one_unit.bootstrap == "distinct prompts" and one_unit.amplitude_ci is not None
+    with pytest.raises(ValueError, match=r"^prompt_ids must have one entry per prompt \(1200\), got shape \(3,\)$"):
+        grid_shift_test(positions, distinct[:, ids], offsets, 4, prompt_ids=[0, 1, 2])
+    with pytest.raises(ValueError, match="identical by prompt_ids sit at different target positions"):
+        grid_shift_test(positions, distinct[:, ids], offsets, 4, prompt_ids=np.zeros_like(ids))
+
+
+def _shifted(moves, low, high, p_value=0.001):
+    positions = np.arange(100, 140)
+    base = grid_shift_test(positions, np.ones((4, 40)), np.arange(4), 4, n_shuffles=5)
+    return replace(
+        base, moves_with_grid=moves, p_value=p_value, amplitude_points=(low + high) / 2, amplitude_ci=[low, high]
+    )
+
+
+def _position_verdict(accuracy, drop):
+    rng = np.random.default_rng(0)
+    units = np.repeat(np.arange(8), 200)
+    positions = np.tile(np.arange(100, 300), 8)
+    outcomes = rng.random(1600) < accuracy - drop * (positions % 4 == 1)
+    return phase_verdict(units, positions, outcomes, 4, n_resamples=200, chance=0.25)
+
+
+def test_a_moved_grid_decides_the_verdict_by_one_rule():
+    strong = _position_verdict(0.9, 0.5)
+    assert strong.verdict == "phase-sensitive"
+    stays_put = rest_on_grid_shift(strong, _shifted(False, 0.0, 3.0, p_value=0.9))
+    assert (
+        stays_put.verdict == "no phase effect detected" and "an effect of position, not of the grid" in stays_put.note
+    )
+    assert stays_put.position_design["verdict"] == "phase-sensitive" and stays_put.p_value == 0.9
+    assert stays_put.effect_ci == [0.0, 3.0] and stays_put.basis.startswith("grid shift (the pattern does not move")
+    flat = _position_verdict(0.8, 0.0)
+    assert rest_on_grid_shift(flat, _shifted(True, 12.0, 20.0)).verdict == "phase-sensitive"
+    small = rest_on_grid_shift(flat, _shifted(True, 1.0, 4.0))
+    assert small.verdict == "phase effect below 5 points" and small.note == ""
+    unresolved = rest_on_grid_shift(flat, _shifted(True, 2.0, 9.0))
+    assert unresolved.verdict == "phase effect below 5 points" and "not resolved" in unresolved.note
+    assert (
+        rest_on_grid_shift(_position_verdict(0.26, 0.0), _shifted(True, 12.0, 20.0)).verdict == "not judged: at chance"
+    )
+    assert rest_on_grid_shift(flat, _shifted(False, 12.0, 20.0, p_value=0.2)).verdict == "no phase effect detected"
+    assert rest_on_grid_shift(flat, _shifted(True, 12.0, 20.0)).to_dict()["grid_shift"]["moves_with_grid"]

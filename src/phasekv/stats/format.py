@@ -106,16 +106,25 @@ def verdict_label(verdict: dict) -> str:
 
 
 def verdict_cell(verdict: dict | None) -> str | None:
-    """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict
-    (with the grid-shift test's finding where it ran); None for results without one. Results written before the
-    effect size was recorded show the p-value only."""
+    """'phase-sensitive (97.7 [95.5, 100.0] points, p 4e-08, P=8; MDE 12)': a table cell for a verdict dict; a
+    verdict that rests on the grid shift names it and gives the position design's finding after it. None for
+    results without one. Results written before the effect size was recorded show the p-value only."""
     if not verdict:
         return None
     effect, mde = effect_cell(verdict), mde_cell(verdict)
     parts = [effect] if effect else []
+    position = verdict.get("position_design")
+    if position is not None:
+        parts.append(f"grid shift p {verdict['p_value']:.2g}, P={verdict['period']}")
+        alone = effect_cell(position)
+        detail = ", ".join(
+            [*([alone] if alone else []), f"p {position['p_value']:.2g}", *([f"MDE {mde}"] if mde else [])]
+        )
+        parts.append(f"position design: {position['verdict']}, {detail}")
+        return f"{verdict_label(verdict)} ({', '.join(parts[:-1])}; {parts[-1]})"
     parts.append(f"p {verdict['p_value']:.2g}, P={verdict['period']}" + (f"; MDE {mde}" if mde else ""))
     shifted = verdict.get("grid_shift")
-    if shifted:
+    if shifted:  # written before the verdict rested on the grid shift
         moves = "moves with" if shifted["moves_with_grid"] else "does not move with"
         parts.append(f"grid shift: {moves} the grid, p {shifted['p_value']:.2g}")
     return f"{verdict_label(verdict)} ({', '.join(parts)})"
@@ -140,13 +149,20 @@ def format_verdict(verdict: dict) -> str:
     test, trend = verdict["test"], verdict["trend"]
     placebo = ", ".join(f"P={p['period']}: p={_p(p['p_value'])}" for p in verdict["placebo"]) or "none"
     low, high = trend["ci"]
+    shifted, position = verdict.get("grid_shift"), verdict.get("position_design")
     effect = f"phase amplitude {verdict['effect_points']:.1f} points"
     if verdict.get("effect_ci"):
         effect += " [{:.1f}, {:.1f}]".format(*verdict["effect_ci"])
+    if position is not None:  # the verdict rests on the grid shift: its numbers first, then the position design's
+        effect = (
+            f"grid-phase {effect}, grid-shift p = {_p(verdict['p_value'])}; position design: "
+            f"{effect_cell(position) or 'no effect size'}"
+        )
+    test_p = position["p_value"] if position is not None else verdict["p_value"]
     df = test.get("df") or ["?", "?"]
     lines = [
         f"phase verdict at period {verdict['period']}: {verdict['verdict'].upper()} ({verdict.get('rule', '')})",
-        f"{effect}; test p = {_p(verdict['p_value'])} (phase frequencies against their neighbours: {df[0]} phase and "
+        f"{effect}; test p = {_p(test_p)} (phase frequencies against their neighbours: {df[0]} phase and "
         f"{df[1]} neighbour terms, {test.get('n_distinct_prompts', '?')} distinct of {test.get('n_prompts', '?')} "
         "prompts); "
         f"placebo periods: {placebo}",
@@ -156,13 +172,18 @@ def format_verdict(verdict: dict) -> str:
     ]
     if verdict.get("basis"):
         lines.append(f"rests on: {verdict['basis']}")
-    shifted = verdict.get("grid_shift")
     if shifted:
         lines.append(
             f"grid shift over offsets {shifted['offsets']}: profiles by grid phase spread "
             f"{shifted['grid_spread_points']:.1f} points, by position phase {shifted['position_spread_points']:.1f} "
             f"(shuffle p = {_p(shifted['p_value'])}, {shifted['n_shuffles']} shuffles)"
         )
+    if position is not None:
+        lines.append(
+            f"grid-phase profile (points, phases 0..{shifted['period'] - 1}): "
+            + " ".join(f"{v:+.1f}" for v in shifted["profile_points"])
+        )
+        lines.append(f"position design alone: {position['verdict']}")
     if verdict.get("note"):
         lines.append(f"note: {verdict['note']}")
     return "\n".join(lines)

@@ -13,15 +13,22 @@ Rule, in order:
 
 Placebo periods (coprime to the stride) are tested beside it, so a reader can see whether a pattern is
 specific to the stride; the smooth trend in target position is reported, not tested.
+
+Where the compression grid can move and was moved (`grid_shift`), the verdict rests on that causal test
+instead (`rest_on_grid_shift`): rules 3 to 5 read "the pattern moves with the grid (shuffle p < ``alpha``)"
+for "the phase test rejects" and the grid-phase amplitude for the phase amplitude; the chance rule stays, and
+the position design's own verdict is kept beside it. A pattern of the position design that stays put when the
+grid moves is an effect of position, not of the grid.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from ._checks import check_confidence
+from .grid_shift import GridShiftTest
 from .phase_test import METHOD, PhaseDesign, PhaseTest, placebo_periods
 from .power import minimum_detectable_effect
 
@@ -65,7 +72,10 @@ class PhaseVerdict:
     """The JSON-ready verdict: ``test`` at ``period`` (with the effect size), ``placebo`` tests, ``trend``.
 
     ``effect_points`` is the phase amplitude (best minus worst phase, accuracy points) and ``effect_ci`` its
-    interval; ``mde`` the run's minimum detectable single-phase drop, when computed (`power`)."""
+    interval; ``mde`` the position design's minimum detectable single-phase drop, when computed (`power`).
+    ``basis`` says which test the verdict rests on; with a ``grid_shift`` test it rests on that one, its
+    p-value and amplitude are the verdict's, and ``position_design`` keeps what the position design alone
+    says (verdict, p_value, effect_points, effect_ci, note)."""
 
     period: int
     alpha: float
@@ -82,6 +92,9 @@ class PhaseVerdict:
     method: str = METHOD
     rule: str = ""
     note: str = ""
+    basis: str = ""
+    grid_shift: GridShiftTest | None = None
+    position_design: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,13 +113,68 @@ def judge(test: PhaseTest, alpha: float, min_effect: float, chance: float | None
     return below_min_effect(min_effect)
 
 
-def rule_text(alpha: float, min_effect: float, chance: float | None) -> str:
+def rule_text(alpha: float, min_effect: float, chance: float | None, grid_shift: bool = False) -> str:
     chance_text = ""
     if chance is not None:
         chance_text = f"; not judged when the mean's interval reaches chance ({100 * chance:.1f}%)"
+    if grid_shift:
+        return (
+            f"phase-sensitive when the pattern moves with the grid (grid-shift p < {alpha:g}) and the grid-phase "
+            f"amplitude's lower bound is at least {min_effect:g} points{chance_text}"
+        )
     return (
         f"phase-sensitive when the phase test rejects at {alpha:g} and the phase amplitude's lower bound is at "
         f"least {min_effect:g} points{chance_text}"
+    )
+
+
+def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVerdict:
+    """The verdict of a run whose grid was moved: the grid-shift test and its grid-phase amplitude decide (see
+    the module docstring); the position design's verdict, p-value and amplitude are kept in
+    ``position_design``."""
+    alpha, min_effect, chance = verdict.alpha, verdict.min_effect_points, verdict.chance
+    mean_ci = verdict.test.mean_ci
+    if chance is not None and mean_ci is not None and mean_ci[0] <= chance:
+        label = AT_CHANCE
+    elif not shifted.moves_with_grid:
+        label = NO_EFFECT
+    elif shifted.amplitude_ci is not None and shifted.amplitude_ci[0] >= min_effect:
+        label = PHASE_SENSITIVE
+    else:
+        label = below_min_effect(min_effect)
+    note = ""
+    if (
+        label == below_min_effect(min_effect)
+        and shifted.amplitude_ci is not None
+        and shifted.amplitude_ci[1] >= min_effect
+    ):
+        note = unresolved_size(shifted.amplitude_ci, min_effect)
+    elif label == NO_EFFECT and verdict.verdict in (PHASE_SENSITIVE, below_min_effect(min_effect)):
+        note = (
+            f"the position design's pattern ({verdict.verdict}) stays put when the grid moves: an effect of "
+            "position, not of the grid"
+        )
+    moves = "moves" if shifted.moves_with_grid else "does not move"
+    position_design = {
+        "period": verdict.period,
+        "verdict": verdict.verdict,
+        "p_value": verdict.p_value,
+        "effect_points": verdict.effect_points,
+        "effect_ci": verdict.effect_ci,
+        "note": verdict.note,
+    }
+    return replace(
+        verdict,
+        period=shifted.period,
+        verdict=label,
+        p_value=shifted.p_value,
+        effect_points=shifted.amplitude_points,
+        effect_ci=shifted.amplitude_ci,
+        rule=rule_text(alpha, min_effect, chance, grid_shift=True),
+        note=note,
+        basis=f"grid shift (the pattern {moves} with the grid, p = {shifted.p_value:.3g}); position design beside it",
+        grid_shift=shifted,
+        position_design=position_design,
     )
 
 

@@ -3,7 +3,7 @@ the period and chance level the verdict is given, the arguments the summary and 
 dry run's planned minimum detectable effect."""
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -183,16 +183,31 @@ class _Options:
     protocol: str = "prefix"
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    """A stand-in verdict: what the run reads and sets of it."""
+
+    basis: str = ""
+    shifted: object = None
+
+    def to_dict(self):
+        return {"verdict": 1, "basis": self.basis, **({"grid_shift": self.shifted} if self.shifted else {})}
+
+
+def _rest_on_grid_shift(verdict, shifted):
+    return replace(verdict, basis=f"rests on the grid shift, p = {shifted['p_value']}", shifted=shifted)
+
+
 def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tuple[dict, dict]:
     """run_unit_probe on stand-ins for the scoring, the statistics and the grid shift: (result, their recorders)."""
     scores = _scores(FULL)
     summary = SimpleNamespace(to_dict=lambda: {"summary": 1}, stat_interval_methods={"gap": "basic"})
-    verdict = SimpleNamespace(to_dict=lambda: {"verdict": 1})
     calls = {
         "score": _Recorder(scores),
-        "summarize": _Recorder((np.zeros((N_UNITS, MODULUS)), summary, verdict)),
-        "shift": _Recorder({"moves_with_grid": moves, "p_value": 0.0123}),
+        "summarize": _Recorder((np.zeros((N_UNITS, MODULUS)), summary, _Verdict())),
+        "shift": _Recorder(({"moves_with_grid": moves, "p_value": 0.0123}, {"correct_grid_offset_1": scores.correct})),
     }
+    monkeypatch.setattr(units, "rest_on_grid_shift", _rest_on_grid_shift)
     monkeypatch.setattr(units, "score_prompt_set", calls["score"])
     monkeypatch.setattr(units, "summarize_units", calls["summarize"])
     monkeypatch.setattr(units, "run_grid_shift", calls["shift"])
@@ -283,15 +298,11 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
     result, calls = _run(monkeypatch, 4, grid_shift=True, progress=False)
     assert calls["shift"].args[1:] == (["the prompts"], 2)
     unshifted = calls["shift"].kwargs.pop("unshifted")
-    assert calls["shift"].kwargs == {"seed": 5, "progress": False}
+    assert calls["shift"].kwargs == {"seed": 5, "progress": False, "n_resamples": 2000}
     assert unshifted is calls["score"].result  # the grid in place is not scored again
     assert result["phase_test"] == {
         "verdict": 1,
         "grid_shift": {"moves_with_grid": True, "p_value": 0.0123},
-        "basis": "position design and grid shift (the pattern moves with the grid, p = 0.0123)",
+        "basis": "rests on the grid shift, p = 0.0123",
     }
-    result, _ = _run(monkeypatch, 4, moves=False, grid_shift=True)
-    assert (
-        result["phase_test"]["basis"]
-        == "position design and grid shift (the pattern does not move with the grid, p = 0.0123)"
-    )
+    assert result["prompt_records"] == scores.records("haystack", {"correct_grid_offset_1": scores.correct})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from phasekv.scoring import Scorer
-from phasekv.stats.grid_shift import grid_shift_test
+from phasekv.stats.grid_shift import GridShiftTest, grid_shift_test
 
 from .scored import PromptScores, score_prompt_set
 
@@ -29,11 +29,13 @@ def run_grid_shift(
     seed: int = 0,
     progress: bool = False,
     unshifted: PromptScores | None = None,
-) -> dict:
+    n_resamples: int = 1000,
+) -> tuple[GridShiftTest, dict[str, np.ndarray]]:
     """Score `prompts` with the grid at every offset 0 .. S-1 and test whether the accuracy profile moves with
-    it; raises ValueError (before any scoring) for a scorer whose grid cannot move. `unshifted`, the scores of
-    the same prompts outside any `grid_offset`, stands in for the offset the scorer's grid already has
-    (`unshifted_grid_offset`), so that grid is not scored twice."""
+    it (units and identical prompts as the scores say); returns the test and the per-prompt outcome columns
+    ``correct_grid_offset_{o}``. Raises ValueError (before any scoring) for a scorer whose grid cannot move.
+    `unshifted`, the scores of the same prompts outside any `grid_offset`, stands in for the offset the
+    scorer's grid already has (`unshifted_grid_offset`), so that grid is not scored twice."""
     period = grid_period(scorer)
     if period is None or period < 2:
         raise ValueError(
@@ -43,7 +45,7 @@ def run_grid_shift(
         )
     offsets = np.arange(period)
     reused = getattr(scorer, "unshifted_grid_offset", None) if unshifted is not None else None
-    outcomes, positions = [], None
+    outcomes, scores = [], unshifted
     for offset in offsets:
         if offset == reused:
             scores = unshifted
@@ -53,5 +55,15 @@ def run_grid_shift(
                     scorer, prompts, key_length=key_length, desc=f"grid {offset}", progress=progress
                 )
         outcomes.append(scores.correct.astype(float))
-        positions = scores.target_position
-    return grid_shift_test(positions, np.stack(outcomes), offsets, period, seed=seed).to_dict()
+    test = grid_shift_test(
+        scores.target_position,
+        np.stack(outcomes),
+        offsets,
+        period,
+        seed=seed,
+        units=scores.unit,
+        prompt_ids=scores.prompt_id,
+        n_resamples=n_resamples,
+    )
+    columns = {f"correct_grid_offset_{o}": row.astype(int) for o, row in zip(offsets, outcomes, strict=True)}
+    return test, columns

@@ -38,11 +38,11 @@ class PromptScores:
     query_repeats_key: np.ndarray
     prompt_id: np.ndarray
 
-    def records(self, unit: str) -> dict:
+    def records(self, unit: str, extra_columns: dict | None = None) -> dict:
         """The per-prompt records of the results (`record.prompt_records`); `unit` names what a
-        unit is (mapping, haystack)."""
+        unit is (mapping, haystack); `extra_columns` (per-prompt arrays [N]) follow the standard ones."""
         columns = {name: getattr(self, name) for name in RECORD_COLUMNS if name != "answer_logprob"}
-        return prompt_records({**columns, "answer_logprob": self.logprob}, unit)
+        return prompt_records({**columns, "answer_logprob": self.logprob, **(extra_columns or {})}, unit)
 
 
 def prompt_id(prompt: Prompt, seen: dict) -> int:

@@ -5,7 +5,7 @@ every such probe, and `run_unit_probe`, the run of such a probe from prompts to 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from phasekv.stats import ResidueSummary, phase_verdict, summarize_mappings
 from phasekv.stats.phase_test import PhaseDesign
 from phasekv.stats.power import minimum_detectable_effect
 from phasekv.stats.stride import resolve_stride
-from phasekv.stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict
+from phasekv.stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict, rest_on_grid_shift
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 from phasekv.tasks.prompts import PromptSet
@@ -175,19 +175,24 @@ def run_unit_probe(
         min_effect=min_effect,
     )
     position_stats, controls = position_controls(scores, options.modulus)
-    phase = verdict.to_dict()
-    phase["basis"] = BLACK_BOX
+    grid_columns = {}
     if grid_shift:
-        shifted = run_grid_shift(
-            scorer, prompt_set.prompts, key_length, seed=options.seed, progress=progress, unshifted=scores
+        shifted, grid_columns = run_grid_shift(
+            scorer,
+            prompt_set.prompts,
+            key_length,
+            seed=options.seed,
+            progress=progress,
+            unshifted=scores,
+            n_resamples=n_resamples,
         )
-        phase["grid_shift"] = shifted
-        phase["basis"] = (
-            f"position design and grid shift (the pattern {'moves' if shifted['moves_with_grid'] else 'does not move'} "
-            f"with the grid, p = {shifted['p_value']:.3g})"
-        )
+        verdict = rest_on_grid_shift(verdict, shifted)
     elif grid_period(scorer) is not None:
-        phase["basis"] = "position design (the grid can move: run with --grid-shift for the causal test)"
+        verdict = replace(
+            verdict, basis="position design (the grid can move: run with --grid-shift for the causal test)"
+        )
+    else:
+        verdict = replace(verdict, basis=BLACK_BOX)
     return clock.envelope(
         probe,
         scorer,
@@ -209,10 +214,10 @@ def run_unit_probe(
             "n_rows": int(cells.shape[0]),
         },
         summary=summary.to_dict(),
-        phase_test=phase,
+        phase_test=verdict.to_dict(),
         position_stats=position_stats,
         controls=controls,
         cell_accuracy=cells.round(6).tolist(),
         mean_answer_logprob=float(scores.logprob.mean()),
-        prompt_records=scores.records(unit),
+        prompt_records=scores.records(unit, grid_columns),
     )
