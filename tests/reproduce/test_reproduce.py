@@ -127,8 +127,11 @@ def test_a_profile_with_the_grid_shift_moves_the_grid_of_every_compressed_run_an
     assert compressed["phase_test"]["position_design"]["period"] == 8
     assert full["phase_test"]["grid_shift"] is None  # full attention has no grid to move
     row = next(line for line in shifted["table"].splitlines() if line.startswith("| W8/S8"))
-    assert "grid shift p " in row and "position design: " in row and "grid shift" not in next(
-        line for line in shifted["table"].splitlines() if line.startswith("| Full attention")
+    assert (
+        "grid shift p " in row
+        and "position design: " in row
+        and "grid shift"
+        not in next(line for line in shifted["table"].splitlines() if line.startswith("| Full attention"))
     )
     again = reproduce(_mini("shifted", runs, grid_shift=True), tmp_path, progress=False)
     assert again["rows"] == shifted["rows"]  # reused, not scored again

@@ -3,13 +3,15 @@ presses profile's cells.
 
 A result JSON carries, under "reproduce", the key of what produced it: the study, its options as a dict, the
 SHA-256 of every file of the checkpoint it measured but the optimiser state (its contents, not its path: a
-retrained or copied run is keyed on its weights) and the phasekv version. A rerun reuses a result iff its
+retrained or copied run is keyed on its weights), the phasekv version and the SHA-256 of the statistics' source
+(`phasekv.stats`: a changed verdict rule or test makes every stored verdict stale). A rerun reuses a result iff its
 stored key equals the key it would be computed under; anything else (missing, torn, foreign or changed) is
 computed again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
@@ -41,9 +43,21 @@ def checkpoint_hash(checkpoint: Path) -> dict[str, str]:
     return _hashes(str(checkpoint), stamp)
 
 
+ANALYSIS_PACKAGE = Path(__file__).resolve().parent.parent / "stats"
+
+
+@lru_cache(maxsize=1)
+def analysis_hash() -> str:
+    """SHA-256 over the source files of `phasekv.stats`, in name order: what turns outcomes into verdicts."""
+    digest = hashlib.sha256()
+    for path in sorted(ANALYSIS_PACKAGE.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def result_key(study: str, options: dict, checkpoint: Path | None) -> dict:
     """What produced a result: the study, its options (dataclasses become dicts), the checkpoint's hash (None
-    for a study without a model) and the software."""
+    for a study without a model) and the software (the phasekv version, the statistics' source)."""
     options = {name: asdict(value) if is_dataclass(value) else value for name, value in options.items()}
     return _normalised(
         {
@@ -51,6 +65,7 @@ def result_key(study: str, options: dict, checkpoint: Path | None) -> dict:
             "options": options,
             "checkpoint": None if checkpoint is None else checkpoint_hash(checkpoint),
             "phasekv": __version__,
+            "analysis": analysis_hash(),
         }
     )
 
