@@ -77,17 +77,25 @@ class GridShiftTest:
         return asdict(self)
 
 
-def _profiles(
+def _phase_sums(
     positions: np.ndarray, outcomes: np.ndarray, offsets: np.ndarray, period: int, weights: np.ndarray
-) -> np.ndarray:
-    """Accuracy by grid phase [len(offsets), P] for outcome rows [len(offsets), N] aligned with `offsets`, each
-    prompt counted `weights` times."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted outcome sums and weights by grid phase, each [len(offsets), P], for outcome rows
+    [len(offsets), N] aligned with `offsets`, each prompt counted `weights` times."""
     phase = (positions[None, :] - offsets[:, None]) % period  # [O, N]
     sums = np.zeros((len(offsets), period))
     counts = np.zeros((len(offsets), period))
     rows = np.repeat(np.arange(len(offsets)), positions.size)
     np.add.at(sums, (rows, phase.ravel()), (outcomes * weights[None, :]).ravel())
     np.add.at(counts, (rows, phase.ravel()), np.tile(weights, len(offsets)))
+    return sums, counts
+
+
+def _profiles(
+    positions: np.ndarray, outcomes: np.ndarray, offsets: np.ndarray, period: int, weights: np.ndarray
+) -> np.ndarray:
+    """Accuracy by grid phase [len(offsets), P] (0 where no prompt reaches a phase)."""
+    sums, counts = _phase_sums(positions, outcomes, offsets, period, weights)
     return sums / np.maximum(counts, 1e-12)
 
 
@@ -165,8 +173,8 @@ def grid_shift_test(
     by_grid = _profiles(cell_positions, cell_y, offsets, period, weights)
     by_position = _profiles(cell_positions, cell_y, np.zeros_like(offsets), period, weights)
 
-    def contrast(outcomes):
-        return float(np.var(_profiles(cell_positions, outcomes, offsets, period, weights).mean(axis=0)))
+    def contrast(outcomes):  # the variance of the profile that `profile_points` reports
+        return float(np.nanmean(_grid_profile(*_phase_sums(cell_positions, outcomes, offsets, period, weights)) ** 2))
 
     observed = contrast(cell_y)
     rng = np.random.default_rng(seed)

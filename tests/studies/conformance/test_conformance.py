@@ -322,12 +322,11 @@ def test_a_server_that_ignores_echo_is_checked_one_request_per_position(tmp_path
     request per position, each ending there. A correct server conforms; an entry visible one token early is found
     at W-1 (a request ending at t is a decoding step there), and a one-token path that skips the first window,
     invisible to echo requests, is found from W-1 too: each request's last position runs through it."""
-    from test_serve import FAST, serving
-
     from conftest import save_with_tokenizer, word_tokenizer
     from phasekv.scoring import PhaseKVScorer
     from phasekv.serve import EndpointScorer
     from phasekv.studies.conformance.run import EndpointRunner
+    from serving_helpers import FAST, serving
 
     tokenizer = word_tokenizer()
     model = _model(vocab_size=len(tokenizer))
