@@ -3,6 +3,7 @@ with it, one that follows position does not; end to end on a real phasekv model 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 
@@ -14,8 +15,10 @@ from phasekv.model import PhaseKVModel
 from phasekv.model.presets import preset_config
 from phasekv.scoring.phasekv_scorer import PhaseKVScorer
 from phasekv.stats.format import format_verdict, verdict_cell
-from phasekv.stats.grid_shift import grid_shift_test
+from phasekv.stats.grid_shift import GridShiftDesign, grid_shift_test
+from phasekv.stats.power import grid_shift_mde
 from phasekv.stats.verdict import phase_verdict, rest_on_grid_shift
+from phasekv.studies.probe.grid_shift import grid_shift_of_result, main
 from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks import tokenizer
 from phasekv.tasks.lookup import LookupOptions
@@ -121,8 +124,9 @@ def test_a_noise_free_grid_pattern_has_the_smallest_p_value_and_alpha_decides_at
 
 
 def test_the_p_value_matches_a_plain_shuffle_loop():
-    """The null shuffles each prompt's outcomes across the offsets (never across prompts); the statistic is the
-    variance over grid phases of the grid-phase profile averaged over the offsets (from the plain loop)."""
+    """The null shuffles each prompt's outcomes across the offsets (never across prompts; a prompt with one outcome
+    at every offset is left as it is); the statistic is the variance over grid phases of the grid-phase profile
+    averaged over the offsets (from the plain loop)."""
     rng = np.random.default_rng(8)
     positions = rng.integers(0, 40, 60)
     offsets = np.array([0, 1, 3])
@@ -133,10 +137,14 @@ def test_the_p_value_matches_a_plain_shuffle_loop():
         return np.mean((profile - profile.mean()) ** 2)
 
     draws = np.random.default_rng(5)
+    varying = [n for n in range(60) if len(set(outcomes[:, n])) > 1]  # a constant prompt is its own shuffle
     shuffled = []
     for _ in range(30):
-        order = np.argsort(draws.random(outcomes.shape), axis=0)
-        shuffled.append(contrast(np.array([[outcomes[order[o, n], n] for n in range(60)] for o in range(3)])))
+        order = np.argsort(draws.random((3, len(varying))), axis=0)
+        y = outcomes.copy()
+        for column, n in enumerate(varying):
+            y[:, n] = outcomes[order[:, column], n]
+        shuffled.append(contrast(y))
     expected = (1 + sum(t >= contrast(outcomes) - 1e-8 for t in shuffled)) / 31
     result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=30, seed=5)
     assert result.p_value == pytest.approx(expected) and 1 / 31 < expected < 1
@@ -215,6 +223,9 @@ def test_the_probe_runs_the_grid_shift_and_its_verdict_rests_on_it():
     assert phase["p_value"] == phase["grid_shift"]["p_value"] and "grid-shift p" in phase["rule"]
     assert phase["grid_shift"]["profile_points"] == pytest.approx([25, 25, 25, -75])
     assert phase["position_design"]["verdict"] and phase["position_design"]["period"] == 4
+    # the null each test could have missed: the grid shift's own MDE is the verdict's, the position design's beside it
+    assert "grid phase" in phase["mde"]["what"] and phase["mde"] == phase["grid_shift"]["mde"]
+    assert phase["mde"]["points"] is not None and "grid phase" not in phase["position_design"]["mde"]["what"]
     text = format_verdict(phase)
     assert "grid shift over offsets" in text and "position design alone:" in text and "grid-phase profile" in text
     assert verdict_cell(phase).startswith("phase-sensitive (100.0 [") and "position design: " in verdict_cell(phase)
@@ -396,3 +407,103 @@ def test_a_moved_grid_decides_the_verdict_by_one_rule():
     )
     assert rest_on_grid_shift(flat, _shifted(False, 12.0, 20.0, p_value=0.2)).verdict == "no phase effect detected"
     assert rest_on_grid_shift(flat, _shifted(True, 12.0, 20.0)).to_dict()["grid_shift"]["moves_with_grid"]
+
+
+def _grid_run(rng, positions, ids, drop_points, weak, offsets, accuracy=0.7, noise=0.05):
+    """Outcomes [O, N] of a deterministic model: each distinct prompt right or wrong at every offset (`noise` of
+    its answers change with the offset at random), and at grid phase `weak` a right answer lost with the
+    probability that takes `drop_points` off that phase's accuracy."""
+    n_distinct = ids.max() + 1
+    right = np.tile(rng.random(n_distinct) < accuracy, (offsets.size, 1))
+    right ^= rng.random(right.shape) < noise
+    at_weak = (positions[None, :] - offsets[:, None]) % 4 == weak
+    lose = rng.random(right.shape) < drop_points / 100 / right[:, ids][at_weak].mean()
+    return (right[:, ids] & ~(at_weak & lose[:, ids])).astype(float)
+
+
+def test_the_grid_shift_mde_is_the_drop_found_with_80_percent_power_and_copies_do_not_lower_it():
+    """The MDE simulated on one run's own outcomes is the drop at one grid phase that fresh runs of the same
+    design find (the whole rule: moves with the grid, amplitude's lower bound at least 5 points) about 80% of
+    the time; a smaller drop is found less often. Copies of a prompt are one observation: a design that repeats
+    every prompt three times has the MDE of the one that does not."""
+    rng = np.random.default_rng(21)
+    offsets = np.arange(4)
+    positions, units, ids = _copies(rng, 300, 1, 10)
+    run = _grid_run(rng, positions, ids, 0.0, 0, offsets)
+    design = GridShiftDesign(positions, offsets, 4, units, ids)
+    mde = grid_shift_mde(design, design.pool(run), 0.05, 5.0, n_simulations=100, seed=1)
+    assert mde["points"] is not None and 5 <= mde["points"] <= 40
+    assert "grid phase" in mde["what"] and mde["distinct_prompts"] == 300
+
+    def found(drop_points, n=60):
+        hits = 0
+        for _ in range(n):
+            outcomes = _grid_run(rng, positions, ids, drop_points, rng.integers(4), offsets)
+            test = grid_shift_test(
+                positions,
+                outcomes,
+                offsets,
+                4,
+                seed=int(rng.integers(1 << 30)),
+                n_shuffles=200,
+                units=units,
+                prompt_ids=ids,
+                n_resamples=200,
+            )
+            hits += test.moves_with_grid and test.amplitude_ci[0] >= 5
+        return hits / n
+
+    assert found(mde["points"]) >= 0.6
+    assert found(0.75 * mde["points"]) < 0.6
+    copies = np.repeat(np.arange(300), 3)
+    tripled = GridShiftDesign(positions[copies], offsets, 4, units[copies], ids[copies])
+    assert tripled.n_distinct == 300 and tripled.weights.tolist() == [3.0] * 300
+    assert grid_shift_mde(tripled, tripled.pool(run[:, copies]), 0.05, 5.0, n_simulations=100, seed=1) == mde
+
+
+def test_a_verdict_resting_on_the_grid_shift_states_that_tests_mde_and_keeps_the_position_designs():
+    flat = replace(
+        _position_verdict(0.8, 0.0),
+        mde={"points": 12.5, "power": 0.8, "simulations": 200, "distinct_prompts": 1600, "what": "drop at one phase"},
+    )
+    grid_mde = {
+        "points": 7.4,
+        "power": 0.8,
+        "simulations": 200,
+        "distinct_prompts": 40,
+        "what": "drop at one grid phase (drawn per simulated run) that the grid-shift verdict calls ...",
+    }
+    verdict = rest_on_grid_shift(flat, replace(_shifted(False, 0.0, 3.0, p_value=0.6), mde=grid_mde))
+    assert verdict.mde == grid_mde and verdict.position_design["mde"] == flat.mde
+    cell = verdict_cell(verdict.to_dict())
+    assert "grid shift p 0.6, P=4; MDE 7.4; position design: no phase effect detected" in cell
+    assert cell.endswith("MDE 12.5)")
+    text = format_verdict(verdict.to_dict())
+    assert "grid shift: minimum detectable effect 7.4 points (a drop at one grid phase found" in text
+    assert "position design: minimum detectable effect 12.5 points (a drop at one phase found" in text
+    # written before the grid shift had an MDE: the verdict's MDE was the position design's, and is shown as such
+    old = verdict.to_dict()
+    old["mde"], old["position_design"] = flat.mde, {k: v for k, v in old["position_design"].items() if k != "mde"}
+    assert "P=4; position design:" in verdict_cell(old) and verdict_cell(old).endswith("MDE 12.5)")
+    assert "grid shift: minimum detectable effect: not computed" in format_verdict(old)
+
+
+def test_a_results_grid_shift_is_recomputed_from_its_records_alone(tmp_path, capsys):
+    """The per-prompt records hold what the test needs: recomputed from them, the test and its MDE are the run's;
+    a file written before prompt_id was recorded gets the prefix protocol's identical prompts from the unit and
+    the target and query positions."""
+    result = run_lookup(GridScorer(), OPTIONS, n_resamples=1000, progress=False, grid_shift=True)
+    stored = result["phase_test"]["grid_shift"]
+    assert grid_shift_of_result(result).to_dict() == stored
+    older = {**result, "prompt_records": {**result["prompt_records"]}}
+    older["prompt_records"]["columns"] = {
+        k: v for k, v in result["prompt_records"]["columns"].items() if k != "prompt_id"
+    }
+    assert result["protocol"] == "prefix" and grid_shift_of_result(older).to_dict() == stored
+    path = tmp_path / "lookup.json"
+    path.write_text(json.dumps(result))
+    main([str(path)])
+    assert f"{stored['n_distinct_prompts']} distinct of {stored['n_prompts']} prompts" in capsys.readouterr().out
+    unshifted = run_lookup(GridScorer(), OPTIONS, n_resamples=100, progress=False)
+    with pytest.raises(ValueError, match="run without --grid-shift"):
+        grid_shift_of_result(unshifted)

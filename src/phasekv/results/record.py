@@ -17,7 +17,8 @@ entry per scored prompt, stored by column (a dict of equally long lists, index i
 - correct: greedy decoding produces the whole answer (flip: the candidate); answer_logprob: the
   answer's summed teacher-forced log-prob (rounded to 6 decimals).
 
-A probe may add columns (flip: filler_length, and candidate, an index into "candidates"). Lists
+A probe may add columns (lookup and needle: prompt_id, equal for identical prompts, and with the grid
+shift correct_grid_offset_{o}; flip: filler_length, and candidate, an index into "candidates"). Lists
 of numbers are written on one line each (`results_json`).
 """
 

@@ -89,11 +89,23 @@ def effect_cell(verdict: dict) -> str | None:
 
 def mde_cell(verdict: dict) -> str | None:
     """'12' (points), 'none' (no drop up to 0% is detectable) or None (not computed): a verdict's minimum
-    detectable effect."""
+    detectable effect (of the test it rests on)."""
     mde = verdict.get("mde")
     if not mde:
         return None
     return "none" if mde["points"] is None else f"{mde['points']:g}"
+
+
+def _position_design(verdict: dict) -> tuple[dict | None, dict | None]:
+    """(what the position design alone says, the grid-shift test's MDE) of a verdict resting on the grid shift;
+    (None, None) otherwise. Results written before the grid-shift test had an MDE of its own kept the position
+    design's as the verdict's."""
+    position = verdict.get("position_design")
+    if position is None:
+        return None, None
+    if "mde" in position:
+        return position, verdict.get("mde")
+    return {**position, "mde": verdict.get("mde")}, None
 
 
 def verdict_label(verdict: dict) -> str:
@@ -113,12 +125,19 @@ def verdict_cell(verdict: dict | None) -> str | None:
         return None
     effect, mde = effect_cell(verdict), mde_cell(verdict)
     parts = [effect] if effect else []
-    position = verdict.get("position_design")
+    position, grid_mde = _position_design(verdict)
     if position is not None:
-        parts.append(f"grid shift p {verdict['p_value']:.2g}, P={verdict['period']}")
-        alone = effect_cell(position)
+        grid_mde = mde_cell({"mde": grid_mde})
+        parts.append(
+            f"grid shift p {verdict['p_value']:.2g}, P={verdict['period']}" + (f"; MDE {grid_mde}" if grid_mde else "")
+        )
+        alone, position_mde = effect_cell(position), mde_cell(position)
         detail = ", ".join(
-            [*([alone] if alone else []), f"p {position['p_value']:.2g}", *([f"MDE {mde}"] if mde else [])]
+            [
+                *([alone] if alone else []),
+                f"p {position['p_value']:.2g}",
+                *([f"MDE {position_mde}"] if position_mde else []),
+            ]
         )
         parts.append(f"position design: {position['verdict']}, {detail}")
         return f"{verdict_label(verdict)} ({', '.join(parts[:-1])}; {parts[-1]})"
@@ -130,17 +149,20 @@ def verdict_cell(verdict: dict | None) -> str | None:
     return f"{verdict_label(verdict)} ({', '.join(parts)})"
 
 
-def format_mde(mde: dict | None) -> str:
-    """'minimum detectable effect 11.8 points (...)' from a verdict's ``mde`` record."""
+def format_mde(mde: dict | None, test: str = "") -> str:
+    """'minimum detectable effect 11.8 points (...)' from a verdict's ``mde`` record; ``test`` names the test
+    it belongs to ('grid shift', 'position design') where a verdict shows two."""
+    label = f"{test}: minimum detectable effect" if test else "minimum detectable effect"
     if mde is None:
-        return "minimum detectable effect: not computed"
+        return f"{label}: not computed"
+    phase = "grid phase" if "grid phase" in mde.get("what", "") else "phase"
     what = (
-        f"(a drop at one phase found with {100 * mde['power']:.0f}% power, {mde['simulations']} simulated runs on "
-        f"{mde['distinct_prompts']} distinct prompts)"
+        f"(a drop at one {phase} found with {100 * mde['power']:.0f}% power, {mde['simulations']} simulated runs "
+        f"on {mde['distinct_prompts']} distinct prompts)"
     )
     if mde["points"] is None:
-        return f"minimum detectable effect: none up to a drop to 0% {what}"
-    return f"minimum detectable effect {mde['points']:g} points {what}"
+        return f"{label}: none up to a drop to 0% {what}"
+    return f"{label} {mde['points']:g} points {what}"
 
 
 def format_verdict(verdict: dict) -> str:
@@ -149,7 +171,8 @@ def format_verdict(verdict: dict) -> str:
     test, trend = verdict["test"], verdict["trend"]
     placebo = ", ".join(f"P={p['period']}: p={_p(p['p_value'])}" for p in verdict["placebo"]) or "none"
     low, high = trend["ci"]
-    shifted, position = verdict.get("grid_shift"), verdict.get("position_design")
+    shifted = verdict.get("grid_shift")
+    position, grid_mde = _position_design(verdict)
     effect = f"phase amplitude {verdict['effect_points']:.1f} points"
     if verdict.get("effect_ci"):
         effect += " [{:.1f}, {:.1f}]".format(*verdict["effect_ci"])
@@ -166,7 +189,11 @@ def format_verdict(verdict: dict) -> str:
         f"{df[1]} neighbour terms, {test.get('n_distinct_prompts', '?')} distinct of {test.get('n_prompts', '?')} "
         "prompts); "
         f"placebo periods: {placebo}",
-        format_mde(verdict.get("mde")),
+        *(
+            [format_mde(grid_mde, "grid shift"), format_mde(position["mde"], "position design")]
+            if position is not None
+            else [format_mde(verdict.get("mde"))]
+        ),
         f"smooth trend {trend['slope_points_per_100_tokens']:+.1f} points per 100 tokens of t_K "
         f"[{low:+.1f}, {high:+.1f}] over t_K {trend['first_position']}..{trend['last_position']}",
     ]

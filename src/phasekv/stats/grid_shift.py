@@ -42,6 +42,7 @@ from .phase_test import basic_interval
 N_SHUFFLES = 2000
 N_BOOTSTRAP = 1000
 NUMERICAL_ZERO = 1e-12  # a profile variance below this is rounding error: a flat profile
+SHUFFLE_BATCH = 100  # shuffles drawn at once (memory: SHUFFLE_BATCH x offsets x cells floats)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class GridShiftTest:
     the root mean square deviation of those profiles from their mean over offsets (points): the smaller one
     says which coordinate the pattern lives in. ``p_value``: the shuffle test of the grid-phase profile.
     ``profile_points``: the grid-phase profile (points, mean over phases 0), ``amplitude_points`` its best
-    minus worst phase and ``amplitude_ci`` that amplitude's bootstrap interval (points)."""
+    minus worst phase and ``amplitude_ci`` that amplitude's bootstrap interval (points); ``mde`` the test's
+    minimum detectable single-phase drop, when computed (`power.grid_shift_mde`)."""
 
     period: int
     offsets: list[int]
@@ -71,53 +73,150 @@ class GridShiftTest:
     n_prompts: int
     n_distinct_prompts: int
     n_units: int
+    mde: dict | None = None
     method: str = "offsets shuffled per distinct prompt (phasekv.stats.grid_shift)"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _phase_sums(
-    positions: np.ndarray, outcomes: np.ndarray, offsets: np.ndarray, period: int, weights: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted outcome sums and weights by grid phase, each [len(offsets), P], for outcome rows
-    [len(offsets), N] aligned with `offsets`, each prompt counted `weights` times."""
-    phase = (positions[None, :] - offsets[:, None]) % period  # [O, N]
-    sums = np.zeros((len(offsets), period))
-    counts = np.zeros((len(offsets), period))
-    rows = np.repeat(np.arange(len(offsets)), positions.size)
-    np.add.at(sums, (rows, phase.ravel()), (outcomes * weights[None, :]).ravel())
-    np.add.at(counts, (rows, phase.ravel()), np.tile(weights, len(offsets)))
-    return sums, counts
+class GridShiftDesign:
+    """The cells of a grid-shift run, built once and tested many times: identical prompts of one unit pooled
+    into a weighted cell (``positions``, ``weights`` [C]), each cell's unit (the bootstrap's block) and distinct
+    prompt (what one shuffle moves), and the linear map from cell outcomes [O, C] to the grid-phase profile
+    averaged over the offsets. Raises ValueError for inconsistent input."""
+
+    def __init__(self, positions, offsets, period: int, units=None, prompt_ids=None):
+        positions = np.asarray(positions)
+        offsets = np.asarray(offsets, dtype=int)
+        if offsets.size < 2 or len(set(offsets.tolist())) != offsets.size:
+            raise ValueError(f"the grid-shift test needs at least two distinct offsets, got {offsets.tolist()}")
+        if np.any((offsets < 0) | (offsets >= period)):
+            raise ValueError(f"offsets must lie in [0, {period}), got {offsets.tolist()}")
+        units = np.arange(positions.size) if units is None else np.asarray(units)
+        prompt_ids = np.arange(positions.size) if prompt_ids is None else np.asarray(prompt_ids)
+        for name, values in (("units", units), ("prompt_ids", prompt_ids)):
+            if values.shape != positions.shape:
+                raise ValueError(f"{name} must have one entry per prompt ({positions.size}), got shape {values.shape}")
+        _, copy_first, copy_of = np.unique(prompt_ids, return_index=True, return_inverse=True)
+        if np.any(positions != positions[copy_first][copy_of.ravel()]):
+            raise ValueError("prompts marked identical by prompt_ids sit at different target positions")
+        # numbered by first appearance, so that any labelling of the same identities is the same design
+        prompt_ids = np.argsort(np.argsort(copy_first))[copy_of.ravel()]
+        pairs = np.stack([units, prompt_ids], axis=1)
+        _, first, cell, counts = np.unique(pairs, axis=0, return_index=True, return_inverse=True, return_counts=True)
+        self.period, self.offsets, self.n_prompts = int(period), offsets, int(positions.size)
+        self.cell_of_prompt = cell.ravel()
+        self.positions, self.weights = positions[first], counts.astype(float)
+        self.unit_index = np.unique(units[first], return_inverse=True)[1].ravel()
+        self.distinct_index = np.unique(prompt_ids[first], return_inverse=True)[1].ravel()
+        self.n_distinct, self.n_units = int(self.distinct_index.max()) + 1, int(self.unit_index.max()) + 1
+        self.phase = (self.positions[None, :] - offsets[:, None]) % period  # [O, C] grid phase of every cell
+        self.sums, self.counts = self.phase_sums(np.ones((offsets.size, self.positions.size)))
+        # profile[g] = mean over the offsets that reach g of (weighted sum / weight) at (o, g): linear in outcomes
+        reached = self.counts > 0  # [O, P]
+        self.reached_phases = reached.any(axis=0)
+        per_offset = np.where(reached, 1 / np.maximum(self.counts, 1e-12), 0.0) / np.maximum(reached.sum(axis=0), 1)
+        one_hot = self.phase[:, :, None] == np.arange(period)  # [O, C, P]
+        self._profile_map = one_hot * (self.weights[None, :, None] * per_offset[:, None, :])  # [O, C, P]
+
+    def pool(self, outcomes) -> np.ndarray:
+        """Outcomes [O, N] by prompt -> mean outcome of each cell [O, C]."""
+        sums = np.zeros((outcomes.shape[0], self.weights.size))
+        np.add.at(sums, (slice(None), self.cell_of_prompt), outcomes)
+        return sums / self.weights
+
+    def phase_sums(self, cell_outcomes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Weighted outcome sums and weights by offset and grid phase, each [O, P], of cell outcomes [O, C]."""
+        rows = np.broadcast_to(np.arange(self.offsets.size)[:, None], self.phase.shape)
+        sums, counts = np.zeros((self.offsets.size, self.period)), np.zeros((self.offsets.size, self.period))
+        np.add.at(sums, (rows, self.phase), cell_outcomes * self.weights)
+        np.add.at(counts, (rows, self.phase), np.broadcast_to(self.weights, self.phase.shape))
+        return sums, counts
+
+    def profile(self, cell_outcomes: np.ndarray) -> np.ndarray:
+        """The grid-phase profile [..., P] (proportions, mean over the reached phases 0, NaN at a phase no prompt
+        reaches) of cell outcomes [..., O, C]."""
+        profile = np.einsum("...oc,ocp->...p", cell_outcomes, self._profile_map)
+        profile = np.where(self.reached_phases, profile, np.nan)
+        return profile - np.nanmean(profile, axis=-1, keepdims=True)
+
+    def statistic(self, cell_outcomes: np.ndarray) -> np.ndarray:
+        """T [...]: the variance over grid phases of the profile (see the module docstring)."""
+        return np.nanmean(self.profile(cell_outcomes) ** 2, axis=-1)
+
+    def shuffled(self, cell_outcomes: np.ndarray, n: int, rng: np.random.Generator, cells=None) -> np.ndarray:
+        """``n`` copies [n, O, C'] of cell outcomes [O, C] (of ``cells`` only, when given) with the offsets
+        shuffled per distinct prompt (one shuffle shared by its cells): draws from the null that the grid
+        matters to no prompt."""
+        cells = np.arange(self.weights.size) if cells is None else cells
+        distinct = np.unique(self.distinct_index[cells], return_inverse=True)[1].ravel()
+        keys = rng.random((n, self.offsets.size, int(distinct.max(initial=-1)) + 1))[:, :, distinct]
+        order = np.argsort(keys, axis=1)
+        return np.take_along_axis(np.broadcast_to(cell_outcomes[:, cells], order.shape), order, axis=1)
+
+    def p_value(
+        self, cell_outcomes: np.ndarray, n_shuffles: int, rng: np.random.Generator, stop_at: float | None = None
+    ) -> tuple[float, float]:
+        """(observed T, shuffle p-value) of cell outcomes [O, C]. A cell with one outcome at every offset is the
+        same under every shuffle, so only the others are shuffled; their share of the profile is added to the
+        fixed share of the rest. With ``stop_at``, shuffling stops once the p-value is sure to reach it (the
+        p-value returned is then a lower bound that already does)."""
+        observed = float(self.statistic(cell_outcomes))
+        varying = np.flatnonzero(np.ptp(cell_outcomes, axis=0) > 0)
+        if varying.size == 0:
+            return observed, 1.0
+        fixed = np.einsum(
+            "oc,ocp->p", np.delete(cell_outcomes, varying, axis=1), np.delete(self._profile_map, varying, axis=1)
+        )
+        varying_map = self._profile_map[:, varying].reshape(-1, self.period)  # [O * C', P]
+        exceed = 0
+        for start in range(0, n_shuffles, SHUFFLE_BATCH):
+            batch = self.shuffled(cell_outcomes, min(SHUFFLE_BATCH, n_shuffles - start), rng, varying)
+            profile = np.where(self.reached_phases, fixed + batch.reshape(batch.shape[0], -1) @ varying_map, np.nan)
+            profile -= np.nanmean(profile, axis=-1, keepdims=True)
+            exceed += int(np.sum(np.nanmean(profile**2, axis=-1) >= observed - NUMERICAL_ZERO))
+            if stop_at is not None and (1 + exceed) / (1 + n_shuffles) >= stop_at:
+                break
+        return observed, (1 + exceed) / (1 + n_shuffles)
+
+    def amplitude_interval(self, cell_outcomes: np.ndarray, n_resamples: int, seed: int, confidence: float):
+        """(the profile [P], its amplitude's basic bootstrap interval in points or None, what the bootstrap
+        resamples): blocks are units, or the cells themselves when there is one unit."""
+        blocks, what = (
+            (self.unit_index, "units") if self.n_units > 1 else (np.arange(self.weights.size), "distinct prompts")
+        )
+        n_blocks = int(blocks.max()) + 1
+        rows = np.broadcast_to(np.arange(self.offsets.size)[:, None], self.phase.shape)
+        cells = np.broadcast_to(blocks[None, :], self.phase.shape)
+        sums = np.zeros((n_blocks, self.offsets.size, self.period))
+        counts = np.zeros((n_blocks, self.offsets.size, self.period))
+        np.add.at(sums, (cells, rows, self.phase), cell_outcomes * self.weights)
+        np.add.at(counts, (cells, rows, self.phase), np.broadcast_to(self.weights, self.phase.shape))
+        profile = self.profile(cell_outcomes)
+        if not n_resamples or n_blocks < 2:
+            return profile, None, what
+        draws = np.random.default_rng(seed).integers(0, n_blocks, size=(n_resamples, n_blocks))
+        multiplicity = np.stack([np.bincount(row, minlength=n_blocks) for row in draws]).astype(float)  # [R, B]
+        boot = _amplitude(
+            _grid_profile(np.einsum("rb,bop->rop", multiplicity, sums), np.einsum("rb,bop->rop", multiplicity, counts))
+        )
+        interval = basic_interval(float(_amplitude(profile)), boot[np.isfinite(boot)], confidence)
+        return profile, [100 * v for v in interval], what
 
 
-def _profiles(
-    positions: np.ndarray, outcomes: np.ndarray, offsets: np.ndarray, period: int, weights: np.ndarray
-) -> np.ndarray:
-    """Accuracy by grid phase [len(offsets), P] (0 where no prompt reaches a phase)."""
-    sums, counts = _phase_sums(positions, outcomes, offsets, period, weights)
+def _profiles(design: GridShiftDesign, cell_outcomes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Accuracy by phase (t - offset) mod P [len(offsets), P] (0 where no prompt reaches a phase)."""
+    phase = (design.positions[None, :] - offsets[:, None]) % design.period
+    sums, counts = np.zeros((offsets.size, design.period)), np.zeros((offsets.size, design.period))
+    rows = np.broadcast_to(np.arange(offsets.size)[:, None], phase.shape)
+    np.add.at(sums, (rows, phase), cell_outcomes * design.weights)
+    np.add.at(counts, (rows, phase), np.broadcast_to(design.weights, phase.shape))
     return sums / np.maximum(counts, 1e-12)
 
 
 def _spread(profiles: np.ndarray) -> float:
     return float(np.mean((profiles - profiles.mean(axis=0, keepdims=True)) ** 2))
-
-
-def _pooled(positions, outcomes, units, prompt_ids):
-    """Identical prompts of one unit pooled into a cell: (positions [C], mean outcomes [O, C], weights [C],
-    unit index [C], distinct-prompt index [C]); raises ValueError when copies of a prompt sit at different
-    positions (they are not the same prompt)."""
-    pairs = np.stack([units, prompt_ids], axis=1)
-    _, first, cell, weights = np.unique(pairs, axis=0, return_index=True, return_inverse=True, return_counts=True)
-    cell = cell.ravel()
-    _, copy_first, copy_of = np.unique(prompt_ids, return_index=True, return_inverse=True)
-    if np.any(positions != positions[copy_first][copy_of.ravel()]):
-        raise ValueError("prompts marked identical by prompt_ids sit at different target positions")
-    sums = np.zeros((outcomes.shape[0], first.size))
-    np.add.at(sums, (slice(None), cell), outcomes)
-    _, unit_index = np.unique(units[first], return_inverse=True)
-    _, distinct_index = np.unique(prompt_ids[first], return_inverse=True)
-    return positions[first], sums / weights, weights.astype(float), unit_index.ravel(), distinct_index.ravel()
 
 
 def _grid_profile(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -153,50 +252,25 @@ def grid_shift_test(
     prompt; ``prompt_ids`` (equal for identical prompts) to all prompts distinct."""
     positions = np.asarray(positions)
     y = np.asarray(outcomes_by_offset, dtype=float)
-    offsets = np.asarray(offsets, dtype=int)
-    if y.ndim != 2 or y.shape != (offsets.size, positions.size):
-        raise ValueError(
-            f"outcomes must be [offsets, prompts] = [{offsets.size}, {positions.size}], got shape {y.shape}"
-        )
-    if offsets.size < 2 or len(set(offsets.tolist())) != offsets.size:
-        raise ValueError(f"the grid-shift test needs at least two distinct offsets, got {offsets.tolist()}")
-    if np.any((offsets < 0) | (offsets >= period)):
-        raise ValueError(f"offsets must lie in [0, {period}), got {offsets.tolist()}")
+    n_offsets = np.asarray(offsets).size
+    if y.ndim != 2 or y.shape != (n_offsets, positions.size):
+        raise ValueError(f"outcomes must be [offsets, prompts] = [{n_offsets}, {positions.size}], got shape {y.shape}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    units = np.arange(positions.size) if units is None else np.asarray(units)
-    prompt_ids = np.arange(positions.size) if prompt_ids is None else np.asarray(prompt_ids)
-    for name, values in (("units", units), ("prompt_ids", prompt_ids)):
-        if values.shape != positions.shape:
-            raise ValueError(f"{name} must have one entry per prompt ({positions.size}), got shape {values.shape}")
-    cell_positions, cell_y, weights, unit_index, distinct_index = _pooled(positions, y, units, prompt_ids)
-    by_grid = _profiles(cell_positions, cell_y, offsets, period, weights)
-    by_position = _profiles(cell_positions, cell_y, np.zeros_like(offsets), period, weights)
-
-    def contrast(outcomes):  # the variance of the profile that `profile_points` reports
-        return float(np.nanmean(_grid_profile(*_phase_sums(cell_positions, outcomes, offsets, period, weights)) ** 2))
-
-    observed = contrast(cell_y)
-    rng = np.random.default_rng(seed)
-    n_distinct = int(distinct_index.max()) + 1
-    shuffled = np.empty(n_shuffles)
-    for i in range(n_shuffles):
-        # one shuffle of the offsets per distinct prompt, shared by its cells
-        order = np.argsort(rng.random((offsets.size, n_distinct)), axis=0)[:, distinct_index]
-        shuffled[i] = contrast(np.take_along_axis(cell_y, order, axis=0))
-    p_value = float((1 + np.sum(shuffled >= observed - NUMERICAL_ZERO)) / (1 + n_shuffles))
-    grid_spread, position_spread = np.sqrt(_spread(by_grid)), np.sqrt(_spread(by_position))
-    profile, amplitude_ci, blocks = _grid_effect(
-        cell_positions, cell_y, weights, unit_index, offsets, period, n_resamples, seed, confidence
-    )
+    design = GridShiftDesign(positions, offsets, period, units, prompt_ids)
+    cell_y = design.pool(y)
+    by_grid = _profiles(design, cell_y, design.offsets)
+    by_position = _profiles(design, cell_y, np.zeros_like(design.offsets))
+    observed, p_value = design.p_value(cell_y, n_shuffles, np.random.default_rng(seed))
+    profile, amplitude_ci, blocks = design.amplitude_interval(cell_y, n_resamples, seed, confidence)
     return GridShiftTest(
         period=int(period),
-        offsets=[int(o) for o in offsets],
+        offsets=[int(o) for o in design.offsets],
         by_grid=(100 * by_grid).round(3).tolist(),
         by_position=(100 * by_position).round(3).tolist(),
-        grid_spread_points=float(100 * grid_spread),
-        position_spread_points=float(100 * position_spread),
-        p_value=p_value,
+        grid_spread_points=float(100 * np.sqrt(_spread(by_grid))),
+        position_spread_points=float(100 * np.sqrt(_spread(by_position))),
+        p_value=float(p_value),
         n_shuffles=int(n_shuffles),
         moves_with_grid=bool(p_value < alpha and observed > NUMERICAL_ZERO),
         profile_points=[float(v) for v in 100 * profile],
@@ -206,30 +280,6 @@ def grid_shift_test(
         n_bootstrap=int(n_resamples),
         bootstrap=blocks,
         n_prompts=int(positions.size),
-        n_distinct_prompts=n_distinct,
-        n_units=int(unit_index.max()) + 1,
+        n_distinct_prompts=design.n_distinct,
+        n_units=design.n_units,
     )
-
-
-def _grid_effect(positions, outcomes, weights, unit_index, offsets, period, n_resamples, seed, confidence):
-    """(the grid-phase profile [P], its amplitude's basic bootstrap interval in points or None, what the
-    bootstrap resamples): blocks are units, or the cells themselves when there is one unit."""
-    blocks, what = (unit_index, "units") if unit_index.max() >= 1 else (np.arange(positions.size), "distinct prompts")
-    n_blocks = int(blocks.max()) + 1
-    phase = (positions[None, :] - offsets[:, None]) % period  # [O, C]
-    sums = np.zeros((n_blocks, offsets.size, period))
-    counts = np.zeros((n_blocks, offsets.size, period))
-    rows = np.broadcast_to(np.arange(offsets.size)[:, None], phase.shape)
-    cells = np.broadcast_to(blocks[None, :], phase.shape)
-    np.add.at(sums, (cells, rows, phase), outcomes * weights[None, :])
-    np.add.at(counts, (cells, rows, phase), np.broadcast_to(weights[None, :], phase.shape))
-    profile = _grid_profile(sums.sum(axis=0), counts.sum(axis=0))
-    if not n_resamples or n_blocks < 2:
-        return profile, None, what
-    draws = np.random.default_rng(seed).integers(0, n_blocks, size=(n_resamples, n_blocks))
-    multiplicity = np.stack([np.bincount(row, minlength=n_blocks) for row in draws]).astype(float)  # [R, B]
-    boot = _amplitude(
-        _grid_profile(np.einsum("rb,bop->rop", multiplicity, sums), np.einsum("rb,bop->rop", multiplicity, counts))
-    )
-    interval = basic_interval(float(_amplitude(profile)), boot[np.isfinite(boot)], confidence)
-    return profile, [100 * v for v in interval], what

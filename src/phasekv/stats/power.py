@@ -7,17 +7,24 @@ positions and distinct prompts (identical prompts share one outcome, so repeatin
 phase-free accuracies (unit effects and the smooth part of the run, or an assumed accuracy before a run),
 the phase of the drop drawn anew in every simulated run. "Calls" means the whole rule: the test rejects
 *and* the amplitude's lower bound clears the minimum effect, so the MDE is never below that minimum.
+
+Where the grid was moved and the verdict rests on the grid-shift test, its MDE is the grid-shift test's own
+(`grid_shift_mde`): a drop at one *grid* phase, simulated on the run's own outcomes at every offset with the
+offsets shuffled per distinct prompt (the test's null), so its units, positions, identical prompts and the
+way its prompts' outcomes agree across offsets are the run's.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .grid_shift import NUMERICAL_ZERO, GridShiftDesign
 from .phase_test import PhaseDesign, amplitude, basic_interval
 
 POWER = 0.8
 N_SIMULATIONS = 200
 N_RESAMPLES = 200
+GRID_SHIFT_SHUFFLES = 200  # per simulated run: the smallest p, 1/201, is well below any usual alpha
 GRID_POINTS = (2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 
 
@@ -49,6 +56,30 @@ def detection_rate(
     return float(found.mean())
 
 
+def _smallest_detected(rate, power: float) -> tuple[float | None, dict[float, float]]:
+    """The smallest drop on ``GRID_POINTS`` (then bisected between grid points) whose detection rate
+    ``rate(points)`` reaches ``power``, None when even a drop to 0% does not; and every rate computed."""
+    rates: dict[float, float] = {}
+
+    def rate_at(points: float) -> float:
+        if points not in rates:
+            rates[points] = rate(points)
+        return rates[points]
+
+    found = next((p for p in GRID_POINTS if rate_at(p) >= power), None)
+    if found is not None:
+        low = max([p for p in GRID_POINTS if p < found], default=0)
+        for _ in range(3):  # bisect between the last grid point missed and the first found
+            middle = round((low + found) / 2, 1)
+            if middle in (low, found):
+                break
+            if rate_at(middle) >= power:
+                found = middle
+            else:
+                low = middle
+    return found, rates
+
+
 def minimum_detectable_effect(
     design: PhaseDesign,
     base: np.ndarray,
@@ -61,24 +92,9 @@ def minimum_detectable_effect(
 ) -> dict:
     """The smallest drop on ``GRID_POINTS`` (then refined between grid points) found with ``power``; the
     record says what was simulated. ``points`` is None when even a drop to 0% is not found often enough."""
-    rates: dict[float, float] = {}
-
-    def rate(points: float) -> float:
-        if points not in rates:
-            rates[points] = detection_rate(design, base, points, alpha, min_effect, n_simulations, seed=seed)
-        return rates[points]
-
-    found = next((p for p in GRID_POINTS if rate(p) >= power), None)
-    if found is not None:
-        low = max([p for p in GRID_POINTS if p < found], default=0)
-        for _ in range(3):  # bisect between the last grid point missed and the first found
-            middle = round((low + found) / 2, 1)
-            if middle in (low, found):
-                break
-            if rate(middle) >= power:
-                found = middle
-            else:
-                low = middle
+    found, rates = _smallest_detected(
+        lambda points: detection_rate(design, base, points, alpha, min_effect, n_simulations, seed=seed), power
+    )
     return {
         "points": found,
         "power": power,
@@ -92,4 +108,77 @@ def minimum_detectable_effect(
         "detection_rates": {f"{k:g}": v for k, v in sorted(rates.items())},
         "seed": seed,
         "what": "drop at one phase (drawn per simulated run) that the verdict calls phase-sensitive",
+    }
+
+
+def grid_shift_detection_rate(
+    design: GridShiftDesign,
+    cell_outcomes: np.ndarray,
+    drop_points: float,
+    alpha: float,
+    min_effect: float,
+    n_simulations: int = N_SIMULATIONS,
+    n_shuffles: int = GRID_SHIFT_SHUFFLES,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    power: float | None = None,
+) -> float:
+    """Share of simulated grid-shift runs that the verdict calls phase-sensitive (the pattern moves with the grid
+    and the grid-phase amplitude's lower bound clears ``min_effect``) when one grid phase (drawn per run) loses
+    ``drop_points``. Each run starts from the run's own cell outcomes [O, C] with the offsets shuffled per
+    distinct prompt (a draw from the null: every prompt keeps its outcomes, the grid matters to none), then
+    every outcome at the weak grid phase is lost with the probability that takes ``drop_points`` off that
+    phase's accuracy. With ``power``, the runs stop once the rate's side of ``power`` is decided (the share
+    is then over the runs made)."""
+    rng = np.random.default_rng(seed)
+    weights = np.broadcast_to(design.weights, design.phase.shape)
+    found, needed = 0, (power or 0) * n_simulations
+    for simulation in range(n_simulations):
+        if power is not None and (found >= needed or found + n_simulations - simulation < needed):
+            return found / simulation  # decided: the remaining runs cannot move the rate across `power`
+        null = design.shuffled(cell_outcomes, 1, rng)[0]
+        at_weak = design.phase == rng.integers(design.period)  # [O, C]
+        accuracy = float(np.average(null[at_weak], weights=weights[at_weak]))
+        lost = min(1.0, drop_points / 100 / accuracy) if accuracy > 0 else 0.0
+        simulated = np.where(at_weak & (rng.random(at_weak.shape) < lost), 0.0, null)
+        observed, p_value = design.p_value(simulated, n_shuffles, rng, stop_at=alpha)
+        if p_value < alpha and observed > NUMERICAL_ZERO:
+            _, interval, _ = design.amplitude_interval(simulated, n_resamples, seed + simulation, 0.95)
+            found += interval is not None and interval[0] >= min_effect
+    return found / n_simulations
+
+
+def grid_shift_mde(
+    design: GridShiftDesign,
+    cell_outcomes: np.ndarray,
+    alpha: float,
+    min_effect: float,
+    power: float = POWER,
+    n_simulations: int = N_SIMULATIONS,
+    seed: int = 0,
+) -> dict:
+    """The grid-shift test's minimum detectable effect: the smallest drop at one grid phase found with
+    ``power`` on the run's own prompts and offsets (`grid_shift_detection_rate`); the record has the keys of
+    `minimum_detectable_effect`'s."""
+    found, rates = _smallest_detected(
+        lambda points: grid_shift_detection_rate(
+            design, cell_outcomes, points, alpha, min_effect, n_simulations, seed=seed, power=power
+        ),
+        power,
+    )
+    return {
+        "points": found,
+        "power": power,
+        "alpha": alpha,
+        "min_effect_points": min_effect,
+        "simulations": n_simulations,
+        "shuffles": GRID_SHIFT_SHUFFLES,
+        "distinct_prompts": int(design.n_distinct),
+        "cells": int(design.weights.size),
+        "base": "the run's own outcomes, offsets shuffled per distinct prompt",
+        "mean_base_accuracy": float(np.average(cell_outcomes.mean(axis=0), weights=design.weights)),
+        "detection_rates": {f"{k:g}": v for k, v in sorted(rates.items())},
+        "detection_rates_over": "the simulated runs needed to decide each rate's side of the power",
+        "seed": seed,
+        "what": "drop at one grid phase (drawn per simulated run) that the grid-shift verdict calls phase-sensitive",
     }

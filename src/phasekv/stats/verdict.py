@@ -72,10 +72,10 @@ class PhaseVerdict:
     """The JSON-ready verdict: ``test`` at ``period`` (with the effect size), ``placebo`` tests, ``trend``.
 
     ``effect_points`` is the phase amplitude (best minus worst phase, accuracy points) and ``effect_ci`` its
-    interval; ``mde`` the position design's minimum detectable single-phase drop, when computed (`power`).
-    ``basis`` says which test the verdict rests on; with a ``grid_shift`` test it rests on that one, its
-    p-value and amplitude are the verdict's, and ``position_design`` keeps what the position design alone
-    says (verdict, p_value, effect_points, effect_ci, note)."""
+    interval; ``mde`` the minimum detectable single-phase drop of the test the verdict rests on, when computed
+    (`power`). ``basis`` says which test that is; with a ``grid_shift`` test it rests on that one, its p-value,
+    amplitude and MDE are the verdict's, and ``position_design`` keeps what the position design alone says
+    (verdict, p_value, effect_points, effect_ci, mde, note)."""
 
     period: int
     alpha: float
@@ -161,6 +161,7 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         "p_value": verdict.p_value,
         "effect_points": verdict.effect_points,
         "effect_ci": verdict.effect_ci,
+        "mde": verdict.mde,
         "note": verdict.note,
     }
     return replace(
@@ -170,6 +171,7 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         p_value=shifted.p_value,
         effect_points=shifted.amplitude_points,
         effect_ci=shifted.amplitude_ci,
+        mde=shifted.mde,
         rule=rule_text(alpha, min_effect, chance, grid_shift=True),
         note=note,
         basis=f"grid shift (the pattern {moves} with the grid, p = {shifted.p_value:.3g}); position design beside it",

@@ -40,9 +40,11 @@ class PromptScores:
 
     def records(self, unit: str, extra_columns: dict | None = None) -> dict:
         """The per-prompt records of the results (`record.prompt_records`); `unit` names what a
-        unit is (mapping, haystack); `extra_columns` (per-prompt arrays [N]) follow the standard ones."""
+        unit is (mapping, haystack); `prompt_id` follows the standard columns (identical prompts, so that a
+        verdict can be recomputed from the file), then `extra_columns` (per-prompt arrays [N])."""
         columns = {name: getattr(self, name) for name in RECORD_COLUMNS if name != "answer_logprob"}
-        return prompt_records({**columns, "answer_logprob": self.logprob, **(extra_columns or {})}, unit)
+        columns = {**columns, "answer_logprob": self.logprob, "prompt_id": self.prompt_id}
+        return prompt_records({**columns, **(extra_columns or {})}, unit)
 
 
 def prompt_id(prompt: Prompt, seen: dict) -> int:

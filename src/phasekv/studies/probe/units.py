@@ -185,6 +185,8 @@ def run_unit_probe(
             progress=progress,
             unshifted=scores,
             n_resamples=n_resamples,
+            alpha=verdict.alpha,
+            min_effect=verdict.min_effect_points,
         )
         verdict = rest_on_grid_shift(verdict, shifted)
     elif grid_period(scorer) is not None:
