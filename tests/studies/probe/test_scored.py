@@ -178,6 +178,7 @@ def test_scoring_keeps_each_prompts_scores_labels_checks_and_identity_across_chu
             "placement": expected["placement"],
             "correct": expected["correct"],
             "answer_logprob": expected["logprob"],
+            "prompt_id": expected["prompt_id"],  # identical prompts, so that a verdict can be recomputed
         },
     }
 

@@ -189,6 +189,8 @@ class _Verdict:
 
     basis: str = ""
     shifted: object = None
+    alpha: float = 0.01
+    min_effect_points: float = 7.0
 
     def to_dict(self):
         return {"verdict": 1, "basis": self.basis, **({"grid_shift": self.shifted} if self.shifted else {})}
@@ -298,7 +300,13 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
     result, calls = _run(monkeypatch, 4, grid_shift=True, progress=False)
     assert calls["shift"].args[1:] == (["the prompts"], 2)
     unshifted = calls["shift"].kwargs.pop("unshifted")
-    assert calls["shift"].kwargs == {"seed": 5, "progress": False, "n_resamples": 2000}
+    assert calls["shift"].kwargs == {
+        "seed": 5,
+        "progress": False,
+        "n_resamples": 2000,
+        "alpha": 0.01,  # the verdict's rule, for the grid shift's own MDE
+        "min_effect": 7.0,
+    }
     assert unshifted is calls["score"].result  # the grid in place is not scored again
     assert result["phase_test"] == {
         "verdict": 1,
