@@ -80,6 +80,22 @@ def _smallest_detected(rate, power: float) -> tuple[float | None, dict[float, fl
     return found, rates
 
 
+def _searched(rate, power: float, alpha: float, min_effect: float, n_simulations: int, seed: int, **described) -> dict:
+    """The MDE record: the smallest drop whose ``rate`` reaches ``power`` (`_smallest_detected`), the rule and
+    the simulation it was found with, what was simulated (``described``) and every rate computed."""
+    found, rates = _smallest_detected(rate, power)
+    return {
+        "points": found,
+        "power": power,
+        "alpha": alpha,
+        "min_effect_points": min_effect,
+        "simulations": n_simulations,
+        "seed": seed,
+        **described,
+        "detection_rates": {f"{k:g}": v for k, v in sorted(rates.items())},
+    }
+
+
 def minimum_detectable_effect(
     design: PhaseDesign,
     base: np.ndarray,
@@ -92,23 +108,19 @@ def minimum_detectable_effect(
 ) -> dict:
     """The smallest drop on ``GRID_POINTS`` (then refined between grid points) found with ``power``; the
     record says what was simulated. ``points`` is None when even a drop to 0% is not found often enough."""
-    found, rates = _smallest_detected(
-        lambda points: detection_rate(design, base, points, alpha, min_effect, n_simulations, seed=seed), power
+    return _searched(
+        lambda points: detection_rate(design, base, points, alpha, min_effect, n_simulations, seed=seed),
+        power,
+        alpha,
+        min_effect,
+        n_simulations,
+        seed,
+        distinct_prompts=int(design.n_distinct),
+        cells=int(design.cell_count.size),
+        base=basis,
+        mean_base_accuracy=float(np.average(base, weights=design.cell_count)),
+        what="drop at one phase (drawn per simulated run) that the verdict calls phase-sensitive",
     )
-    return {
-        "points": found,
-        "power": power,
-        "alpha": alpha,
-        "min_effect_points": min_effect,
-        "simulations": n_simulations,
-        "distinct_prompts": int(design.n_distinct),
-        "cells": int(design.cell_count.size),
-        "base": basis,
-        "mean_base_accuracy": float(np.average(base, weights=design.cell_count)),
-        "detection_rates": {f"{k:g}": v for k, v in sorted(rates.items())},
-        "seed": seed,
-        "what": "drop at one phase (drawn per simulated run) that the verdict calls phase-sensitive",
-    }
 
 
 def grid_shift_detection_rate(
@@ -160,25 +172,20 @@ def grid_shift_mde(
     """The grid-shift test's minimum detectable effect: the smallest drop at one grid phase found with
     ``power`` on the run's own prompts and offsets (`grid_shift_detection_rate`); the record has the keys of
     `minimum_detectable_effect`'s."""
-    found, rates = _smallest_detected(
+    return _searched(
         lambda points: grid_shift_detection_rate(
             design, cell_outcomes, points, alpha, min_effect, n_simulations, seed=seed, power=power
         ),
         power,
+        alpha,
+        min_effect,
+        n_simulations,
+        seed,
+        shuffles=GRID_SHIFT_SHUFFLES,
+        distinct_prompts=int(design.n_distinct),
+        cells=int(design.weights.size),
+        base="the run's own outcomes, offsets shuffled per distinct prompt",
+        mean_base_accuracy=float(np.average(cell_outcomes.mean(axis=0), weights=design.weights)),
+        detection_rates_over="the simulated runs needed to decide each rate's side of the power",
+        what="drop at one grid phase (drawn per simulated run) that the grid-shift verdict calls phase-sensitive",
     )
-    return {
-        "points": found,
-        "power": power,
-        "alpha": alpha,
-        "min_effect_points": min_effect,
-        "simulations": n_simulations,
-        "shuffles": GRID_SHIFT_SHUFFLES,
-        "distinct_prompts": int(design.n_distinct),
-        "cells": int(design.weights.size),
-        "base": "the run's own outcomes, offsets shuffled per distinct prompt",
-        "mean_base_accuracy": float(np.average(cell_outcomes.mean(axis=0), weights=design.weights)),
-        "detection_rates": {f"{k:g}": v for k, v in sorted(rates.items())},
-        "detection_rates_over": "the simulated runs needed to decide each rate's side of the power",
-        "seed": seed,
-        "what": "drop at one grid phase (drawn per simulated run) that the grid-shift verdict calls phase-sensitive",
-    }
