@@ -112,11 +112,11 @@ class GridShiftDesign:
         self.distinct_index = np.unique(prompt_ids[first], return_inverse=True)[1].ravel()
         self.n_distinct, self.n_units = int(self.distinct_index.max()) + 1, int(self.unit_index.max()) + 1
         self.phase = (self.positions[None, :] - offsets[:, None]) % period  # [O, C] grid phase of every cell
-        self.sums, self.counts = self.phase_sums(np.ones((offsets.size, self.positions.size)))
+        counts = _phase_totals(self.phase, np.ones(self.phase.shape), self.weights, period)[1]  # [O, P]
         # profile[g] = mean over the offsets that reach g of (weighted sum / weight) at (o, g): linear in outcomes
-        reached = self.counts > 0  # [O, P]
+        reached = counts > 0  # [O, P]
         self.reached_phases = reached.any(axis=0)
-        per_offset = np.where(reached, 1 / np.maximum(self.counts, 1e-12), 0.0) / np.maximum(reached.sum(axis=0), 1)
+        per_offset = np.where(reached, 1 / np.maximum(counts, 1e-12), 0.0) / np.maximum(reached.sum(axis=0), 1)
         one_hot = self.phase[:, :, None] == np.arange(period)  # [O, C, P]
         self._profile_map = one_hot * (self.weights[None, :, None] * per_offset[:, None, :])  # [O, C, P]
 
@@ -125,14 +125,6 @@ class GridShiftDesign:
         sums = np.zeros((outcomes.shape[0], self.weights.size))
         np.add.at(sums, (slice(None), self.cell_of_prompt), outcomes)
         return sums / self.weights
-
-    def phase_sums(self, cell_outcomes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Weighted outcome sums and weights by offset and grid phase, each [O, P], of cell outcomes [O, C]."""
-        rows = np.broadcast_to(np.arange(self.offsets.size)[:, None], self.phase.shape)
-        sums, counts = np.zeros((self.offsets.size, self.period)), np.zeros((self.offsets.size, self.period))
-        np.add.at(sums, (rows, self.phase), cell_outcomes * self.weights)
-        np.add.at(counts, (rows, self.phase), np.broadcast_to(self.weights, self.phase.shape))
-        return sums, counts
 
     def profile(self, cell_outcomes: np.ndarray) -> np.ndarray:
         """The grid-phase profile [..., P] (proportions, mean over the reached phases 0, NaN at a phase no prompt
@@ -205,13 +197,19 @@ class GridShiftDesign:
         return profile, [100 * v for v in interval], what
 
 
+def _phase_totals(phase: np.ndarray, cell_outcomes: np.ndarray, weights: np.ndarray, period: int):
+    """Weighted outcome sums and weights [O, P] by row and phase, for phases and cell outcomes [O, C]."""
+    rows = np.broadcast_to(np.arange(phase.shape[0])[:, None], phase.shape)
+    sums, counts = np.zeros((phase.shape[0], period)), np.zeros((phase.shape[0], period))
+    np.add.at(sums, (rows, phase), cell_outcomes * weights)
+    np.add.at(counts, (rows, phase), np.broadcast_to(weights, phase.shape))
+    return sums, counts
+
+
 def _profiles(design: GridShiftDesign, cell_outcomes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Accuracy by phase (t - offset) mod P [len(offsets), P] (0 where no prompt reaches a phase)."""
     phase = (design.positions[None, :] - offsets[:, None]) % design.period
-    sums, counts = np.zeros((offsets.size, design.period)), np.zeros((offsets.size, design.period))
-    rows = np.broadcast_to(np.arange(offsets.size)[:, None], phase.shape)
-    np.add.at(sums, (rows, phase), cell_outcomes * design.weights)
-    np.add.at(counts, (rows, phase), np.broadcast_to(design.weights, phase.shape))
+    sums, counts = _phase_totals(phase, cell_outcomes, design.weights, design.period)
     return sums / np.maximum(counts, 1e-12)
 
 
