@@ -25,6 +25,10 @@ def software_versions() -> dict[str, str]:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
+    if versions["phasekv"] == "not installed":  # run from a source tree on PYTHONPATH (a lent GPU machine)
+        from .version import __version__
+
+        versions["phasekv"] = f"{__version__} (source tree)"
     return versions
 
 

@@ -6,6 +6,7 @@ error handler in `errors`). Command modules import the library inside their comm
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -168,7 +169,14 @@ def reproduce(
         None, help="presses profile: the HF model directory (default models/smollm2-135m, `phasekv models get`)"
     ),
     out: str = typer.Option(None, help="output directory (default runs/PROFILE); finished runs in it are reused"),
-    jobs: int = typer.Option(0, help="training processes at a time (0: the profile's default)"),
+    jobs: int = typer.Option(0, help="training processes (presses: cells) at a time (0: the profile's default)"),
+    methods: str = typer.Option(
+        None,
+        help="presses profiles: only these methods, comma-separated (e.g. full,knorm); a later run of the "
+        "whole profile reuses their cells",
+    ),
+    device: str = typer.Option(None, help="presses profiles: the torch device of every cell's model, e.g. cuda"),
+    batch_size: int = typer.Option(0, help="presses profiles: prompts per forward pass (0: the profile's)"),
     plan: bool = typer.Option(
         False,
         "--plan",
@@ -188,13 +196,20 @@ def reproduce(
         out = out or f"runs/{profile}"
         with one_line_errors("reproduce"):
             check_output(out, directory=True)  # a bad path fails now, not after the presses ran
+            chosen = PRESS_PROFILES[profile]
+            if methods:
+                chosen = chosen.only([name.strip() for name in methods.split(",") if name.strip()])
+            overrides = {"jobs": jobs, "device": device, "batch_size": batch_size}
+            chosen = replace(chosen, **{name: value for name, value in overrides.items() if value})
             if plan:
-                typer.echo(plan_presses(PRESS_PROFILES[profile], out, model or DEFAULT_MODEL))
+                typer.echo(plan_presses(chosen, out, model or DEFAULT_MODEL))
                 return
-        run_presses(PRESS_PROFILES[profile], out, model or DEFAULT_MODEL, echo=typer.echo)
+        run_presses(chosen, out, model or DEFAULT_MODEL, echo=typer.echo)
         typer.echo((Path(out) / "table.md").read_text())
         typer.echo(f"written: {out}/table.md, {out}/presses.json, {out}/residues.png, {out}/cells/")
         return
+    if methods or device or batch_size:
+        raise typer.BadParameter("--methods, --device and --batch-size apply to the presses profiles only")
     chosen = get_profile(profile)
     out = out or f"runs/{chosen.name}"
     with one_line_errors("reproduce"):

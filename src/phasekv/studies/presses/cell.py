@@ -25,7 +25,11 @@ def run(config: dict) -> dict:
     options_type, run_probe = PROBES[config["probe"]]
     options = options_type(**config["options"])
     scorer = load_scorer(
-        config["model"], press=config["press"], batch_size=config["batch_size"], threads=config["threads"]
+        config["model"],
+        press=config["press"],
+        batch_size=config["batch_size"],
+        threads=config["threads"],
+        device=config.get("device", "cpu"),  # configs written before cells took a device ran on the CPU
     )
     bind_question(scorer, question_tokens(scorer.tokenizer, options))
     extra = {"n_resamples": config["resamples"]} if config["probe"] == "lookup" else {}

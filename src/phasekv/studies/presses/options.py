@@ -44,10 +44,22 @@ class PressProfile:
     batch_size: int = 8
     threads: int = 1  # torch threads of each cell's process
     jobs: int = 2  # cells run at once (one core each: on a shared 2-core CPU this beats 2 threads per cell)
+    device: str = "cpu"  # torch device of every cell's model (`phasekv reproduce --device cuda` on a GPU)
     grid_shift: bool = True  # methods with a chunk grid also take the grid-shift test (S times the scoring)
 
     def probes(self) -> dict[str, LookupOptions | NeedleOptions]:
         return {name: o for name, o in (("lookup", self.lookup), ("needle", self.needle)) if o is not None}
+
+    def only(self, names: list[str]) -> PressProfile:
+        """The profile restricted to the methods `names` (in the profile's order); an unknown name is refused with
+        the known ones. Its cells are the full profile's, so a later run of the whole profile reuses them."""
+        known = [method.name for method in self.methods]
+        unknown = [name for name in names if name not in known]
+        if unknown or not names:
+            raise ValueError(
+                f"unknown method(s) {', '.join(unknown) or '(none given)'}; {self.name} has: {', '.join(known)}"
+            )
+        return replace(self, methods=tuple(method for method in self.methods if method.name in names))
 
 
 METHODS = (

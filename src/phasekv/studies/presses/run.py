@@ -48,6 +48,7 @@ def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: P
         "resamples": profile.resamples,
         "batch_size": profile.batch_size,
         "threads": profile.threads,
+        "device": profile.device,
     }
 
 
