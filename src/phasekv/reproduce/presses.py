@@ -46,9 +46,10 @@ def plan_presses(profile: PressProfile, out: str | Path, model: str | Path = DEF
         command = cell_command(write_cell_config(config, path), path, python)
         lines.append(f"# {probe} {method.name}" + (" (kvpress)" if method.needs_kvpress else ""))
         lines.append(" ".join(command))
+    command = " ".join(filter(None, ["phasekv reproduce --profile", profile.name, profile.command_flags(), "--out"]))
     lines.append(
-        f"`phasekv reproduce --profile {profile.name} --out {out}` computes the cells left ({profile.jobs} at a time), "
-        "reusing the stored ones, and writes the table"
+        f"`{command} {out}` computes the cells left ({profile.jobs} at a time), reusing the stored ones, and writes "
+        "the table"
     )
     return "\n".join(lines)
 

@@ -575,3 +575,48 @@ def test_grid_shift_is_refused_before_scoring_for_a_press_without_a_grid(qwen_di
     scorer = load_scorer(qwen_dir, batch_size=64)
     with pytest.raises(ValueError, match="chunk grid"):
         run_lookup(scorer, LOOKUP, n_resamples=50, progress=False, grid_shift=True)
+
+
+def test_a_plan_of_some_methods_on_a_device_writes_only_their_configs_with_the_device(qwen_dir, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+    from phasekv.studies.presses import options
+
+    profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"), ("pool2", "pool:w=2,s=2,local=3"))
+    monkeypatch.setitem(options.PRESS_PROFILES, "presses-test", profile)
+    out = tmp_path / "out"
+    base = ["reproduce", "--profile", "presses-test", "--model", str(qwen_dir), "--out", str(out), "--plan"]
+    res = CliRunner().invoke(app, [*base, "--methods", "pool2,pool", "--device", "cuda", "--batch-size", "7"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (out / "configs").iterdir()) == ["pool-lookup.json", "pool2-lookup.json"]
+    config = json.loads((out / "configs" / "pool2-lookup.json").read_text())
+    assert (config["device"], config["batch_size"]) == ("cuda", 7)
+    # the command it names computes these very cells (the profile's order, not the order given)
+    assert "--methods pool,pool2 --device cuda --batch-size 7 --out" in res.output.splitlines()[-1]
+    res = CliRunner().invoke(app, [*base, "--methods", "pool,bogus"])
+    assert res.exit_code != 0 and "unknown method(s) bogus" in res.output and "full, pool, pool2" in res.output
+    res = CliRunner().invoke(app, ["reproduce", "--profile", "quick", "--device", "cuda", "--plan", "--out", str(out)])
+    assert res.exit_code != 0 and "presses profiles only" in res.output
+
+
+def test_a_cell_loads_its_model_on_the_device_of_its_config(monkeypatch):
+    from phasekv.studies.presses import cell
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def load(path, **options):
+        seen.update(options)
+        raise Stop
+
+    monkeypatch.setattr(cell, "load_scorer", load)
+    config = {"probe": "lookup", "options": {}, "model": "m", "press": None, "batch_size": 3, "threads": 1}
+    for given, device in (({"device": "cuda"}, "cuda"), ({}, "cpu")):  # configs written before devices ran on cpu
+        with pytest.raises(Stop):
+            cell.run({**config, **given})
+        assert seen["device"] == device and seen["batch_size"] == 3

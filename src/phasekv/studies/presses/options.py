@@ -61,6 +61,18 @@ class PressProfile:
             )
         return replace(self, methods=tuple(method for method in self.methods if method.name in names))
 
+    def command_flags(self) -> str:
+        """The `phasekv reproduce` flags that make this profile from the named one it was derived from (--methods,
+        --device, --batch-size, --jobs), so a printed command computes these very cells."""
+        named = PRESS_PROFILES.get(self.name, self)  # a profile made in code has no flags to name
+        flags = []
+        if self.methods != named.methods:
+            flags.append("--methods " + ",".join(method.name for method in self.methods))
+        for flag, field in (("--device", "device"), ("--batch-size", "batch_size"), ("--jobs", "jobs")):
+            if getattr(self, field) != getattr(named, field):
+                flags.append(f"{flag} {getattr(self, field)}")
+        return " ".join(flags)
+
 
 METHODS = (
     PressMethod("full", "Full cache (control)"),
