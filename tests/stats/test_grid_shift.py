@@ -461,6 +461,28 @@ def test_the_grid_shift_mde_is_the_drop_found_with_80_percent_power_and_copies_d
     assert grid_shift_mde(tripled, tripled.pool(run[:, copies]), 0.05, 5.0, n_simulations=100, seed=1) == mde
 
 
+def test_the_grid_shift_mde_counts_only_runs_the_chance_rule_judges():
+    """A simulated grid-shift run whose mean accuracy's interval reaches chance is not judged, as in the verdict:
+    with a chance level above what the model answers, no drop is detectable; the mean's interval is the percentile
+    bootstrap over units of the first offset's accuracy, identical prompts counted once (a loop reference)."""
+    rng = np.random.default_rng(22)
+    offsets = np.arange(4)
+    positions, units, ids = _copies(rng, 300, 1, 10)
+    run = _grid_run(rng, positions, ids, 0.0, 0, offsets, accuracy=0.3)
+    design = GridShiftDesign(positions, offsets, 4, units, ids)
+    assert grid_shift_mde(design, design.pool(run), 0.05, 5.0, n_simulations=60, seed=1)["points"] is not None
+    unjudged = grid_shift_mde(design, design.pool(run), 0.05, 5.0, n_simulations=60, seed=1, chance=0.5)
+    assert unjudged["points"] is None and unjudged["chance"] == 0.5
+    copies = np.repeat(np.arange(300), 2)
+    doubled = GridShiftDesign(positions[copies], offsets, 4, units[copies], ids[copies])
+    cells = doubled.pool(run[:, copies])
+    draws = np.random.default_rng(3).integers(0, doubled.n_units, size=(400, doubled.n_units))
+    per_unit = [(cells[0][doubled.unit_index == u].sum(), (doubled.unit_index == u).sum()) for u in range(10)]
+    means = [sum(per_unit[u][0] for u in row) / sum(per_unit[u][1] for u in row) for row in draws]
+    assert doubled.mean_interval(cells, 400, 3, 0.95) == pytest.approx(np.quantile(means, [0.025, 0.975]).tolist())
+    assert doubled.mean_interval(cells, 400, 3, 0.95) == design.mean_interval(design.pool(run), 400, 3, 0.95)
+
+
 def test_a_verdict_resting_on_the_grid_shift_states_that_tests_mde_and_keeps_the_position_designs():
     flat = replace(
         _position_verdict(0.8, 0.0),

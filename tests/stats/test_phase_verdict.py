@@ -429,6 +429,29 @@ def test_the_minimum_detectable_effect_counts_distinct_prompts():
     assert once["distinct_prompts"] == design.n_distinct
 
 
+def test_a_run_near_chance_has_no_minimum_detectable_effect():
+    """The MDE simulates the whole rule, the chance rule too: a model answering 13% where chance is 12.5% is not
+    judged, and a drop at one phase only takes it closer to chance, so no drop is one the design can see. Counting
+    the simulated runs that the chance rule leaves unjudged, the MDE read about 25 points for such a run."""
+    rng = np.random.default_rng(5)
+    units, positions = np.repeat(np.arange(64), 64), 40 + np.tile(np.arange(64), 64)
+    outcomes = np.zeros(units.size)
+    outcomes[rng.choice(units.size, round(0.13 * units.size), replace=False)] = 1.0  # 13% right
+    verdict = phase_verdict(units, positions, outcomes, 4, n_resamples=200, chance=0.125, mde=True)
+    assert verdict.verdict == "not judged: at chance"
+    assert verdict.mde["points"] is None and verdict.mde["chance"] == 0.125
+    design = PhaseDesign(units, positions, 4)
+    base = np.full(design.cell_count.size, 0.13)
+    without = minimum_detectable_effect(design, base, ALPHA, 5.0, n_simulations=100)
+    assert without["points"] is not None  # what it read when unjudged runs counted as found
+    # far above chance the rule changes nothing
+    high = np.full(design.cell_count.size, 0.7)
+    assert (
+        minimum_detectable_effect(design, high, ALPHA, 5.0, n_simulations=100, chance=0.125)["detection_rates"]
+        == minimum_detectable_effect(design, high, ALPHA, 5.0, n_simulations=100)["detection_rates"]
+    )
+
+
 def test_more_distinct_prompts_lower_the_minimum_detectable_effect():
     small, _, _ = _cells("lookup-prefix")
     large, _, _ = _cells("lookup-in-sequence")
@@ -874,10 +897,10 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
 
     asked = []
 
-    def fake_rate(given_design, given_base, points, alpha, min_effect, n_simulations, seed):
+    def fake_rate(given_design, given_base, points, alpha, min_effect, n_simulations, seed, chance):
         asked.append(points)
         assert given_design is design and given_base is base
-        assert (alpha, min_effect, n_simulations, seed) == (0.01, 6.0, 50, 4)
+        assert (alpha, min_effect, n_simulations, seed, chance) == (0.01, 6.0, 50, 4, 0.1)
         return 0.8 if points >= 12.3 else 0.79  # the power is reached exactly at 12.3 points and above
 
     monkeypatch.setattr(power, "detection_rate", fake_rate)
@@ -885,7 +908,9 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
     twice = np.arange(200) // 2  # every prompt twice: 100 distinct
     design = PhaseDesign(units[twice], positions[twice], 4, prompt_ids=twice)
     base = np.linspace(0.5, 0.9, design.cell_count.size)
-    record = power.minimum_detectable_effect(design, base, 0.01, 6.0, n_simulations=50, seed=4, basis="assumed")
+    record = power.minimum_detectable_effect(
+        design, base, 0.01, 6.0, n_simulations=50, seed=4, basis="assumed", chance=0.1
+    )
     # grid 2 .. 15 (15 found, 10 missed), then 12.5 found, 11.2 missed, 11.8 missed
     assert asked == [2, 3, 5, 7, 10, 15, 12.5, 11.2, 11.8] and record["points"] == 12.5
     assert record["detection_rates"] == {
@@ -894,7 +919,7 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
     assert {k: record[k] for k in ("power", "alpha", "min_effect_points", "simulations", "seed", "base")} == {
         "power": 0.8, "alpha": 0.01, "min_effect_points": 6.0, "simulations": 50, "seed": 4, "base": "assumed",
     }  # fmt: skip
-    assert record["distinct_prompts"] == 100 and record["cells"] == design.cell_count.size
+    assert record["distinct_prompts"] == 100 and record["cells"] == design.cell_count.size and record["chance"] == 0.1
     assert record["mean_base_accuracy"] == pytest.approx(np.sum(base * design.cell_count) / design.cell_count.sum())
     assert record["what"].startswith("drop at one phase")
     asked.clear()

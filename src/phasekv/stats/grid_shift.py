@@ -172,6 +172,19 @@ class GridShiftDesign:
                 break
         return observed, (1 + exceed) / (1 + n_shuffles)
 
+    def mean_interval(self, cell_outcomes: np.ndarray, n_resamples: int, seed: int, confidence: float) -> list:
+        """The percentile bootstrap interval (over the blocks of `amplitude_interval`) of the mean accuracy at
+        the first offset, the grid the model has, over distinct prompts (identical ones count once, as in the
+        position design): what the verdict's chance rule reads, for a run of cell outcomes [O, C]."""
+        blocks = self.unit_index if self.n_units > 1 else np.arange(self.weights.size)
+        n_blocks = int(blocks.max()) + 1
+        sums = np.bincount(blocks, cell_outcomes[0], minlength=n_blocks)
+        counts = np.bincount(blocks, minlength=n_blocks).astype(float)
+        draws = np.random.default_rng(seed).integers(0, n_blocks, size=(n_resamples, n_blocks))
+        means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+        tail = (1 - confidence) / 2
+        return [float(v) for v in np.quantile(means, [tail, 1 - tail])]
+
     def amplitude_interval(self, cell_outcomes: np.ndarray, n_resamples: int, seed: int, confidence: float):
         """(the profile [P], its amplitude's basic bootstrap interval in points or None, what the bootstrap
         resamples): blocks are units, or the cells themselves when there is one unit."""

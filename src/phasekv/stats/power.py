@@ -6,7 +6,9 @@ calls "phase-sensitive" in at least ``power`` of simulated runs, on the run's ow
 positions and distinct prompts (identical prompts share one outcome, so repeating them adds nothing), its
 phase-free accuracies (unit effects and the smooth part of the run, or an assumed accuracy before a run),
 the phase of the drop drawn anew in every simulated run. "Calls" means the whole rule: the test rejects
-*and* the amplitude's lower bound clears the minimum effect, so the MDE is never below that minimum.
+*and* the amplitude's lower bound clears the minimum effect, so the MDE is never below that minimum, *and*,
+with a chance level, the simulated run's mean accuracy has an interval above it (a run at chance is not judged,
+so a drop that takes a model to chance is not one the design can see).
 
 Where the grid was moved and the verdict rests on the grid-shift test, its MDE is the grid-shift test's own
 (`grid_shift_mde`): a drop at one *grid* phase, simulated on the run's own outcomes at every offset with the
@@ -37,9 +39,11 @@ def detection_rate(
     n_simulations: int = N_SIMULATIONS,
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
+    chance: float | None = None,
 ) -> float:
     """Share of simulated runs the verdict calls phase-sensitive when one phase (drawn per run) loses
-    ``drop_points`` from the cells' accuracies ``base`` [C]."""
+    ``drop_points`` from the cells' accuracies ``base`` [C]; with ``chance``, only runs whose mean accuracy's
+    interval (the verdict's: percentile, over the same resamples) lies above it are judged at all."""
     rng = np.random.default_rng(seed)
     phases = rng.integers(0, design.period, n_simulations)
     at_phase = (design.cell_position % design.period)[None, :] == phases[:, None]
@@ -50,9 +54,10 @@ def detection_rate(
     rejected = np.flatnonzero(result["p_value"] < alpha)
     if rejected.size:
         observed = amplitude(result["profile"][rejected], result["mean"][rejected])
-        draws, _ = design.bootstrap(sums[rejected], n_resamples, seed)
+        draws, means = design.bootstrap(sums[rejected], n_resamples, seed)
         lower = np.array([basic_interval(o, d, 0.95)[0] for o, d in zip(observed, draws, strict=True)])
-        found[rejected] = 100 * lower >= min_effect
+        judged = np.quantile(means, 0.025, axis=1) > chance if chance is not None else True
+        found[rejected] = (100 * lower >= min_effect) & judged
     return float(found.mean())
 
 
@@ -105,16 +110,19 @@ def minimum_detectable_effect(
     n_simulations: int = N_SIMULATIONS,
     seed: int = 0,
     basis: str = "the run's unit effects and smooth part",
+    chance: float | None = None,
 ) -> dict:
     """The smallest drop on ``GRID_POINTS`` (then refined between grid points) found with ``power``; the
-    record says what was simulated. ``points`` is None when even a drop to 0% is not found often enough."""
+    record says what was simulated. ``points`` is None when even a drop to 0% is not found often enough.
+    ``chance``: the verdict's chance level (None: no chance rule)."""
     return _searched(
-        lambda points: detection_rate(design, base, points, alpha, min_effect, n_simulations, seed=seed),
+        lambda points: detection_rate(design, base, points, alpha, min_effect, n_simulations, seed=seed, chance=chance),
         power,
         alpha,
         min_effect,
         n_simulations,
         seed,
+        chance=chance,
         distinct_prompts=int(design.n_distinct),
         cells=int(design.cell_count.size),
         base=basis,
@@ -134,14 +142,16 @@ def grid_shift_detection_rate(
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
     power: float | None = None,
+    chance: float | None = None,
 ) -> float:
     """Share of simulated grid-shift runs that the verdict calls phase-sensitive (the pattern moves with the grid
     and the grid-phase amplitude's lower bound clears ``min_effect``) when one grid phase (drawn per run) loses
     ``drop_points``. Each run starts from the run's own cell outcomes [O, C] with the offsets shuffled per
     distinct prompt (a draw from the null: every prompt keeps its outcomes, the grid matters to none), then
     every outcome at the weak grid phase is lost with the probability that takes ``drop_points`` off that
-    phase's accuracy. With ``power``, the runs stop once the rate's side of ``power`` is decided (the share
-    is then over the runs made)."""
+    phase's accuracy. With ``chance``, a run is judged only when its mean accuracy's interval lies above it, as
+    the verdict's chance rule asks. With ``power``, the runs stop once the rate's side of ``power`` is decided
+    (the share is then over the runs made)."""
     rng = np.random.default_rng(seed)
     weights = np.broadcast_to(design.weights, design.phase.shape)
     found, needed = 0, (power or 0) * n_simulations
@@ -156,7 +166,8 @@ def grid_shift_detection_rate(
         observed, p_value = design.p_value(simulated, n_shuffles, rng, stop_at=alpha)
         if p_value < alpha and observed > NUMERICAL_ZERO:
             _, interval, _ = design.amplitude_interval(simulated, n_resamples, seed + simulation, 0.95)
-            found += interval is not None and interval[0] >= min_effect
+            judged = chance is None or design.mean_interval(simulated, n_resamples, seed + simulation, 0.95)[0] > chance
+            found += interval is not None and interval[0] >= min_effect and judged
     return found / n_simulations
 
 
@@ -168,13 +179,14 @@ def grid_shift_mde(
     power: float = POWER,
     n_simulations: int = N_SIMULATIONS,
     seed: int = 0,
+    chance: float | None = None,
 ) -> dict:
     """The grid-shift test's minimum detectable effect: the smallest drop at one grid phase found with
     ``power`` on the run's own prompts and offsets (`grid_shift_detection_rate`); the record has the keys of
     `minimum_detectable_effect`'s."""
     return _searched(
         lambda points: grid_shift_detection_rate(
-            design, cell_outcomes, points, alpha, min_effect, n_simulations, seed=seed, power=power
+            design, cell_outcomes, points, alpha, min_effect, n_simulations, seed=seed, power=power, chance=chance
         ),
         power,
         alpha,
@@ -182,6 +194,7 @@ def grid_shift_mde(
         n_simulations,
         seed,
         shuffles=GRID_SHIFT_SHUFFLES,
+        chance=chance,
         distinct_prompts=int(design.n_distinct),
         cells=int(design.weights.size),
         base="the run's own outcomes, offsets shuffled per distinct prompt",

@@ -250,7 +250,9 @@ def phase_verdict(
         note = unresolved_size(test.amplitude_ci, min_effect)
     detectable = None
     if mde and test.testable:
-        detectable = minimum_detectable_effect(design, design.null_cells(outcomes), alpha, min_effect, seed=seed)
+        detectable = minimum_detectable_effect(
+            design, design.null_cells(outcomes), alpha, min_effect, seed=seed, chance=chance
+        )
     return PhaseVerdict(
         period=int(stride),
         alpha=float(alpha),

@@ -42,13 +42,14 @@ def run_grid_shift(
     n_resamples: int = 1000,
     alpha: float = 0.05,
     min_effect: float = MIN_EFFECT_POINTS,
+    chance: float | None = None,
 ) -> tuple[GridShiftTest, dict[str, np.ndarray]]:
     """Score `prompts` with the grid at every offset 0 .. S-1 and test whether the accuracy profile moves with
     it (units and identical prompts as the scores say); returns the test and the per-prompt outcome columns
     ``correct_grid_offset_{o}``. Raises ValueError (before any scoring) for a scorer whose grid cannot move.
     `unshifted`, the scores of the same prompts outside any `grid_offset`, stands in for the offset the
     scorer's grid already has (`unshifted_grid_offset`), so that grid is not scored twice. The test carries its
-    own minimum detectable effect (`stats.power.grid_shift_mde`) at ``alpha`` and ``min_effect``."""
+    own minimum detectable effect (`stats.power.grid_shift_mde`) at ``alpha``, ``min_effect`` and ``chance``."""
     period = grid_period(scorer)
     if period is None or period < 2:
         raise ValueError(
@@ -81,7 +82,7 @@ def run_grid_shift(
         n_resamples=n_resamples,
     )
     design = GridShiftDesign(scores.target_position, offsets, period, scores.unit, scores.prompt_id)
-    test = replace(test, mde=grid_shift_mde(design, design.pool(outcomes), alpha, min_effect, seed=seed))
+    test = replace(test, mde=grid_shift_mde(design, design.pool(outcomes), alpha, min_effect, seed=seed, chance=chance))
     columns = {f"correct_grid_offset_{o}": row.astype(int) for o, row in zip(offsets, outcomes, strict=True)}
     return test, columns
 
@@ -101,8 +102,8 @@ def _identical_prompts(result: dict) -> np.ndarray:
 
 def grid_shift_of_result(result: dict, alpha: float = 0.05, min_effect: float | None = None) -> GridShiftTest:
     """The grid-shift test, with its MDE, recomputed from a result's per-prompt records (the columns
-    ``correct_grid_offset_{o}``), with the result's seed and minimum effect unless given. Raises ValueError for
-    a result whose grid was not moved."""
+    ``correct_grid_offset_{o}``), with the result's seed, chance level and minimum effect unless given. Raises
+    ValueError for a result whose grid was not moved."""
     columns = result.get("prompt_records", {}).get("columns", {})
     offsets = sorted(int(name.rsplit("_", 1)[1]) for name in columns if name.startswith("correct_grid_offset_"))
     if not offsets:
@@ -111,13 +112,14 @@ def grid_shift_of_result(result: dict, alpha: float = 0.05, min_effect: float | 
         )
     phase = result.get("phase_test") or {}
     min_effect = phase.get("min_effect_points", MIN_EFFECT_POINTS) if min_effect is None else min_effect
+    chance = phase.get("chance")
     period = (phase.get("grid_shift") or {}).get("period", len(offsets))
     positions, units = np.asarray(columns["target_position"]), np.asarray(columns["unit"])
     outcomes = np.array([columns[f"correct_grid_offset_{o}"] for o in offsets], dtype=float)
     ids, seed = _identical_prompts(result), int(result.get("seed", 0))
     test = grid_shift_test(positions, outcomes, offsets, period, alpha=alpha, seed=seed, units=units, prompt_ids=ids)
     design = GridShiftDesign(positions, offsets, period, units, ids)
-    return replace(test, mde=grid_shift_mde(design, design.pool(outcomes), alpha, min_effect, seed=seed))
+    return replace(test, mde=grid_shift_mde(design, design.pool(outcomes), alpha, min_effect, seed=seed, chance=chance))
 
 
 def main(argv: list[str] | None = None) -> None:

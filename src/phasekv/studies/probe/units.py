@@ -77,6 +77,7 @@ def planned_mde(
         0.05,
         min_effect,
         basis=f"a flat accuracy of {100 * accuracy:.0f}% (assumed before the run)",
+        chance=chance_level(n_records),
     )
     return period, mde, f"at an assumed flat accuracy of {100 * accuracy:.0f}%; the run states its own MDE"
 
@@ -187,6 +188,7 @@ def run_unit_probe(
             n_resamples=n_resamples,
             alpha=verdict.alpha,
             min_effect=verdict.min_effect_points,
+            chance=verdict.chance,
         )
         verdict = rest_on_grid_shift(verdict, shifted)
     elif grid_period(scorer) is not None:
