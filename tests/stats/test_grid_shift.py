@@ -529,3 +529,30 @@ def test_a_results_grid_shift_is_recomputed_from_its_records_alone(tmp_path, cap
     unshifted = run_lookup(GridScorer(), OPTIONS, n_resamples=100, progress=False)
     with pytest.raises(ValueError, match="run without --grid-shift"):
         grid_shift_of_result(unshifted)
+
+
+def test_a_result_judged_again_from_its_records_is_the_run_itself_until_the_statistics_change(tmp_path, capsys):
+    """`rejudge` recomputes the summary, the verdict with its MDE and the grid-shift test from the per-prompt
+    records: on the run's own statistics it returns the run's numbers, with or without the grid shift; a verdict
+    written by older statistics is replaced by the current one; nothing but lookup and needle records is taken."""
+    from phasekv.studies.probe.rejudge import main as rejudge_main
+    from phasekv.studies.probe.rejudge import rejudge
+
+    for grid in (True, False):
+        result = run_lookup(GridScorer(), OPTIONS, n_resamples=300, progress=False, grid_shift=grid)
+        again = rejudge(json.loads(json.dumps(result)))
+        for field in ("summary", "phase_test", "cell_accuracy"):
+            assert again[field] == json.loads(json.dumps(result[field])), field
+        assert "nothing was scored" in again["rejudged"]["what"]
+    stale = json.loads(json.dumps(result))
+    stale["phase_test"] = {**stale["phase_test"], "verdict": "phase-sensitive", "mde": {"points": 1.0}}
+    stale["summary"] = {**stale["summary"], "gap_points": -1.0}
+    assert rejudge(stale)["phase_test"] == json.loads(json.dumps(result["phase_test"]))
+    assert rejudge(stale)["summary"]["gap_points"] == result["summary"]["gap_points"]
+    path = tmp_path / "stale.json"
+    path.write_text(json.dumps(stale))
+    rejudge_main([str(path)])
+    assert json.loads(path.read_text())["phase_test"]["verdict"] == result["phase_test"]["verdict"]
+    assert "phase verdict at period" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="only a lookup or needle result"):
+        rejudge({**stale, "probe": "flip"})

@@ -6,7 +6,8 @@ SHA-256 of every file of the checkpoint it measured but the optimiser state (its
 retrained or copied run is keyed on its weights), the phasekv version and the SHA-256 of the statistics' source
 (`phasekv.stats`: a changed verdict rule or test makes every stored verdict stale). A rerun reuses a result iff its
 stored key equals the key it would be computed under; anything else (missing, torn, foreign or changed) is
-computed again.
+computed again, except a result whose key differs in the statistics' hash alone (`scored_under`): its outcomes
+are still the model's, so the presses profile judges it again from its records instead of scoring it again.
 """
 
 from __future__ import annotations
@@ -79,6 +80,23 @@ def stored_result(path: Path, key: dict) -> dict | None:
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) and data.get("reproduce") == _normalised(key) else None
+
+
+def scored_under(path: Path, key: dict) -> dict | None:
+    """The result at `path` when its stored key equals `key` in everything but the statistics' hash ("analysis"):
+    the same study, options, checkpoint and code version scored it, so its per-prompt outcomes stand and only
+    its summary and verdict are stale; else None."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    stored = data.get("reproduce") if isinstance(data, dict) else None
+    if not isinstance(stored, dict):
+        return None
+    expected = _normalised(key)
+    return data if {**stored, "analysis": None} == {**expected, "analysis": None} else None
 
 
 def store_result(path: Path, key: dict, result: dict) -> dict:

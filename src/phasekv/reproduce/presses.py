@@ -12,7 +12,8 @@ from ..report import build_report
 from ..studies.presses.options import DEFAULT_MODEL, PressProfile
 from ..studies.presses.run import cell_command, cell_config, cell_path, kvpress_python, run_cell, write_cell_config
 from ..studies.presses.table import write_press_table
-from .cache import result_key, store_result, stored_result
+from ..studies.probe.rejudge import rejudge
+from .cache import result_key, scored_under, store_result, stored_result
 
 
 def cell_key(config: dict, model: Path) -> dict:
@@ -21,8 +22,10 @@ def cell_key(config: dict, model: Path) -> dict:
     return result_key("presses", {name: value for name, value in config.items() if name != "model"}, model)
 
 
-def _cells(profile: PressProfile, out: Path, model: Path):
-    """Every (probe, method, config, result path, stored result or None) of the profile on `model`."""
+def _cells(profile: PressProfile, out: Path, model: Path, echo=None):
+    """Every (probe, method, config, result path, stored result or None) of the profile on `model`. A stored cell
+    scored under other statistics counts as stored: with `echo` (a run) it is first judged again from its records,
+    stored under the current key and reported; without it (a plan) nothing is written."""
     if not (model / "config.json").is_file():
         raise FileNotFoundError(
             f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
@@ -30,7 +33,15 @@ def _cells(profile: PressProfile, out: Path, model: Path):
     for probe in profile.probes():
         for method in profile.methods:
             config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
-            yield probe, method, config, path, stored_result(path, cell_key(config, model))
+            key = cell_key(config, model)
+            stored = stored_result(path, key)
+            if stored is None and (scored := scored_under(path, key)) is not None:
+                if echo is None:
+                    stored = scored
+                else:
+                    stored = store_result(path, key, rejudge(scored))
+                    echo(f"{probe} {method.name}: judged again from its records (the statistics changed)")
+            yield probe, method, config, path, stored
 
 
 def plan_presses(profile: PressProfile, out: str | Path, model: str | Path = DEFAULT_MODEL) -> str:
@@ -40,7 +51,8 @@ def plan_presses(profile: PressProfile, out: str | Path, model: str | Path = DEF
     lines = [f"presses profile {profile.name} on {model}: cells under {out}/cells/"]
     for probe, method, config, path, stored in _cells(profile, out, model):
         if stored is not None:
-            lines.append(f"# {probe} {method.name}: stored in {path}")
+            stale = stored_result(path, cell_key(config, model)) is None
+            lines.append(f"# {probe} {method.name}: stored in {path}" + (" (to be judged again)" if stale else ""))
             continue
         python = "$PHASEKV_KVPRESS_PYTHON" if method.needs_kvpress else sys.executable
         command = cell_command(write_cell_config(config, path), path, python)
@@ -63,7 +75,7 @@ def run_presses(
     out, model = Path(out), Path(model)
     results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
     pending = []
-    for probe, method, config, path, result in _cells(profile, out, model):
+    for probe, method, config, path, result in _cells(profile, out, model, echo):
         if result is None:
             pending.append((probe, method, config, path))
         else:

@@ -620,3 +620,41 @@ def test_a_cell_loads_its_model_on_the_device_of_its_config(monkeypatch):
         with pytest.raises(Stop):
             cell.run({**config, **given})
         assert seen["device"] == device and seen["batch_size"] == 3
+
+
+def test_a_cell_scored_under_other_statistics_is_judged_again_not_scored_again(qwen_dir, tmp_path, monkeypatch):
+    """Its outcomes are the model's: when only the statistics' hash differs, the profile re-judges the stored cell
+    from its records (a verdict written by the older rule is replaced), and a plan counts it as stored."""
+    import json
+
+    import phasekv.reproduce.cache as cache
+    import phasekv.reproduce.presses as presses
+    from phasekv.studies.presses.run import cell_path
+
+    profile = _tiny_profile(("pool", "pool:w=4,s=2,local=3"))
+    presses.run_presses(profile, tmp_path, qwen_dir, echo=lambda _: None)
+    path = cell_path(tmp_path, profile.methods[1], "lookup")
+    fresh = json.loads(path.read_text())
+    stale = {**fresh, "phase_test": {**fresh["phase_test"], "verdict": "phase-sensitive"}}
+    stale["reproduce"] = {**fresh["reproduce"], "analysis": "the hash of older statistics"}
+    path.write_text(json.dumps(stale))
+    assert "(to be judged again)" in presses.plan_presses(profile, tmp_path, qwen_dir)
+    assert (
+        json.loads(path.read_text())["reproduce"]["analysis"] == "the hash of older statistics"
+    )  # a plan writes nothing
+
+    def no_cell(*_):
+        raise AssertionError("a re-judged cell is not scored again")
+
+    monkeypatch.setattr(presses, "run_cell", no_cell)
+    lines = []
+    presses.run_presses(profile, tmp_path, qwen_dir, echo=lines.append)
+    assert "lookup pool: judged again from its records (the statistics changed)" in lines
+    again = json.loads(path.read_text())
+    assert again["reproduce"] == fresh["reproduce"] and again["phase_test"] == fresh["phase_test"]
+    # another model's (or another version's) cell is not re-judged: it is scored again
+    other = {**fresh, "reproduce": {**fresh["reproduce"], "analysis": "x", "checkpoint": {"model.safetensors": "y"}}}
+    path.write_text(json.dumps(other))
+    assert cache.scored_under(path, fresh["reproduce"]) is None
+    with pytest.raises(AssertionError, match="not scored again"):
+        presses.run_presses(profile, tmp_path, qwen_dir, echo=lines.append)

@@ -117,7 +117,11 @@ def grid_shift_of_result(result: dict, alpha: float = 0.05, min_effect: float | 
     positions, units = np.asarray(columns["target_position"]), np.asarray(columns["unit"])
     outcomes = np.array([columns[f"correct_grid_offset_{o}"] for o in offsets], dtype=float)
     ids, seed = _identical_prompts(result), int(result.get("seed", 0))
-    test = grid_shift_test(positions, outcomes, offsets, period, alpha=alpha, seed=seed, units=units, prompt_ids=ids)
+    stored = (phase.get("grid_shift") or {}).get("n_bootstrap")
+    resamples = {"n_resamples": int(stored)} if stored else {}  # the run's own, where recorded
+    test = grid_shift_test(
+        positions, outcomes, offsets, period, alpha=alpha, seed=seed, units=units, prompt_ids=ids, **resamples
+    )
     design = GridShiftDesign(positions, offsets, period, units, ids)
     return replace(test, mde=grid_shift_mde(design, design.pool(outcomes), alpha, min_effect, seed=seed, chance=chance))
 
