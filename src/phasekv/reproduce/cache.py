@@ -71,21 +71,8 @@ def result_key(study: str, options: dict, checkpoint: Path | None) -> dict:
     )
 
 
-def stored_result(path: Path, key: dict) -> dict | None:
-    """The result at `path` when its stored key equals `key`, else None (missing, torn, foreign or changed)."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) and data.get("reproduce") == _normalised(key) else None
-
-
-def scored_under(path: Path, key: dict) -> dict | None:
-    """The result at `path` when its stored key equals `key` in everything but the statistics' hash ("analysis"):
-    the same study, options, checkpoint and code version scored it, so its per-prompt outcomes stand and only
-    its summary and verdict are stale; else None."""
+def _stored(path: Path) -> tuple[dict, dict] | None:
+    """(the result at `path`, its stored key), or None when it is missing, torn or has no key."""
     if not path.is_file():
         return None
     try:
@@ -93,10 +80,24 @@ def scored_under(path: Path, key: dict) -> dict | None:
     except json.JSONDecodeError:
         return None
     stored = data.get("reproduce") if isinstance(data, dict) else None
-    if not isinstance(stored, dict):
+    return (data, stored) if isinstance(stored, dict) else None
+
+
+def stored_result(path: Path, key: dict) -> dict | None:
+    """The result at `path` when its stored key equals `key`, else None (missing, torn, foreign or changed)."""
+    found = _stored(path)
+    return found[0] if found is not None and found[1] == _normalised(key) else None
+
+
+def scored_under(path: Path, key: dict) -> dict | None:
+    """The result at `path` when its stored key equals `key` in everything but the statistics' hash ("analysis"):
+    the same study, options, checkpoint and code version scored it, so its per-prompt outcomes stand and only
+    its summary and verdict are stale; else None."""
+    found = _stored(path)
+    if found is None:
         return None
-    expected = _normalised(key)
-    return data if {**stored, "analysis": None} == {**expected, "analysis": None} else None
+    data, stored = found
+    return data if {**stored, "analysis": None} == {**_normalised(key), "analysis": None} else None
 
 
 def store_result(path: Path, key: dict, result: dict) -> dict:
