@@ -789,16 +789,18 @@ def test_the_minimum_detectable_effect_is_simulated_only_when_asked_and_testable
 
     calls = []
 
-    def recorded(design, base, alpha, min_effect, seed):
-        calls.append((design, base, alpha, min_effect, seed))
+    def recorded(design, base, alpha, min_effect, seed, chance):
+        calls.append((design, base, alpha, min_effect, seed, chance))
         return {"points": 12.5}
 
     monkeypatch.setattr(verdict_module, "minimum_detectable_effect", recorded)
     units, positions, outcomes = _random_run(3, n=300, period=4)
-    asked = phase_verdict(units, positions, outcomes, 4, alpha=0.02, n_resamples=10, seed=5, mde=True, min_effect=7.0)
+    asked = phase_verdict(
+        units, positions, outcomes, 4, alpha=0.02, n_resamples=10, seed=5, mde=True, min_effect=7.0, chance=0.2
+    )
     assert asked.mde == {"points": 12.5} and len(calls) == 1
     design, base, *rest = calls[0]
-    assert rest == [0.02, 7.0, 5] and design.period == 4 and design.n_prompts == 300
+    assert rest == [0.02, 7.0, 5, 0.2] and design.period == 4 and design.n_prompts == 300
     assert base == pytest.approx(PhaseDesign(units, positions, 4).null_cells(outcomes))  # the run's phase-free fit
     assert phase_verdict(units, positions, outcomes, 4, n_resamples=10).mde is None and len(calls) == 1
     narrow = phase_verdict([0, 0, 1, 1], [3, 4, 5, 6], [1.0, 0.0, 1.0, 0.0], 4, n_resamples=10, mde=True)

@@ -136,14 +136,14 @@ def test_the_dry_run_simulates_the_mde_of_the_prompts_design_at_a_flat_accuracy(
     assert (design.period, design.n_prompts, design.n_distinct, design.n_units) == (3, 73, 72, 3)
     np.testing.assert_array_equal(base, np.full(72, 0.6))  # one cell per distinct (unit, position)
     assert (alpha, min_effect) == (0.05, 9.0)
-    assert mde.kwargs == {"basis": "a flat accuracy of 60% (assumed before the run)"}
+    assert mde.kwargs == {"basis": "a flat accuracy of 60% (assumed before the run)", "chance": 0.25}
 
     period, _, note = planned_mde(prompts, None, 8, n_records=8)  # the period check's default: modulus // 2
     assert period == 4 and note == "at an assumed flat accuracy of 70%; the run states its own MDE"
     assert PLANNING_ACCURACY == 0.7
     np.testing.assert_array_equal(mde.args[1], np.full(72, 0.7))
     assert mde.args[3] == MIN_EFFECT_POINTS
-    assert mde.kwargs == {"basis": "a flat accuracy of 70% (assumed before the run)"}
+    assert mde.kwargs == {"basis": "a flat accuracy of 70% (assumed before the run)", "chance": 0.25}
     assert planned_mde(prompts, 1, 8, n_records=8)[0] == 8  # a stride of 1 has no phase: the modulus is tested
 
 
@@ -191,6 +191,7 @@ class _Verdict:
     shifted: object = None
     alpha: float = 0.01
     min_effect_points: float = 7.0
+    chance: float = 0.125
 
     def to_dict(self):
         return {"verdict": 1, "basis": self.basis, **({"grid_shift": self.shifted} if self.shifted else {})}
@@ -306,6 +307,7 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
         "n_resamples": 2000,
         "alpha": 0.01,  # the verdict's rule, for the grid shift's own MDE
         "min_effect": 7.0,
+        "chance": 0.125,
     }
     assert unshifted is calls["score"].result  # the grid in place is not scored again
     assert result["phase_test"] == {
