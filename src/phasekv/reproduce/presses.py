@@ -23,9 +23,9 @@ def cell_key(config: dict, model: Path) -> dict:
 
 
 def _cells(profile: PressProfile, out: Path, model: Path, echo=None):
-    """Every (probe, method, config, result path, stored result or None) of the profile on `model`. A stored cell
-    scored under other statistics counts as stored: with `echo` (a run) it is first judged again from its records,
-    stored under the current key and reported; without it (a plan) nothing is written."""
+    """Every (probe, method, config, result path, stored result or None, stale) of the profile on `model`. A stored
+    cell scored under other statistics counts as stored: with `echo` (a run) it is first judged again from its
+    records, stored under the current key and reported; without it (a plan) nothing is written and `stale` says so."""
     if not (model / "config.json").is_file():
         raise FileNotFoundError(
             f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
@@ -34,14 +34,14 @@ def _cells(profile: PressProfile, out: Path, model: Path, echo=None):
         for method in profile.methods:
             config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
             key = cell_key(config, model)
-            stored = stored_result(path, key)
+            stored, stale = stored_result(path, key), False
             if stored is None and (scored := scored_under(path, key)) is not None:
                 if echo is None:
-                    stored = scored
+                    stored, stale = scored, True
                 else:
                     stored = store_result(path, key, rejudge(scored))
                     echo(f"{probe} {method.name}: judged again from its records (the statistics changed)")
-            yield probe, method, config, path, stored
+            yield probe, method, config, path, stored, stale
 
 
 def plan_presses(profile: PressProfile, out: str | Path, model: str | Path = DEFAULT_MODEL) -> str:
@@ -49,9 +49,8 @@ def plan_presses(profile: PressProfile, out: str | Path, model: str | Path = DEF
     each writes that cell's result file), after the cells already stored; computes nothing."""
     out, model = Path(out), Path(model)
     lines = [f"presses profile {profile.name} on {model}: cells under {out}/cells/"]
-    for probe, method, config, path, stored in _cells(profile, out, model):
+    for probe, method, config, path, stored, stale in _cells(profile, out, model):
         if stored is not None:
-            stale = stored_result(path, cell_key(config, model)) is None
             lines.append(f"# {probe} {method.name}: stored in {path}" + (" (to be judged again)" if stale else ""))
             continue
         python = "$PHASEKV_KVPRESS_PYTHON" if method.needs_kvpress else sys.executable
@@ -75,7 +74,7 @@ def run_presses(
     out, model = Path(out), Path(model)
     results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
     pending = []
-    for probe, method, config, path, result in _cells(profile, out, model, echo):
+    for probe, method, config, path, result, _ in _cells(profile, out, model, echo):
         if result is None:
             pending.append((probe, method, config, path))
         else:

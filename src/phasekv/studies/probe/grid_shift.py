@@ -87,7 +87,7 @@ def run_grid_shift(
     return test, columns
 
 
-def _identical_prompts(result: dict) -> np.ndarray:
+def identical_prompts_of_result(result: dict) -> np.ndarray:
     """Equal ids for identical prompts: the records' prompt_id; in files written before it was recorded, the
     prefix protocol's prompts of one unit with the same target and query position (the same tokens), and
     every prompt distinct in the other protocols."""
@@ -116,7 +116,7 @@ def grid_shift_of_result(result: dict, alpha: float = 0.05, min_effect: float | 
     period = (phase.get("grid_shift") or {}).get("period", len(offsets))
     positions, units = np.asarray(columns["target_position"]), np.asarray(columns["unit"])
     outcomes = np.array([columns[f"correct_grid_offset_{o}"] for o in offsets], dtype=float)
-    ids, seed = _identical_prompts(result), int(result.get("seed", 0))
+    ids, seed = identical_prompts_of_result(result), int(result.get("seed", 0))
     stored = (phase.get("grid_shift") or {}).get("n_bootstrap")
     resamples = {"n_resamples": int(stored)} if stored else {}  # the run's own, where recorded
     test = grid_shift_test(

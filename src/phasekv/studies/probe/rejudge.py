@@ -23,7 +23,7 @@ import numpy as np
 from phasekv.provenance import software_versions
 from phasekv.stats.verdict import rest_on_grid_shift
 
-from .grid_shift import _identical_prompts, grid_shift_of_result
+from .grid_shift import grid_shift_of_result, identical_prompts_of_result
 from .scored import PromptScores
 from .units import summarize_units
 
@@ -51,7 +51,7 @@ def rejudge(result: dict) -> dict:
         query_position=np.asarray(columns["query_position"]),
         answer_follows_key=layout,
         query_repeats_key=layout,
-        prompt_id=_identical_prompts(result),
+        prompt_id=identical_prompts_of_result(result),
     )
     phase = result["phase_test"]
     cells, summary, verdict = summarize_units(
