@@ -9,8 +9,11 @@ only the cache is compressed), then the question and the teacher-forced answer t
 forward against the compressed cache, at their true positions (`position_ids` continue the context,
 not the shorter cache). The answer's log-probs are read from that second forward.
 
-Rows are prefilled one at a time (batch 1, like kvpress's pipeline): ChunkKVPress selects the chunks
-of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong.
+Rows whose context and question have the same lengths (every prompt of a prefix-protocol lookup) are prefilled
+and decoded together when every press in the spec compresses each row from that row alone
+(`press_spec.ROW_INDEPENDENT`: KNorm, SnapKV, StreamingLLM, ChunkPress, BlockPress); other rows, and every row
+under any other press, are prefilled one at a time (batch 1, like kvpress's pipeline). ChunkKVPress selects the
+chunks of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong for it.
 
 Kept entries are counted from the cache's size per layer and KV head after each prefill (`KVEntryCounter`):
 right for presses that remove entries (KNorm, SnapKV, StreamingLLM, ChunkKV, ChunkPress, BlockPress); presses
@@ -34,7 +37,7 @@ import torch
 from .base import ScorerError
 from .hf_scorer import HFScorer
 from .press_grid import shifted_press_class
-from .press_spec import PressCall, PressSpecError, grid_call, press_stride
+from .press_spec import PressCall, PressSpecError, compresses_rows_apart, grid_call, press_stride
 
 KVPRESS_MISSING = (
     "--press with a kvpress press needs the kvpress package (kvpress 0.5.5 needs transformers < 5.3): "
@@ -87,11 +90,13 @@ class KVEntryCounter:
         self.kept: torch.Tensor | None = None  # [layers, kv heads], summed over prefills
 
     def add(self, context_tokens: int, cache) -> None:
-        # keys [1, Hkv, n, D]: kvpress presses drop the same number of entries from every head of a layer
-        kept = torch.tensor([[layer.keys.shape[2]] * layer.keys.shape[1] for layer in cache.layers])
+        """Count one prefill of `context_tokens` per row of `cache` (keys [B, Hkv, n, D]: kvpress presses drop the
+        same number of entries from every row and every head of a layer)."""
+        rows = cache.layers[0].keys.shape[0]
+        kept = rows * torch.tensor([[layer.keys.shape[2]] * layer.keys.shape[1] for layer in cache.layers])
         self.kept = kept if self.kept is None else self.kept + kept
-        self.prefills += 1
-        self.context_tokens += context_tokens
+        self.prefills += rows
+        self.context_tokens += rows * context_tokens
 
     def record(self) -> dict:
         if self.kept is None:
@@ -110,8 +115,9 @@ class KVPressScorer(HFScorer):
     """An HF causal LM scored through a context prefill compressed by a kvpress press (module docstring).
 
     `question_tokens` (>= 1) is how many prompt tokens at the end are the uncompressed question; the
-    probes set it (`press_question.bind_question`). Rows are scored one at a time under a lock: the
-    press's hooks belong to the model, so concurrent workers would share them (one worker by default).
+    probes set it (`press_question.bind_question`). Rows of equal lengths are prefilled together when the press
+    compresses rows apart (module docstring), else one at a time; either under a lock: the press's hooks belong
+    to the model, so concurrent workers would share them (one worker by default).
     """
 
     concurrent_batches = False
@@ -120,6 +126,7 @@ class KVPressScorer(HFScorer):
         super().__init__(model, tokenizer, **options)
         self.spec, self.spec_text = spec, spec_text
         self.press = build_press(spec)
+        self.batches_rows = compresses_rows_apart(spec)
         self.question_tokens = question_tokens
         self.counter = KVEntryCounter()
         self._lock = threading.Lock()
@@ -145,7 +152,7 @@ class KVPressScorer(HFScorer):
             self.press = unshifted
 
     def compressed_cache(self, context_ids: torch.Tensor):
-        """Prefill `context_ids` [1, C] with the press active; returns the compressed DynamicCache."""
+        """Prefill `context_ids` [B, C] with the press active; returns the compressed DynamicCache."""
         from transformers import DynamicCache
 
         cache = DynamicCache()
@@ -155,20 +162,26 @@ class KVPressScorer(HFScorer):
 
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         n_last = positions.shape[1]
-        rows = []
-        for ids, wanted in zip(input_ids, positions, strict=True):
-            end = int(wanted[-1]) + 1  # the row's real length (rows are right-padded)
+        ends = (positions[:, -1] + 1).tolist()  # the rows' real lengths (rows are right-padded)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for row, end in enumerate(ends):
             context = end - (n_last - 1) - self.question_tokens
             if context < 1:
                 raise ScorerError(
                     f"a {end}-token sequence has no context before its {self.question_tokens} question tokens"
                 )
+            key = (context, end) if self.batches_rows else (context, end, row)
+            groups.setdefault(key, []).append(row)
+        out: list[torch.Tensor | None] = [None] * len(ends)
+        for (context, end, *_), rows in groups.items():
+            ids = input_ids[rows]  # [G, T]: equal lengths, so no padding in the prefill
             with self._lock:
-                cache = self.compressed_cache(ids[None, :context])
+                cache = self.compressed_cache(ids[:, :context])
                 self.counter.add(context, cache)
-                logits = self._decode(ids[None, context:end], cache, context)  # [1, end - context, V]
-            rows.append(logits[0, wanted - context])  # [n_last, V]
-        return torch.stack(rows)
+                logits = self._decode(ids[:, context:end], cache, context)  # [G, end - context, V]
+            for g, row in enumerate(rows):
+                out[row] = logits[g, positions[row] - context]  # [n_last, V]
+        return torch.stack(out)
 
     def _decode(self, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
         return decode_against(self.model, tail, cache, context)
@@ -188,7 +201,12 @@ class KVPressScorer(HFScorer):
                     "context = every prompt token before the last question_tokens (prefilled with the press, then its "
                     "KV cache compressed); question = the last question_tokens prompt tokens, decoded with the answer "
                     "tokens against the compressed cache at their true positions (one forward, a causal mask per "
-                    "layer when layers kept different numbers of entries); prefill one row at a time"
+                    "layer when layers kept different numbers of entries); "
+                    + (
+                        "rows of equal lengths prefilled together (every press compresses each row on its own)"
+                        if self.batches_rows
+                        else "prefill one row at a time"
+                    )
                 ),
                 "kv_entries": self.counter.record(),
             },

@@ -22,6 +22,12 @@ from dataclasses import dataclass, field
 GRID_FIELDS = {"ChunkKVPress": "chunk_length", "ChunkPress": "chunk_length", "BlockPress": "block_size"}
 POOL_PREFIX = "pool:"
 
+# kvpress presses that compress each row of a batch from that row alone (scores and top-k per row, the same
+# number of entries kept in every row): the rows of a batch of equal-length contexts can be prefilled together.
+# ChunkKVPress is not one (it keeps the chunks the batch's first row chooses), nor is any press not listed here.
+# tests/studies/presses/test_presses.py compares a batched prefill with one row at a time for each.
+ROW_INDEPENDENT = frozenset({"KnormPress", "SnapKVPress", "StreamingLLMPress", "ChunkPress", "BlockPress"})
+
 PRESETS = {
     "knorm": "KnormPress(compression_ratio=0.5)",
     "snapkv": "SnapKVPress(compression_ratio=0.5)",
@@ -151,6 +157,12 @@ def grid_call(spec: PressCall) -> PressCall | None:
         if isinstance(value, PressCall) and (found := grid_call(value)) is not None:
             return found
     return None
+
+
+def compresses_rows_apart(spec: PressCall) -> bool:
+    """Whether `spec` and every press nested in it compress each row of a batch on its own (`ROW_INDEPENDENT`)."""
+    nested = [v for value in spec.kwargs.values() for v in (value if isinstance(value, list) else [value])]
+    return spec.name in ROW_INDEPENDENT and all(compresses_rows_apart(v) for v in nested if isinstance(v, PressCall))
 
 
 def press_stride(spec: PressCall | PoolSpec) -> tuple[int | None, str]:

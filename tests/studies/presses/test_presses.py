@@ -11,7 +11,14 @@ from conftest import randomize, tiny_qwen3, word_tokenizer
 from phasekv.scoring import HFScorer, ScorerError, load_scorer
 from phasekv.scoring.pooled import install_pooling
 from phasekv.scoring.press_question import bind_question, question_tokens
-from phasekv.scoring.press_spec import PoolSpec, PressCall, PressSpecError, parse_press, press_stride
+from phasekv.scoring.press_spec import (
+    PoolSpec,
+    PressCall,
+    PressSpecError,
+    compresses_rows_apart,
+    parse_press,
+    press_stride,
+)
 from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
@@ -216,6 +223,64 @@ def test_chunkkv_keeps_whole_chunks_of_its_grid(chunk):
         for kept in _kept_positions(full_layer.keys, layer.keys):
             assert len(kept) == 48 // 2
             assert all({c * chunk + i for i in range(chunk)} <= kept for c in {p // chunk for p in kept})
+
+
+def test_a_spec_compresses_rows_apart_only_when_every_nested_press_does():
+    assert compresses_rows_apart(parse_press("snapkv")) and compresses_rows_apart(parse_press("block8-knorm"))
+    assert not compresses_rows_apart(parse_press("chunkkv8"))  # the batch's first row picks everyone's chunks
+    assert not compresses_rows_apart(parse_press("BlockPress(press=RandomPress(compression_ratio=0.5), block_size=8)"))
+    assert not compresses_rows_apart(parse_press("ChunkPress(press=ChunkKVPress(press=KnormPress(), chunk_length=4))"))
+
+
+BATCHED = [
+    ("KnormPress(compression_ratio=0.5)", 0),
+    ("SnapKVPress(compression_ratio=0.5, window_size=4)", 0),
+    ("StreamingLLMPress(compression_ratio=0.5, n_sink=4)", 0),
+    ("ChunkPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), chunk_length=8)", 0),
+    ("ChunkPress(press=KnormPress(compression_ratio=0.25), chunk_length=4)", 3),
+    ("BlockPress(press=KnormPress(compression_ratio=0.5), block_size=8)", 0),
+    ("BlockPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), block_size=8)", 5),
+    ("ChunkKVPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), chunk_length=8)", 0),  # one at a time
+    ("ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=4)", 1),  # one at a time
+]
+
+
+@needs_kvpress
+@pytest.mark.parametrize(("text", "offset"), BATCHED)
+def test_a_batch_of_equal_lengths_scores_like_one_row_at_a_time(text, offset, monkeypatch):
+    """Rows of the same lengths are prefilled together only under presses that compress each row on its own, and
+    then give what one row at a time gives (float32 rounding apart), with the same kept entries counted."""
+    from contextlib import nullcontext
+
+    from phasekv.scoring.press import KVPressScorer
+
+    tok = word_tokenizer()
+    model = randomize(tiny_qwen3(len(tok)))
+    draw = torch.Generator().manual_seed(1)
+    sequences = [*torch.randint(5, len(tok), (5, 44), generator=draw).tolist()]
+    sequences += torch.randint(5, len(tok), (3, 37), generator=draw).tolist()  # a second length: a second group
+    prefill_rows = []
+    compressed_cache = KVPressScorer.compressed_cache
+
+    def counting(self, context_ids):
+        prefill_rows.append(context_ids.shape[0])
+        return compressed_cache(self, context_ids)
+
+    monkeypatch.setattr(KVPressScorer, "compressed_cache", counting)
+    scored = {}
+    for batch_size in (1, 8):
+        scorer = _press_scorer(text, question=5, model=model, batch_size=batch_size, workers=1)
+        with scorer.grid_offset(offset) if offset else nullcontext():
+            scored[batch_size] = (scorer.logprobs(sequences, 3), scorer.counter.record())
+    one, batched = scored[1][0], scored[8][0]
+    torch.testing.assert_close(batched, one, rtol=0, atol=1e-5)
+    assert torch.equal(batched.argmax(-1), one.argmax(-1))
+    assert scored[8][1] == scored[1][1]  # the same entries kept, row for row
+    assert scored[8][1]["prefills"] == len(sequences)
+    together = scorer.batches_rows
+    assert together == (not text.startswith("ChunkKVPress"))
+    assert prefill_rows[len(sequences) :] == ([3, 5] if together else [1] * len(sequences))  # shortest first
+    assert ("prefilled together" in scorer.describe()["press"]["semantics"]) == together
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
