@@ -12,8 +12,8 @@
 # the model's wheel). CELLS: the cells' configs written by `phasekv reproduce --profile presses-large --device cuda
 # --batch-size 128 --methods ... --plan` (their "model" is replaced by MODEL). Jobs share the GPU; each runs under
 # what is left of BUDGET_S, and a job cut off writes nothing (results are written atomically). kvpress cells prefill
-# prompts of equal lengths together (one prompt at a time, three kvpress cells at once did not finish 11,243 prompts
-# in 468 s on an H200). The returned files are ordinary results (`phasekv report`, `--like`); `model.json` holds
+# prompts of equal lengths together, except under ChunkKV (one prompt at a time: on an H200, three such cells at
+# once did not finish 11,243 prompts in 468 s, so a ChunkKV cell needs a lease of its own). The returned files are ordinary results (`phasekv report`, `--like`); `model.json` holds
 # the weights' fingerprint (`phasekv.pretrained.weights_fingerprint`) to compare with the local model folder's.
 set -u
 cd "$(dirname "$0")/.."

@@ -11,10 +11,9 @@ not the shorter cache). The answer's log-probs are read from that second forward
 
 Rows whose context and question have the same lengths (every prompt of a prefix-protocol lookup) are prefilled
 and decoded together when every press in the spec compresses each row from that row alone
-(`press_spec.ROW_INDEPENDENT`: KNorm, SnapKV, StreamingLLM, ChunkPress, BlockPress, and ChunkKVPress as built here:
-kvpress 0.5.5's keeps the chunks of the batch's first row for every row, so phasekv's lets each row choose, see
-`press_grid`, and prefills one at a time the rows whose choices keep different numbers of tokens). Other rows, and
-every row under any other press, are prefilled one at a time (batch 1, like kvpress's pipeline).
+(`press_spec.ROW_INDEPENDENT`: KNorm, SnapKV, StreamingLLM, ChunkPress, BlockPress); other rows, and every row
+under any other press, are prefilled one at a time (batch 1, like kvpress's pipeline). ChunkKVPress selects the
+chunks of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong for it.
 
 Kept entries are counted from the cache's size per layer and KV head after each prefill (`KVEntryCounter`):
 right for presses that remove entries (KNorm, SnapKV, StreamingLLM, ChunkKV, ChunkPress, BlockPress); presses
@@ -37,7 +36,7 @@ import torch
 
 from .base import ScorerError
 from .hf_scorer import HFScorer
-from .press_grid import RaggedRows, shifted_press_class
+from .press_grid import shifted_press_class
 from .press_spec import PressCall, PressSpecError, compresses_rows_apart, grid_call, press_stride
 
 KVPRESS_MISSING = (
@@ -47,11 +46,10 @@ KVPRESS_MISSING = (
 )
 
 
-def build_press(spec: PressCall, grid_offset: int = 0, each_row: bool = False):
+def build_press(spec: PressCall, grid_offset: int = 0):
     """The kvpress press object named by `spec` (nested presses built first). With `grid_offset` > 0 the press
     that sets the chunk grid (`press_spec.grid_call`) is built with its cuts moved by that many tokens
-    (`press_grid`): the grid-shift test. With `each_row`, a ChunkKVPress chooses every row's chunks from that row
-    (`press_grid`), so a batch of rows computes what each row alone computes."""
+    (`press_grid`): the grid-shift test."""
     try:
         import kvpress
     except ImportError as err:
@@ -68,8 +66,6 @@ def build_press(spec: PressCall, grid_offset: int = 0, each_row: bool = False):
         kwargs = {k: build(v) for k, v in call.kwargs.items()}
         if call is shifted:
             cls, kwargs["grid_offset"] = shifted_press_class(call.name), grid_offset
-        if each_row and call.name == "ChunkKVPress":
-            cls, kwargs["each_row"] = shifted_press_class(call.name), True
         try:
             return cls(**kwargs)
         except (TypeError, AssertionError, ValueError) as err:
@@ -129,8 +125,8 @@ class KVPressScorer(HFScorer):
     def __init__(self, model, tokenizer, *, spec: PressCall, spec_text: str, question_tokens: int = 1, **options):
         super().__init__(model, tokenizer, **options)
         self.spec, self.spec_text = spec, spec_text
+        self.press = build_press(spec)
         self.batches_rows = compresses_rows_apart(spec)
-        self.press = build_press(spec, each_row=self.batches_rows)
         self.question_tokens = question_tokens
         self.counter = KVEntryCounter()
         self._lock = threading.Lock()
@@ -149,7 +145,7 @@ class KVPressScorer(HFScorer):
         if stride is None or not 0 <= offset < stride:
             raise ValueError(f"{self.spec_text}: no chunk grid with an offset {offset} (stride {stride})")
         unshifted = self.press
-        self.press = build_press(self.spec, grid_offset=offset, each_row=self.batches_rows) if offset else unshifted
+        self.press = build_press(self.spec, grid_offset=offset) if offset else unshifted
         try:
             yield
         finally:
@@ -178,21 +174,14 @@ class KVPressScorer(HFScorer):
             groups.setdefault(key, []).append(row)
         out: list[torch.Tensor | None] = [None] * len(ends)
         for (context, end, *_), rows in groups.items():
-            try:
-                logits = self._compressed_logits(input_ids[rows], context, end)
-            except RaggedRows:  # the rows keep different numbers of entries: one at a time
-                logits = torch.cat([self._compressed_logits(input_ids[[row]], context, end) for row in rows])
+            ids = input_ids[rows]  # [G, T]: equal lengths, so no padding in the prefill
+            with self._lock:
+                cache = self.compressed_cache(ids[:, :context])
+                self.counter.add(context, cache)
+                logits = self._decode(ids[:, context:end], cache, context)  # [G, end - context, V]
             for g, row in enumerate(rows):
                 out[row] = logits[g, positions[row] - context]  # [n_last, V]
         return torch.stack(out)
-
-    def _compressed_logits(self, ids: torch.Tensor, context: int, end: int) -> torch.Tensor:
-        """Logits [G, end - context, V] of rows `ids` [G, >= end] of equal lengths: their first `context` tokens
-        prefilled with the press, the rest decoded against the compressed cache."""
-        with self._lock:
-            cache = self.compressed_cache(ids[:, :context])  # equal lengths: no padding in the prefill
-            self.counter.add(context, cache)
-            return self._decode(ids[:, context:end], cache, context)
 
     def _decode(self, tail: torch.Tensor, cache, context: int) -> torch.Tensor:
         return decode_against(self.model, tail, cache, context)

@@ -8,11 +8,6 @@ partial segment treated exactly as kvpress treats its last, partial one. At o = 
 kvpress computes (tests/studies/presses/test_presses.py compares them), so a shifted run differs from the
 unshifted one only where the cuts fall.
 
-The classes also let ChunkKVPress choose each row's chunks from that row (`each_row`): kvpress 0.5.5 keeps the
-batch's first row's chunks for every row, so only one row at a time computes what it should there. When the rows'
-choices keep different numbers of tokens (a partial chunk in some rows' choice only), the cache cannot hold them as
-one batch: `RaggedRows` is raised and the caller prefills those rows one at a time.
-
 kvpress is optional: the classes are made on first use.
 """
 
@@ -31,25 +26,19 @@ def grid_segments(start: int, end: int, size: int, offset: int) -> list[tuple[in
     return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
-class RaggedRows(RuntimeError):
-    """The rows of a batch keep different numbers of cache entries: prefill them one at a time."""
-
-
 def _gather(keys, values, indices, head_dim: int):
-    """keys/values [B, H, n, D] at `indices` (a sorted 1-D tensor, the same for every row and head; [B, k] per row;
-    or [B, H, k] per head)."""
+    """keys/values [B, H, n, D] at `indices` (a sorted 1-D tensor, the same for every row and head, or
+    [B, H, k] per head)."""
     if indices.dim() == 1:
         indices = indices.view(1, 1, -1)
-    elif indices.dim() == 2:
-        indices = indices[:, None]
     indices = indices.unsqueeze(-1).expand(keys.shape[0], keys.shape[1], -1, head_dim)
     return keys.gather(2, indices).contiguous(), values.gather(2, indices).contiguous()
 
 
 def _chunkkv_compress(self, module, hidden_states, keys, values, attentions, kwargs):
     """ChunkKVPress with its chunks cut at `grid_offset` + kC: chunks ranked by the mean over their tokens of
-    the head-summed scores, the best int(chunks x (1 - ratio)) kept whole (the rows' first sample decides for
-    all, as in kvpress; with `each_row`, every row decides for itself)."""
+    the head-summed scores, the best int(chunks x (1 - ratio)) kept whole (the rows' first sample decides,
+    as in kvpress)."""
     import torch
 
     if self.press.compression_ratio == 0:
@@ -60,14 +49,8 @@ def _chunkkv_compress(self, module, hidden_states, keys, values, attentions, kwa
     summed = self.press.score(module, hidden_states, keys, values, attentions, kwargs).sum(dim=1)  # [B, n]
     chunk_scores = torch.stack([summed[:, a:b].mean(dim=-1) for a, b in segments], dim=-1)  # [B, chunks]
     kept = max(1, int(len(segments) * (1 - self.press.compression_ratio)))
-    chosen = chunk_scores.topk(kept, dim=-1).indices  # [B, kept]
-    rows = [
-        torch.cat([torch.arange(*segments[int(c)], device=keys.device) for c in row]).sort()[0]
-        for row in (chosen if self.each_row else chosen[:1])
-    ]
-    if len({len(row) for row in rows}) > 1:
-        raise RaggedRows(f"the rows' chunks keep {sorted({len(row) for row in rows})} tokens")
-    indices = torch.stack(rows) if self.each_row else rows[0]  # [B, k] or [k]
+    chosen = chunk_scores.topk(kept, dim=-1).indices[0]
+    indices = torch.cat([torch.arange(*segments[int(c)], device=keys.device) for c in chosen]).sort()[0]
     return _gather(keys, values, indices, module.head_dim)
 
 
@@ -117,11 +100,9 @@ _COMPRESS = {"ChunkKVPress": _chunkkv_compress, "ChunkPress": _chunk_compress, "
 
 @functools.cache
 def shifted_press_class(name: str) -> type:
-    """kvpress's `name` press (a key of `press_spec.GRID_FIELDS`) with a `grid_offset` field that moves its grid
-    (and for ChunkKVPress an `each_row` field: every row of a batch chooses its own chunks)."""
+    """kvpress's `name` press (a key of `press_spec.GRID_FIELDS`) with a `grid_offset` field that moves its grid."""
     import kvpress
 
     base = getattr(kvpress, name)
-    fields = {"grid_offset": 0, **({"each_row": False} if name == "ChunkKVPress" else {})}
-    namespace = {"__annotations__": {f: type(v) for f, v in fields.items()}, **fields, "compress": _COMPRESS[name]}
+    namespace = {"__annotations__": {"grid_offset": int}, "grid_offset": 0, "compress": _COMPRESS[name]}
     return dataclass(type(f"GridShifted{name}", (base,), namespace))

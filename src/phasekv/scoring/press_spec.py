@@ -22,14 +22,11 @@ from dataclasses import dataclass, field
 GRID_FIELDS = {"ChunkKVPress": "chunk_length", "ChunkPress": "chunk_length", "BlockPress": "block_size"}
 POOL_PREFIX = "pool:"
 
-# kvpress presses that compress each row of a batch from that row alone (scores and top-k per row): the rows of a
-# batch of equal-length contexts can be prefilled together. kvpress's ChunkKVPress keeps the chunks the batch's first
-# row chooses; the scorer builds it so that each row chooses its own (`press.build_press(each_row=True)`). A press not
-# listed here is prefilled one row at a time. tests/studies/presses/test_presses.py compares a batched prefill with
-# one row at a time for each.
-ROW_INDEPENDENT = frozenset(
-    {"KnormPress", "SnapKVPress", "StreamingLLMPress", "ChunkPress", "BlockPress", "ChunkKVPress"}
-)
+# kvpress presses that compress each row of a batch from that row alone (scores and top-k per row, the same
+# number of entries kept in every row): the rows of a batch of equal-length contexts can be prefilled together.
+# ChunkKVPress is not one (it keeps the chunks the batch's first row chooses), nor is any press not listed here.
+# tests/studies/presses/test_presses.py compares a batched prefill with one row at a time for each.
+ROW_INDEPENDENT = frozenset({"KnormPress", "SnapKVPress", "StreamingLLMPress", "ChunkPress", "BlockPress"})
 
 PRESETS = {
     "knorm": "KnormPress(compression_ratio=0.5)",

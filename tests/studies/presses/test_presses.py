@@ -227,10 +227,9 @@ def test_chunkkv_keeps_whole_chunks_of_its_grid(chunk):
 
 def test_a_spec_compresses_rows_apart_only_when_every_nested_press_does():
     assert compresses_rows_apart(parse_press("snapkv")) and compresses_rows_apart(parse_press("block8-knorm"))
-    assert compresses_rows_apart(parse_press("chunkkv8"))  # as the scorer builds it: each row picks its chunks
+    assert not compresses_rows_apart(parse_press("chunkkv8"))  # the batch's first row picks everyone's chunks
     assert not compresses_rows_apart(parse_press("BlockPress(press=RandomPress(compression_ratio=0.5), block_size=8)"))
-    assert not compresses_rows_apart(parse_press("ChunkKVPress(press=TOVAPress(), chunk_length=4)"))
-    assert not compresses_rows_apart(parse_press("TOVAPress(compression_ratio=0.5)"))
+    assert not compresses_rows_apart(parse_press("ChunkPress(press=ChunkKVPress(press=KnormPress(), chunk_length=4))"))
 
 
 BATCHED = [
@@ -241,9 +240,8 @@ BATCHED = [
     ("ChunkPress(press=KnormPress(compression_ratio=0.25), chunk_length=4)", 3),
     ("BlockPress(press=KnormPress(compression_ratio=0.5), block_size=8)", 0),
     ("BlockPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), block_size=8)", 5),
-    ("ChunkKVPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), chunk_length=8)", 0),
-    ("ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=4)", 1),
-    ("TOVAPress(compression_ratio=0.5)", 0),  # not known to compress rows apart: one at a time
+    ("ChunkKVPress(press=SnapKVPress(compression_ratio=0.5, window_size=4), chunk_length=8)", 0),  # one at a time
+    ("ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=4)", 1),  # one at a time
 ]
 
 
@@ -280,43 +278,9 @@ def test_a_batch_of_equal_lengths_scores_like_one_row_at_a_time(text, offset, mo
     assert scored[8][1] == scored[1][1]  # the same entries kept, row for row
     assert scored[8][1]["prefills"] == len(sequences)
     together = scorer.batches_rows
-    assert together == (not text.startswith("TOVAPress"))
-    batched_prefills = prefill_rows[len(sequences) :]
-    if text.startswith("ChunkKVPress"):  # a group whose rows keep different numbers of entries is redone row by row
-        assert batched_prefills[0] == 3 and set(batched_prefills) <= {1, 3, 5}
-    else:
-        assert batched_prefills == ([3, 5] if together else [1] * len(sequences))  # shortest first
+    assert together == (not text.startswith("ChunkKVPress"))
+    assert prefill_rows[len(sequences) :] == ([3, 5] if together else [1] * len(sequences))  # shortest first
     assert ("prefilled together" in scorer.describe()["press"]["semantics"]) == together
-
-
-@needs_kvpress
-@pytest.mark.parametrize(("context", "ragged"), [(32, False), (37, True)])
-def test_chunkkv_rows_choose_their_own_chunks_and_rows_of_unequal_choices_go_one_at_a_time(context, ragged):
-    """kvpress's ChunkKVPress keeps the batch's first row's chunks for every row; the scorer's lets each row choose.
-    With whole chunks only, every row keeps as many entries and the batch is prefilled at once; with a partial
-    chunk that some rows choose and others do not, the batch cannot be one cache and its rows go one at a time."""
-    from transformers import DynamicCache
-
-    from phasekv.scoring.press import build_press, decode_against, with_cache
-
-    text = "ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=8)"
-    tok = word_tokenizer()
-    model = randomize(tiny_qwen3(len(tok)))
-    ids = torch.randint(5, len(tok), (8, context + 5 + 2), generator=torch.Generator().manual_seed(2))
-    one = _press_scorer(text, question=5, model=model, batch_size=1).logprobs(ids.tolist(), 3)
-    scorer = _press_scorer(text, question=5, model=model, batch_size=8)
-    prefills = []
-    compressed_cache = scorer.compressed_cache
-    scorer.compressed_cache = lambda context_ids: prefills.append(len(context_ids)) or compressed_cache(context_ids)
-    batched = scorer.logprobs(ids.tolist(), 3)
-    torch.testing.assert_close(batched, one, rtol=0, atol=1e-5)
-    assert prefills == ([8] + [1] * 8 if ragged else [8])
-    with torch.no_grad():  # kvpress's own press on the same batch: every row gets the first row's chunks
-        cache = DynamicCache()
-        with build_press(parse_press(text))(model):
-            model.model(input_ids=ids[:, :context], use_cache=True, **with_cache(model.model, cache))
-        first_rows_chunks = torch.log_softmax(decode_against(model, ids[:, context:], cache, context).float(), -1)
-    assert (first_rows_chunks[:, -3:] - one).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
