@@ -13,7 +13,10 @@ Rows whose context and question have the same lengths (every prompt of a prefix-
 and decoded together when every press in the spec compresses each row from that row alone
 (`press_spec.ROW_INDEPENDENT`: KNorm, SnapKV, StreamingLLM, ChunkPress, BlockPress); other rows, and every row
 under any other press, are prefilled one at a time (batch 1, like kvpress's pipeline). ChunkKVPress selects the
-chunks of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong for it.
+chunks of the batch's first row for every row (kvpress 0.5.5), so a batched prefill would be wrong for it; letting
+each row choose does not help: around SnapKV, every chunk inside its observation window scores the same (each window
+token gets the batch's top score plus one), so which of those chunks are kept is decided by the rounding of the
+chunk means, and that differs between a batch and one row (on SmolLM2, most prompts' answers changed).
 
 Kept entries are counted from the cache's size per layer and KV head after each prefill (`KVEntryCounter`):
 right for presses that remove entries (KNorm, SnapKV, StreamingLLM, ChunkKV, ChunkPress, BlockPress); presses
