@@ -207,8 +207,24 @@ def _check_outputs(output: dict) -> None:
         check_output(output["dump_prompts"], option="--dump-prompts")
 
 
+def _press_line(press: dict) -> str | None:
+    """What a kvpress press kept, and how often its cut fell inside a tie (then top-k's tie order chose)."""
+    kept = press.get("kv_entries", {}).get("kept_fraction")
+    if kept is None:
+        return None
+    line = f"press: {kept:.2f} of the context's KV entries kept per layer and head"
+    ties = press.get("ties_at_cut", {})
+    if ties.get("checked"):
+        line += f"; {100 * ties['fraction']:.0f}% of its selections cut inside a run of equal scores" + (
+            " (there top-k's tie order, not the press's scores, chose what to keep)" if ties["fraction"] else ""
+        )
+    return line
+
+
 def _finish(result: dict, table: str, out: Path | None) -> None:
     typer.echo(table)
+    if (line := _press_line(result["model"].get("press") or {})) is not None:
+        typer.echo(line)
     answers = result["model"].get("answers")  # an endpoint audit's
     if answers is not None:
         typer.echo(f"answers: {answers['from_cache']} from the results cache, {answers['sent']} sent")

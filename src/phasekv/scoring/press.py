@@ -114,6 +114,57 @@ class KVEntryCounter:
         }
 
 
+class CutTieCounter:
+    """How often a press that keeps its n_kept best-scored entries (a kvpress ScorerPress: KNorm, SnapKV,
+    StreamingLLM, ...) has to cut inside a run of equal scores: the entries kept there are then picked by the order
+    top-k breaks ties in, not by the press's scores. SnapKV gives every token of its observation window the same
+    score (above all others), so on a context where its window (64 tokens by default) holds more tokens than it
+    keeps, every row and head ties at the cut and SnapKV keeps a fixed subset of the most recent tokens."""
+
+    def __init__(self) -> None:
+        self.slices = 0  # (layer, row, head) selections seen
+        self.tied = 0  # of which the n_kept-th and the next best score are equal
+
+    @contextmanager
+    def watching(self, press) -> Iterator[None]:
+        """Count the ties at the cut of `press`'s selections while in the block (a press of another kind is not
+        checked: ChunkKV, ChunkPress and BlockPress cut elsewhere than their inner press's scores)."""
+        from kvpress.presses.scorer_press import ScorerPress
+        from kvpress.utils import compute_n_kept
+
+        if not isinstance(press, ScorerPress):
+            yield
+            return
+        score = press.score
+
+        def counting(module, hidden_states, keys, *args, **kwargs):
+            scores = score(module, hidden_states, keys, *args, **kwargs)  # [B, H, n]
+            kept = compute_n_kept(scores.shape[-1], press.compression_ratio)
+            if 0 < kept < scores.shape[-1]:
+                ranked = scores.float().sort(dim=-1, descending=True).values
+                self.tied += int((ranked[..., kept - 1] == ranked[..., kept]).sum())
+                self.slices += ranked[..., 0].numel()
+            return scores
+
+        press.score = counting
+        try:
+            yield
+        finally:
+            del press.score
+
+    def record(self) -> dict:
+        if not self.slices:
+            return {"checked": False}
+        return {
+            "checked": True,
+            "selections": self.slices,
+            "tied_at_cut": self.tied,
+            "fraction": round(self.tied / self.slices, 6),
+            "meaning": "selections (layer, row, head) whose n_kept-th best score equals the next one: there the kept "
+            "entries are picked by top-k's tie order, not by the scores",
+        }
+
+
 class KVPressScorer(HFScorer):
     """An HF causal LM scored through a context prefill compressed by a kvpress press (module docstring).
 
@@ -132,6 +183,7 @@ class KVPressScorer(HFScorer):
         self.batches_rows = compresses_rows_apart(spec)
         self.question_tokens = question_tokens
         self.counter = KVEntryCounter()
+        self.cut_ties = CutTieCounter()
         self._lock = threading.Lock()
 
     @property
@@ -159,7 +211,7 @@ class KVPressScorer(HFScorer):
         from transformers import DynamicCache
 
         cache = DynamicCache()
-        with self.press(self.model):
+        with self.press(self.model), self.cut_ties.watching(self.press):
             self.model.model(input_ids=context_ids, use_cache=True, **with_cache(self.model.model, cache))
         return cache
 
@@ -212,6 +264,7 @@ class KVPressScorer(HFScorer):
                     )
                 ),
                 "kv_entries": self.counter.record(),
+                "ties_at_cut": self.cut_ties.record(),
             },
         }
 

@@ -283,6 +283,41 @@ def test_a_batch_of_equal_lengths_scores_like_one_row_at_a_time(text, offset, mo
     assert ("prefilled together" in scorer.describe()["press"]["semantics"]) == together
 
 
+@needs_kvpress
+@pytest.mark.parametrize(
+    ("text", "tied"),
+    [
+        ("SnapKVPress(compression_ratio=0.5)", 1.0),  # its 64-token window holds more than the 50 entries it keeps
+        ("SnapKVPress(compression_ratio=0.5, window_size=4)", 0.0),
+        ("KnormPress(compression_ratio=0.5)", 0.0),
+        ("StreamingLLMPress(compression_ratio=0.5, n_sink=4)", 0.0),  # exactly n_kept entries score 1
+        ("ChunkKVPress(press=KnormPress(compression_ratio=0.5), chunk_length=8)", None),  # cuts chunks: not checked
+    ],
+)
+def test_the_scorer_counts_selections_cut_inside_a_tie(text, tied):
+    """A selection whose n_kept-th best score equals the next is decided by top-k's tie order: SnapKV with a window
+    longer than what it keeps always is (and keeps the same recent tokens in every head), the others are not."""
+    scorer = _press_scorer(text, question=5)
+    draw = torch.Generator().manual_seed(0)  # no token twice: KNorm ties a token with its repeat (RoPE keeps norms)
+    sequences = [(5 + torch.randperm(len(scorer.tokenizer) - 5, generator=draw)[:107]).tolist() for _ in range(3)]
+    scorer.logprobs(sequences, 2)  # contexts of 107 - 1 - 5 = 101 tokens, as in the presses profile: 50 kept
+    record = scorer.describe()["press"]["ties_at_cut"]
+    if tied is None:
+        assert record == {"checked": False}
+        return
+    layers = len(scorer.model.model.layers)
+    assert record["selections"] == 3 * layers * scorer.model.config.num_key_value_heads
+    assert record["fraction"] == tied
+    if tied:
+        context = torch.tensor(sequences[:1])[:, :101]
+        with torch.no_grad():
+            full = scorer.model.model(input_ids=context, use_cache=True).past_key_values
+            cache = scorer.compressed_cache(context)
+        layers = zip(full.layers, cache.layers, strict=True)
+        kept = {frozenset(heads) for f, c in layers for heads in _kept_positions(f.keys, c.keys)}
+        assert all(min(heads) >= 101 - 64 for heads in kept) and len(kept) == 1  # one recent subset everywhere
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_decoding_against_layers_of_different_lengths_equals_decoding_token_by_token(attention):
     """ChunkKV keeps a different number of entries per layer: one forward with a mask per layer must give what
@@ -453,7 +488,9 @@ def test_press_table_shows_the_robust_phase_test_when_present():
     row |= dict(kept_fraction=0.5, wall_time_s=3.0)
     assert "| - | - |" in markdown_press_table([row])
     row |= dict(phase_p=0.004, phase_verdict="phase-sensitive")
-    assert "| 0.004 | phase-sensitive |" in markdown_press_table([row])
+    assert "| 0.004 | phase-sensitive | 0.50 | 3 |" in markdown_press_table([row])
+    row |= dict(ties_at_cut=1.0)
+    assert "| 0.50 (cut in a tie: 100%) | 3 |" in markdown_press_table([row])
 
 
 def test_a_press_at_the_floor_is_not_judged_in_the_summary_and_the_press_table(qwen_dir, tmp_path):
@@ -529,6 +566,23 @@ def test_cli_eval_with_press_writes_the_press_and_refuses_an_endpoint(qwen_dir, 
     assert result.exit_code == 2 and "--endpoint" in result.output
     result = runner.invoke(eval_app, [*args, "--press", "KnormPress(0.5)"])
     assert result.exit_code == 2 and "keyword arguments" in result.output
+
+
+@needs_kvpress
+def test_cli_eval_says_when_a_press_cuts_inside_ties(qwen_dir):
+    """SnapKV with its default 64-token window on contexts of about 120 tokens keeps only window tokens, which all
+    score the same: the summary says that the tie order chose; with an 8-token window it does not."""
+    from typer.testing import CliRunner
+
+    from phasekv.cli.evaluate import eval_app
+
+    args = ["needle", str(qwen_dir), "--context-length", "128", "--records", "4", "--haystacks", "2", "--modulus", "4"]
+    tied = CliRunner().invoke(eval_app, [*args, "--press", "snapkv", "--quiet"])
+    assert tied.exit_code == 0, tied.output
+    assert "100% of its selections cut inside a run of equal scores (there top-k's tie order" in tied.output
+    press = "SnapKVPress(compression_ratio=0.5, window_size=8)"
+    untied = CliRunner().invoke(eval_app, [*args, "--press", press, "--quiet"])
+    assert "press: 0.50 of the context's KV entries kept" in untied.output and "tie order" not in untied.output
 
 
 # --- moving a press's chunk grid (the grid-shift test) ------------------------------------------------

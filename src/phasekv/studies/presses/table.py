@@ -4,7 +4,8 @@ Columns: mean, worst and best residue (percent), gap = best - worst with its 95%
 lookup), the period difference mean_r |A(r) - A(r+S)| at the method's chunk length S (else the probe's default
 S = modulus // 2), the robust phase test (`result["phase_test"]`: p-value and verdict; "-" where the result has
 none) and the KV entries the method keeps (fraction of the context for kvpress presses, counted from the cache
-after each prefill; pooled entries + local tokens over the sequence for phasekv pooling; 1 for the full cache).
+after each prefill; pooled entries + local tokens over the sequence for phasekv pooling; 1 for the full cache),
+with the share of selections cut inside a tie where the press ranks entries by score.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def kept_fraction(result: ProbeResult) -> float:
     return spec.cache_entries(length) / length
 
 
+def cut_tie_fraction(result: ProbeResult) -> float | None:
+    """The share of the press's selections cut inside a run of equal scores (`scoring.press.CutTieCounter`), or None
+    where it was not counted (no press, pooling, a chunked press, a result from before the count)."""
+    ties = (result.model.get("press") or {}).get("ties_at_cut") or {}
+    return ties.get("fraction") if ties.get("checked") else None
+
+
+def _kept_cell(r: dict) -> str:
+    tied = r.get("ties_at_cut")
+    return f"{r['kept_fraction']:.2f}" + (f" (cut in a tie: {100 * tied:.0f}%)" if tied else "")
+
+
 def press_row(method, probe: str, result: ProbeResult, cell: str | Path) -> dict:
     """The table row of one cell (`cell`: its result file, which the row's command re-measures)."""
     s = result.residue_summary
@@ -58,6 +71,7 @@ def press_row(method, probe: str, result: ProbeResult, cell: str | Path) -> dict
         "phase_verdict": verdict_cell(phase),
         "uniformity_p": s.uniformity.p_value,
         "kept_fraction": kept_fraction(result),
+        "ties_at_cut": cut_tie_fraction(result),
         "learned": result.learned(),
         "command": eval_command(result.model, probe, cell),
         "accuracy": s.accuracy,
@@ -85,12 +99,14 @@ def markdown_press_table(rows: list[dict]) -> str:
         verdict = r["phase_verdict"] or "-"
         lines.append(
             f"| {r['label']} | {r['probe']} | {r['mean']:.1f} | {r['worst']:.1f} | {_interval(r['gap'], r['gap_ci'])} "
-            f"| {period} | {p} | {verdict} | {r['kept_fraction']:.2f} | {r['wall_time_s']:.0f} |"
+            f"| {period} | {p} | {verdict} | {_kept_cell(r)} | {r['wall_time_s']:.0f} |"
         )
     lines.append(
         "\nAccuracy in percent (full-vocabulary top-1 of the answer), by target-key position mod the probe's modulus; "
         "gap = best - worst residue in points; S = the press's chunk length (else modulus // 2); KV kept = cache "
-        "entries kept per layer and head over the compressed tokens; not judged: at chance = the lower end of the "
+        "entries kept per layer and head over the compressed tokens (cut in a tie: the share of selections whose "
+        "last kept and first dropped entries score the same, so that top-k's tie order, not the press, picks); "
+        "not judged: at chance = the lower end of the "
         "mean's 95% interval is at most twice the name-guessing level 2/records (a wide interval does this too)."
     )
     lines.append(remeasure_list((f"{r['label']}, {r['probe']}", r.get("command")) for r in rows))
