@@ -137,8 +137,8 @@ class CutTieCounter:
             return
         score = press.score
 
-        def counting(module, hidden_states, keys, *args, **kwargs):
-            scores = score(module, hidden_states, keys, *args, **kwargs)  # [B, H, n]
+        def counting(*args, **kwargs):
+            scores = score(*args, **kwargs)  # [B, H, n]
             kept = compute_n_kept(scores.shape[-1], press.compression_ratio)
             if 0 < kept < scores.shape[-1]:
                 ranked = scores.float().sort(dim=-1, descending=True).values
@@ -218,17 +218,17 @@ class KVPressScorer(HFScorer):
     def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         n_last = positions.shape[1]
         ends = (positions[:, -1] + 1).tolist()  # the rows' real lengths (rows are right-padded)
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[tuple[int, int, int | None], list[int]] = {}
         for row, end in enumerate(ends):
             context = end - (n_last - 1) - self.question_tokens
             if context < 1:
                 raise ScorerError(
                     f"a {end}-token sequence has no context before its {self.question_tokens} question tokens"
                 )
-            key = (context, end) if self.batches_rows else (context, end, row)
-            groups.setdefault(key, []).append(row)
+            alone = None if self.batches_rows else row  # a row of its own group: prefilled by itself
+            groups.setdefault((context, end, alone), []).append(row)
         out: list[torch.Tensor | None] = [None] * len(ends)
-        for (context, end, *_), rows in groups.items():
+        for (context, end, _), rows in groups.items():
             ids = input_ids[rows]  # [G, T]: equal lengths, so no padding in the prefill
             with self._lock:
                 cache = self.compressed_cache(ids[:, :context])
