@@ -246,9 +246,12 @@ def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progr
         trainer = _Trainer(config, run_dir, runtime, source)  # checks how batches split over processes
         _check_batches(trainer)
         _prepare_run_dir(run_dir, config, resume, runtime, source)
-        return _run(trainer, resume, progress)
-    finally:
-        runtime.close()
+        result = _run(trainer, resume, progress)
+    except BaseException:
+        runtime.close(finished=False)  # another rank may never reach a last barrier
+        raise
+    runtime.close()
+    return result
 
 
 def _check_batches(trainer: _Trainer) -> None:
