@@ -31,7 +31,14 @@ from phasekv.train.schedule import learning_rate
 
 
 def env_one_thread() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # faulthandler: a rank that crashes in native code prints its Python stacks
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+
+
+def launch_failure(done: subprocess.CompletedProcess) -> str:
+    """A failed torchrun's stderr: the head holds a crashed rank's own report, the tail torchrun's summary."""
+    err = done.stderr
+    return err if len(err) <= 6000 else f"{err[:3000]}\n[...]\n{err[-3000:]}"
 
 
 def write_config(config: RunConfig, path) -> str:
@@ -160,7 +167,7 @@ def test_ddp_two_processes_match_one(tmp_path):
     cmd += ["-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
     cmd += ["--out", str(tmp_path / "ddp"), "--no-progress"]
     done = subprocess.run(cmd, env=env_one_thread(), capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, launch_failure(done)
     single = train(config, tmp_path / "one", progress=False)
     two, one = np.array(losses(tmp_path / "ddp")), np.array(losses(tmp_path / "one"))
     assert two.shape == one.shape == (4, 4)
@@ -178,12 +185,12 @@ def test_fsdp_matches_one_process_and_resumes(tmp_path):
     cmd += ["-m", "phasekv.train", "--config", write_config(config, tmp_path / "run.json")]
     cmd += ["--out", str(tmp_path / "fsdp"), "--no-progress"]
     first = subprocess.run(cmd, env=env_one_thread(), capture_output=True, text=True, timeout=180)
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == 0, launch_failure(first)
     final = tmp_path / "fsdp" / "checkpoints" / "step_000004"
     before = weights(final)
     shutil.rmtree(final)  # resume from step 2 (optimizer state gathered and re-sharded)
     again = subprocess.run([*cmd, "--resume"], env=env_one_thread(), capture_output=True, text=True, timeout=180)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0, launch_failure(again)
     after = weights(final)
     assert (tmp_path / "fsdp" / "gates" / "step_000004.json").is_file()
     assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
