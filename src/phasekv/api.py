@@ -12,7 +12,7 @@
 One call for every probe, `phasekv.probe(model, PROBE, **options)`, each returning its study's typed result:
 
 * "lookup", "needle": `ProbeResult`; options: the fields of `LookupOptions` / `NeedleOptions` and the run's
-  `stride`, `n_resamples`, `grid_shift`, `min_effect` (as `phasekv eval lookup|needle`). `like=` re-measures an
+  `stride`, `n_resamples`, `grid_shift`, `min_effect`, `max_mde` (as `phasekv eval lookup|needle`). `like=` re-measures an
   earlier result with its recorded options (`phasekv.probe(like="runs/quick/runs/w8s8-1kv-s42")`).
 * "flip": `FlipResult`; options: the fields of `FlipOptions` (as `phasekv eval flip`). Its verdict is the
   period its rankings follow ("period 8 detected" or "no period detected").
@@ -35,7 +35,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 PROBES = ("lookup", "needle", "flip", "knockout")
-RUN_KEYWORDS = ("stride", "n_resamples", "grid_shift", "min_effect")  # run_lookup's / run_needle's, besides options
+RUN_KEYWORDS = ("stride", "n_resamples", "grid_shift", "min_effect", "max_mde")  # run_lookup's / run_needle's, besides options
 
 
 def _scorer(model):

@@ -392,7 +392,8 @@ def test_a_moved_grid_decides_the_verdict_by_one_rule():
     assert strong.verdict == "phase-sensitive"
     stays_put = rest_on_grid_shift(strong, _shifted(False, 0.0, 3.0, p_value=0.9))
     assert (
-        stays_put.verdict == "no phase effect detected" and "an effect of position, not of the grid" in stays_put.note
+        stays_put.verdict == "inconclusive: the design's power was not computed"
+        and "an effect of position, not of the grid" in stays_put.note
     )
     assert stays_put.position_design["verdict"] == "phase-sensitive" and stays_put.p_value == 0.9
     assert stays_put.effect_ci == [0.0, 3.0] and stays_put.basis.startswith("grid shift (the pattern does not move")
@@ -405,7 +406,14 @@ def test_a_moved_grid_decides_the_verdict_by_one_rule():
     assert (
         rest_on_grid_shift(_position_verdict(0.26, 0.0), _shifted(True, 12.0, 20.0)).verdict == "not judged: at chance"
     )
-    assert rest_on_grid_shift(flat, _shifted(False, 12.0, 20.0, p_value=0.2)).verdict == "no phase effect detected"
+    unpowered = _shifted(False, 12.0, 20.0, p_value=0.2)
+    assert rest_on_grid_shift(flat, unpowered).verdict == "inconclusive: the design's power was not computed"
+    for points, label in [
+        (12.0, "no phase effect detected"),
+        (31.2, "inconclusive: could miss a weak phase of up to 31.2 points"),
+        (None, "inconclusive: could miss a weak phase of any size"),
+    ]:
+        assert rest_on_grid_shift(flat, replace(unpowered, mde={"points": points})).verdict == label
     assert rest_on_grid_shift(flat, _shifted(True, 12.0, 20.0)).to_dict()["grid_shift"]["moves_with_grid"]
 
 
@@ -486,6 +494,7 @@ def test_the_grid_shift_mde_counts_only_runs_the_chance_rule_judges():
 def test_a_verdict_resting_on_the_grid_shift_states_that_tests_mde_and_keeps_the_position_designs():
     flat = replace(
         _position_verdict(0.8, 0.0),
+        verdict="no phase effect detected",
         mde={"points": 12.5, "power": 0.8, "simulations": 200, "distinct_prompts": 1600, "what": "drop at one phase"},
     )
     grid_mde = {

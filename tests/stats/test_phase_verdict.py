@@ -297,7 +297,7 @@ def test_the_old_curvature_false_alarm_is_gone():
     units, positions, ids, _ = _design("lookup-prefix")
     x = (positions - positions.mean()) / (np.ptp(positions) / 2)
     verdict = phase_verdict(units, positions, 0.8 - 0.3 * (1 - x**2), 8, prompt_ids=ids, n_resamples=200)
-    assert verdict.p_value > 0.5 and verdict.verdict == NO_EFFECT
+    assert verdict.p_value > 0.5 and verdict.verdict == "inconclusive: the design's power was not computed"
 
 
 def test_the_boundary_of_the_assumption_walls_within_a_period():
@@ -383,7 +383,8 @@ def test_a_small_replicated_pattern_is_not_called_phase_sensitive():
         verdict = phase_verdict(units, positions, y, period, prompt_ids=ids, n_resamples=300, seed=seed)
         assert verdict.effect_ci[0] < 5.0
         calls.append(verdict.verdict)
-    assert PHASE_SENSITIVE not in calls and set(calls) <= {NO_EFFECT, below_min_effect(5.0)}
+    unpowered = "inconclusive: the design's power was not computed"  # no MDE was asked for: a null cannot be clean
+    assert PHASE_SENSITIVE not in calls and set(calls) <= {unpowered, below_min_effect(5.0)}
 
 
 def test_a_model_at_chance_is_not_judged():
@@ -509,7 +510,8 @@ def test_a_model_with_a_cliff_in_position_is_not_called_phase_sensitive():
     result = run_lookup(scorer, options, stride=8, n_resamples=300, progress=False)
     assert result["summary"]["uniformity"]["p_value"] < 0.05  # the false alarm of the residue test
     verdict = result["phase_test"]
-    assert verdict["verdict"] in (NO_EFFECT, below_min_effect(5.0)) and verdict["trend"]["ci"][1] < 0
+    assert verdict["verdict"].startswith("inconclusive") or verdict["verdict"] in (NO_EFFECT, below_min_effect(5.0))
+    assert verdict["trend"]["ci"][1] < 0
     assert verdict["mde"]["points"] is not None and verdict["mde"]["distinct_prompts"] <= result["n_prompts"]
     planted = run_lookup(
         PositionScorer(1, scorer.cliff, drop=(8, 3)), options, stride=8, n_resamples=300, progress=False
@@ -659,7 +661,7 @@ def test_the_verdict_record_carries_its_test_rule_and_trend():
     assert [p.period for p in verdict.placebo] == [7, 9] and all(p.n_bootstrap == 0 for p in verdict.placebo)
     assert verdict.placebo[0] == PhaseDesign(units, positions, 7).test(outcomes, 2, 0)
     assert verdict.trend == position_trend(units, positions, outcomes, 80, 2)
-    assert verdict.rule == rule_text(0.01, 5.0, 0.1)
+    assert verdict.rule == rule_text(0.01, 5.0, 0.1, mean_ci=test.mean_ci)
     assert verdict.to_dict()["test"]["p_value"] == test.p_value and verdict.method == test.method
     assert phase_verdict(units, positions, outcomes, 8, n_resamples=20).chance is None
 
@@ -668,12 +670,15 @@ def test_the_rule_reads_as_it_decides():
     from phasekv.stats.verdict import rule_text
 
     assert rule_text(0.05, 5.0, None) == (
-        "phase-sensitive when the phase test rejects at 0.05 and the phase amplitude's lower bound is at least 5 points"
+        "phase-sensitive when the phase test rejects at 0.05 and the phase amplitude's lower bound is at least 5 "
+        "points; a null is inconclusive when the design could miss a weak phase of more than 20 points"
     )
     assert rule_text(0.01, 2.5, 0.125) == (
         "phase-sensitive when the phase test rejects at 0.01 and the phase amplitude's lower bound is at least "
-        "2.5 points; not judged when the mean's interval reaches chance (12.5%)"
+        "2.5 points; not judged when the mean's interval reaches chance (12.5%); a null is inconclusive when the "
+        "design could miss a weak phase of more than 20 points"
     )
+    assert "the mean's interval [40.0, 50.0] reaches chance" in rule_text(0.05, 5.0, 0.125, mean_ci=[0.4, 0.5])
     assert below_min_effect(5.0) == "phase effect below 5 points" and below_min_effect(2.5).endswith("2.5 points")
     assert (PHASE_SENSITIVE, NO_EFFECT, NOT_TESTABLE, AT_CHANCE) == (
         "phase-sensitive",
@@ -1259,3 +1264,25 @@ def test_a_vanishing_frequency_p_value_is_floored_so_the_statistic_stays_finite(
     assert p_parts.tolist() == [[1e-300]]
     assert statistic[0] == pytest.approx(600 * np.log(10))
     assert p_value[0] == pytest.approx(np.exp(-300 * np.log(10)), rel=1e-9)
+
+
+def test_a_null_from_a_blind_design_is_inconclusive_with_the_size_it_could_miss():
+    """Four mappings (the audit's design on a busy machine) could miss a weak phase of 30 points or more: its null
+    reads "inconclusive: could miss a weak phase of up to X points", never "no phase effect detected"; the same
+    flat model on a design that can see 20 points gets the clean null; the bound is the caller's."""
+    rng = np.random.default_rng(5)
+    units, positions = np.repeat(np.arange(4), 48), np.tile(np.arange(40, 88), 4)
+    outcomes = (rng.random(units.size) < 0.7).astype(float)
+    blind = phase_verdict(units, positions, outcomes, 8, n_resamples=200, mde=True)
+    assert blind.mde["points"] is None or blind.mde["points"] > 20
+    could_miss = "any size" if blind.mde["points"] is None else f"up to {blind.mde['points']:g} points"
+    assert blind.verdict == f"inconclusive: could miss a weak phase of {could_miss}"
+    assert "inconclusive" in verdict_cell(blind.to_dict()) and blind.max_mde_points == 20.0
+    lenient = phase_verdict(units, positions, outcomes, 8, n_resamples=200, mde=True, max_mde=100.0)
+    assert lenient.verdict == (NO_EFFECT if blind.mde["points"] is not None else blind.verdict)
+    units, positions = np.repeat(np.arange(64), 96), np.tile(np.arange(40, 136), 64)
+    outcomes = (rng.random(units.size) < 0.7).astype(float)
+    powered = phase_verdict(units, positions, outcomes, 8, n_resamples=200, mde=True)
+    assert powered.mde["points"] <= 20 and powered.verdict == NO_EFFECT
+    with pytest.raises(ValueError, match="max_mde"):
+        phase_verdict(units, positions, outcomes, 8, max_mde=0.0)

@@ -40,6 +40,14 @@ MIN_EFFECT = typer.Option(
     help="the phase amplitude (points) whose lower bound a 'phase-sensitive' verdict must clear; smaller "
     "replicated patterns read 'phase effect below N points'",
 )
+MAX_MDE = typer.Option(
+    20.0,
+    "--mde",
+    min=0.1,
+    max=100.0,
+    help="the largest minimum detectable effect (points) that backs a null: a run that could miss a larger weak "
+    "phase reads 'inconclusive: could miss a weak phase of up to N points', not 'no phase effect detected'",
+)
 DRY_RUN = typer.Option(
     False, "--dry-run", help="print the plan (prompts, forward passes, design) and exit: loads only the tokenizer"
 )
@@ -404,6 +412,7 @@ def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary:
         output: dict = OUTPUT,
         grid_shift: bool = GRID_SHIFT,
         min_effect: float = MIN_EFFECT,
+        max_mde: float = MAX_MDE,
     ) -> None:
         options_class, build, run, heading = parts()
         with one_line_errors("eval"):
@@ -413,7 +422,9 @@ def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary:
             scorer = _prompt_set_scorer(model, scoring, remote, build, options, output, stride, min_effect)
             if scorer is None:
                 return
-            run_options = dict(stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect)
+            run_options = dict(
+                stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect, max_mde=max_mde
+            )
             result = run(scorer, options, progress=not output["quiet"], **run_options)
             _finish(result, _summary_table(result, heading(result, options, remote["url"] or model)), output["out"])
 

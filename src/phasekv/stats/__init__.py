@@ -15,12 +15,15 @@ from .summary import ResidueSummary, summarize_mappings, summarize_prompts
 from .uniformity import UniformityTest, chi_square_uniformity, permutation_uniformity
 from .verdict import (
     AT_CHANCE,
+    INCONCLUSIVE,
+    MAX_MDE_POINTS,
     NO_EFFECT,
     NOT_TESTABLE,
     PHASE_SENSITIVE,
     PhaseVerdict,
     PositionTrend,
     below_min_effect,
+    inconclusive,
     phase_verdict,
     position_trend,
     unresolved_size,
@@ -28,10 +31,13 @@ from .verdict import (
 
 __all__ = [
     "AT_CHANCE",
+    "INCONCLUSIVE",
+    "MAX_MDE_POINTS",
     "NO_EFFECT",
     "NOT_TESTABLE",
     "PHASE_SENSITIVE",
     "below_min_effect",
+    "inconclusive",
     "unresolved_size",
     "detection_rate",
     "minimum_detectable_effect",

@@ -8,8 +8,10 @@ Rule, in order:
    interval (best minus worst phase, accuracy points) is at least ``min_effect``;
 4. "phase effect below {min_effect} points" when the test rejects but the amplitude may be smaller (its note
    says when the amplitude's interval also reaches past the minimum effect: the size is then unresolved);
-5. "no phase effect detected" otherwise; the run's minimum detectable effect (`power.minimum_detectable_effect`)
-   says what such a null could have missed.
+5. "no phase effect detected" otherwise, when the run's minimum detectable effect
+   (`power.minimum_detectable_effect`) is at most ``max_mde`` points; a null from a design that could miss a
+   larger weak phase (or a weak phase of any size, or whose power was not computed) is
+   "inconclusive: could miss a weak phase of up to X points": a blind design never reads as a clean null.
 
 Placebo periods (coprime to the stride) are tested beside it, so a reader can see whether a pattern is
 specific to the stride; the smooth trend in target position is reported, not tested.
@@ -37,6 +39,29 @@ NO_EFFECT = "no phase effect detected"
 NOT_TESTABLE = "not testable"
 AT_CHANCE = "not judged: at chance"
 MIN_EFFECT_POINTS = 5.0
+MAX_MDE_POINTS = 20.0  # a null that could miss a weak phase larger than this is inconclusive
+INCONCLUSIVE = "inconclusive"
+
+
+def inconclusive(mde_points: float | None, computed: bool = True) -> str:
+    """The wording of a null whose design could miss a weak phase of ``mde_points`` (None: of any size)."""
+    if not computed:
+        return f"{INCONCLUSIVE}: the design's power was not computed"
+    if mde_points is None:
+        return f"{INCONCLUSIVE}: could miss a weak phase of any size"
+    return f"{INCONCLUSIVE}: could miss a weak phase of up to {mde_points:g} points"
+
+
+def with_power(label: str, mde: dict | None, max_mde: float) -> str:
+    """A "no phase effect detected" that its design's MDE does not back (above ``max_mde``, none, or not
+    computed) becomes inconclusive; every other label stands."""
+    if label != NO_EFFECT:
+        return label
+    if mde is None:
+        return inconclusive(None, computed=False)
+    if mde["points"] is None or mde["points"] > max_mde:
+        return inconclusive(mde["points"])
+    return label
 
 
 def below_min_effect(min_effect: float) -> str:
@@ -89,6 +114,7 @@ class PhaseVerdict:
     placebo: list[PhaseTest]
     trend: PositionTrend
     mde: dict | None = None
+    max_mde_points: float = MAX_MDE_POINTS
     method: str = METHOD
     rule: str = ""
     note: str = ""
@@ -113,18 +139,27 @@ def judge(test: PhaseTest, alpha: float, min_effect: float, chance: float | None
     return below_min_effect(min_effect)
 
 
-def rule_text(alpha: float, min_effect: float, chance: float | None, grid_shift: bool = False) -> str:
+def rule_text(
+    alpha: float,
+    min_effect: float,
+    chance: float | None,
+    grid_shift: bool = False,
+    max_mde: float = MAX_MDE_POINTS,
+    mean_ci: list[float] | None = None,
+) -> str:
     chance_text = ""
     if chance is not None:
-        chance_text = f"; not judged when the mean's interval reaches chance ({100 * chance:.1f}%)"
+        interval = "" if mean_ci is None else " [{:.1f}, {:.1f}]".format(*(100 * v for v in mean_ci))
+        chance_text = f"; not judged when the mean's interval{interval} reaches chance ({100 * chance:.1f}%)"
+    power_text = f"; a null is inconclusive when the design could miss a weak phase of more than {max_mde:g} points"
     if grid_shift:
         return (
             f"phase-sensitive when the pattern moves with the grid (grid-shift p < {alpha:g}) and the grid-phase "
-            f"amplitude's lower bound is at least {min_effect:g} points{chance_text}"
+            f"amplitude's lower bound is at least {min_effect:g} points{chance_text}{power_text}"
         )
     return (
         f"phase-sensitive when the phase test rejects at {alpha:g} and the phase amplitude's lower bound is at "
-        f"least {min_effect:g} points{chance_text}"
+        f"least {min_effect:g} points{chance_text}{power_text}"
     )
 
 
@@ -142,6 +177,7 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         label = PHASE_SENSITIVE
     else:
         label = below_min_effect(min_effect)
+    label = with_power(label, shifted.mde, verdict.max_mde_points)
     note = ""
     if (
         label == below_min_effect(min_effect)
@@ -149,7 +185,7 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         and shifted.amplitude_ci[1] >= min_effect
     ):
         note = unresolved_size(shifted.amplitude_ci, min_effect)
-    elif label == NO_EFFECT and verdict.verdict in (PHASE_SENSITIVE, below_min_effect(min_effect)):
+    elif not shifted.moves_with_grid and verdict.verdict in (PHASE_SENSITIVE, below_min_effect(min_effect)):
         note = (
             f"the position design's pattern ({verdict.verdict}) stays put when the grid moves: an effect of "
             "position, not of the grid"
@@ -172,7 +208,7 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         effect_points=shifted.amplitude_points,
         effect_ci=shifted.amplitude_ci,
         mde=shifted.mde,
-        rule=rule_text(alpha, min_effect, chance, grid_shift=True),
+        rule=rule_text(alpha, min_effect, chance, grid_shift=True, max_mde=verdict.max_mde_points, mean_ci=mean_ci),
         note=note,
         basis=f"grid shift (the pattern {moves} with the grid, p = {shifted.p_value:.3g}); position design beside it",
         grid_shift=shifted,
@@ -222,11 +258,13 @@ def phase_verdict(
     min_effect: float = MIN_EFFECT_POINTS,
     chance: float | None = None,
     mde: bool = False,
+    max_mde: float = MAX_MDE_POINTS,
 ) -> PhaseVerdict:
     """The verdict on a phase effect at `stride` (see the module docstring).
 
     ``prompt_ids`` marks identical prompts (they count once); ``chance`` is the accuracy of guessing (e.g.
-    1 / records), None for no chance rule; ``mde`` also simulates the run's minimum detectable effect."""
+    1 / records), None for no chance rule; ``mde`` also simulates the run's minimum detectable effect, without
+    which a null is inconclusive; ``max_mde`` is the largest MDE (points) that backs a null."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if stride < 2:
@@ -235,6 +273,8 @@ def phase_verdict(
         raise ValueError(f"min_effect is in accuracy points: it must be in [0, 100], got {min_effect}")
     if chance is not None and not 0 <= chance < 1:
         raise ValueError(f"chance is an accuracy in [0, 1), got {chance}")
+    if not 0 < max_mde <= 100:
+        raise ValueError(f"max_mde is in accuracy points: it must be in (0, 100], got {max_mde}")
     design = PhaseDesign(units, positions, stride, prompt_ids)
     test = design.test(outcomes, seed, n_resamples)
     placebo = [PhaseDesign(units, positions, p, prompt_ids).test(outcomes, seed, 0) for p in placebo_periods(stride)]
@@ -253,6 +293,8 @@ def phase_verdict(
         detectable = minimum_detectable_effect(
             design, design.null_cells(outcomes), alpha, min_effect, seed=seed, chance=chance
         )
+    if test.testable:
+        verdict = with_power(verdict, detectable, max_mde)
     return PhaseVerdict(
         period=int(stride),
         alpha=float(alpha),
@@ -266,6 +308,7 @@ def phase_verdict(
         placebo=placebo,
         trend=position_trend(units, positions, outcomes, n_resamples, seed),
         mde=detectable,
-        rule=rule_text(alpha, min_effect, chance),
+        max_mde_points=float(max_mde),
+        rule=rule_text(alpha, min_effect, chance, max_mde=max_mde, mean_ci=test.mean_ci),
         note=note,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from phasekv.provenance import software_versions
-from phasekv.stats.verdict import rest_on_grid_shift
+from phasekv.stats.verdict import MAX_MDE_POINTS, rest_on_grid_shift
 
 from .grid_shift import grid_shift_of_result, identical_prompts_of_result
 from .scored import PromptScores
@@ -66,6 +66,7 @@ def rejudge(result: dict) -> dict:
         unit=unit,
         chance=phase.get("chance"),
         min_effect=phase["min_effect_points"],
+        max_mde=phase.get("max_mde_points", MAX_MDE_POINTS),
     )
     if any(name.startswith(GRID_COLUMN) for name in columns):
         shifted = grid_shift_of_result(result, alpha=verdict.alpha, min_effect=verdict.min_effect_points)

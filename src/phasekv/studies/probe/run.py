@@ -38,7 +38,7 @@ def run_lookup(scorer: Scorer, options: LookupOptions = LookupOptions(), **run_o
     """Generate, score and summarise a lookup run; returns the result dict (see module docstring).
 
     `run_options` go to `run_unit_probe`: `stride` overrides the period-check stride (`resolve_stride`),
-    `n_resamples` (2000), `progress` (True), `grid_shift`, `min_effect`. The bootstrap and permutation
+    `n_resamples` (2000), `progress` (True), `grid_shift`, `min_effect`, `max_mde`. The bootstrap and permutation
     test are seeded with `options.seed`.
     """
     return run_unit_probe(
@@ -54,5 +54,5 @@ def run_lookup(scorer: Scorer, options: LookupOptions = LookupOptions(), **run_o
 
 def run_needle(scorer: Scorer, options: NeedleOptions = NeedleOptions(), **run_options) -> dict:
     """Generate, score and summarise a needle run; returns the result dict. `run_options` go to
-    `run_unit_probe` (stride, n_resamples, progress, grid_shift, min_effect)."""
+    `run_unit_probe` (stride, n_resamples, progress, grid_shift, min_effect, max_mde)."""
     return run_unit_probe("needle", scorer, options, needle_prompts, "haystack", "haystack", **run_options)

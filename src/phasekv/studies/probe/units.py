@@ -15,7 +15,7 @@ from phasekv.stats import ResidueSummary, phase_verdict, summarize_mappings
 from phasekv.stats.phase_test import PhaseDesign
 from phasekv.stats.power import minimum_detectable_effect
 from phasekv.stats.stride import resolve_stride
-from phasekv.stats.verdict import MIN_EFFECT_POINTS, PhaseVerdict, rest_on_grid_shift
+from phasekv.stats.verdict import MAX_MDE_POINTS, MIN_EFFECT_POINTS, PhaseVerdict, rest_on_grid_shift
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 from phasekv.tasks.prompts import PromptSet
@@ -95,6 +95,7 @@ def summarize_units(
     unit: str = "mapping",
     chance: float | None = None,
     min_effect: float = MIN_EFFECT_POINTS,
+    max_mde: float = MAX_MDE_POINTS,
 ) -> tuple[np.ndarray, ResidueSummary, PhaseVerdict]:
     """(cells [n_units, M], the paired residue summary, the phase verdict) of one run.
 
@@ -124,6 +125,7 @@ def summarize_units(
         chance=chance,
         min_effect=min_effect,
         mde=True,
+        max_mde=max_mde,
     )
     return cells, summary, verdict
 
@@ -141,13 +143,15 @@ def run_unit_probe(
     progress: bool = True,
     grid_shift: bool = False,
     min_effect: float = MIN_EFFECT_POINTS,
+    max_mde: float = MAX_MDE_POINTS,
 ) -> dict:
     """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack"; `options.n_{unit}s` of them)
     are each placed at every residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes
     the prompt set, `bootstrap_unit` says in words what the bootstrap resamples. The bootstrap and the
     permutation tests are seeded with `options.seed`; `stride` overrides the period-check stride
     (`resolve_stride`). `grid_shift` also scores the prompts with the compression grid at every offset
-    (`grid_shift`: models whose grid can move only, checked before any scoring)."""
+    (`grid_shift`: models whose grid can move only, checked before any scoring). A null whose MDE exceeds
+    `max_mde` points reads inconclusive."""
     if grid_shift and grid_period(scorer) is None:
         raise ValueError(
             "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
@@ -174,6 +178,7 @@ def run_unit_probe(
         unit=unit,
         chance=chance_level(options.n_records),
         min_effect=min_effect,
+        max_mde=max_mde,
     )
     position_stats, controls = position_controls(scores, options.modulus)
     grid_columns = {}
