@@ -554,7 +554,7 @@ def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):
         assert sum(note.startswith(f"{title} left out:") for note in out.notes) == 1
         assert f"{title} left out:" in text
     empty = build_report(tmp_path / "subset" / "results" / "full-1kv.json", tmp_path / "one.html", pngs=False)
-    assert empty.sections == ["residues", "compressor"]
+    assert empty.sections == ["residues"]  # full attention alone: no compressor to illustrate
     figures = tmp_path / "r_figures"  # a rebuild drops the figures of results that are gone, keeps other files
     figures.mkdir()
     (figures / "knockout_3.png").write_bytes(b"stale")

@@ -27,7 +27,9 @@ class ReportOutput:
 
 def scored_models(inputs: Inputs) -> list[dict]:
     """The model record of every result that has one (theory results have none)."""
-    return [r.data["model"] for found in inputs.results.values() for r in found if isinstance(r.data.get("model"), dict)]
+    return [
+        r.data["model"] for found in inputs.results.values() for r in found if isinstance(r.data.get("model"), dict)
+    ]
 
 
 def holds_a_compressor(inputs: Inputs, models: list[dict]) -> bool:

@@ -10,8 +10,8 @@ torch (`import-linter` checks it), so reading results and drawing them stays lig
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
 from phasekv.results import TypedResult

@@ -9,9 +9,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from phasekv.results.base import NonNegative, Proportion, Typed, TypedResult
+from phasekv.results.base import NonNegative, Proportion, Typed, TypedResult, press_label
 from phasekv.results.base import model_label as scored_model_label
-from phasekv.results.base import press_label
 from phasekv.stats.format import format_mde
 
 from .options import SCHEMA

@@ -210,8 +210,12 @@ def _x_title(shown: list[dict], folded: bool) -> str:
 
 def title(marks: dict) -> str:
     """The figure's title: the bands, then the rules and triangles where they are drawn."""
-    keys = ["dashed rules: period boundaries"] * marks["rules"] + ["triangles: boundary phase S-1"] * marks["triangles"]
-    return "; ".join(["Accuracy by residue with 95% bands", *keys])
+    parts = ["Accuracy by residue with 95% bands"]
+    if marks["rules"]:
+        parts.append("dashed rules: period boundaries")
+    if marks["triangles"]:
+        parts.append("triangles: boundary phase S-1")
+    return "; ".join(parts)
 
 
 def description(marks: dict) -> str:
@@ -268,11 +272,10 @@ power. Models whose mean is not clearly above guessing are marked “not shown a
 def _caption(d: dict) -> str:
     """What the residue figure draws, in words (`drawn`)."""
     marks = drawn(d)
+    text = "one panel per model."
     if marks["compressed"]:
-        text = "one panel per compressed model (red)" + (" with full attention dashed in gray behind it" * marks["controls"])
-    else:
-        text = "one panel per model"
-    text += "."
+        behind = " with full attention dashed in gray behind it" if marks["controls"] else ""
+        text = f"one panel per compressed model (red){behind}."
     if marks["rules"]:
         text += " Dashed vertical rules mark the period boundaries every S positions."
     if marks["triangles"]:
