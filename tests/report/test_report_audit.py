@@ -127,3 +127,20 @@ def test_a_pretrained_audit_report_in_headless_chromium(report, tmp_path):
         shutil.copy(shot, SCREENSHOT)
     except OSError:
         pass
+
+
+def test_the_finding_names_a_press_and_an_endpoint():
+    from phasekv.studies.audit.figure import describe_model
+
+    pressed = {"kind": "hf", "architectures": ["LlamaForCausalLM"], "path": "m/smollm2", "compression_stride": 8}
+    pressed["press"] = {"spec": "chunkkv8"}
+    assert (
+        describe_model(pressed) == "Hugging Face LlamaForCausalLM with press chunkkv8, compression stride 8 (m/smollm2)"
+    )
+    served = {
+        "kind": "endpoint",
+        "endpoint": "http://127.0.0.1:8000/v1",
+        "served_model": "tiny",
+        "compression_stride": 4,
+    }
+    assert describe_model(served) == "served at http://127.0.0.1:8000/v1 as tiny, compression stride 4"
