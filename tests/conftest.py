@@ -208,3 +208,25 @@ def phasekv_dir(tmp_path_factory):
     torch.manual_seed(0)
     model = PhaseKVModel(preset_config("w8s4-1kv", "tiny", vocab_size=len(word_tokenizer())))
     return save_with_tokenizer(model, tmp_path_factory.mktemp("phasekv"))
+
+
+# The smallest audit design: one template, two mappings, no needle; seconds on a tiny model.
+SMALL_AUDIT = dict(
+    templates=("paper",),
+    screen_prompts=4,
+    n_records=8,
+    n_demos=2,
+    spread_blocks=2,
+    mappings=(2,),
+    needle=False,
+    n_resamples=50,
+)
+
+
+@pytest.fixture(scope="module")
+def pretrained_audit(qwen_dir, tmp_path_factory):
+    """`phasekv.audit` of `qwen_dir`, a pretrained-style model (Hugging Face, full attention, no compressor), at
+    `SMALL_AUDIT`: its folder (`.out`) holds lookup.json, audit.json and report.html."""
+    import phasekv
+
+    return phasekv.audit(qwen_dir, out=tmp_path_factory.mktemp("audit") / "qwen", budget="10m", **SMALL_AUDIT)

@@ -7,10 +7,8 @@ move the compressor illustration's followed token, no console errors; plus a scr
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import typer
 import vl_convert
 from typer.testing import CliRunner
 
+from browser_helpers import browser, dumped, run_chromium, screenshot, selftest
 from conftest import randomize
 from phasekv.charts import vega
 from phasekv.charts.labels import head_label
@@ -555,7 +554,7 @@ def test_sections_without_results_are_left_out_with_a_note(results, tmp_path):
         assert sum(note.startswith(f"{title} left out:") for note in out.notes) == 1
         assert f"{title} left out:" in text
     empty = build_report(tmp_path / "subset" / "results" / "full-1kv.json", tmp_path / "one.html", pngs=False)
-    assert empty.sections == ["residues", "compressor"]
+    assert empty.sections == ["residues"]  # full attention alone: no compressor to illustrate
     figures = tmp_path / "r_figures"  # a rebuild drops the figures of results that are gone, keeps other files
     figures.mkdir()
     (figures / "knockout_3.png").write_bytes(b"stale")
@@ -614,49 +613,9 @@ def test_compressor_falls_back_to_illustrative_numbers_with_a_reason(results, tm
 # ---------- in a real browser ----------
 
 
-def _chromium() -> str | None:
-    for name in (os.environ.get("PHASEKV_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _browser() -> str:
-    found = _chromium()
-    if found is None and (ROOT / "scripts" / "install_chromium.sh").is_file():
-        subprocess.run(["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True, timeout=600)
-        found = _chromium()
-    if found is None:
-        pytest.skip("chromium is not installed and scripts/install_chromium.sh could not install it")
-    return found
-
-
-def _run_chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-quic",
-        f"--user-data-dir={profile}",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--virtual-time-budget=4000",
-    ]
-    return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=90)
-
-
 def test_report_in_headless_chromium(report, tmp_path):
-    binary = _browser()
-    url = report.resolve().as_uri()
-    dom = _run_chromium(binary, tmp_path / "profile", "--dump-dom", url + "?selftest=1")
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    found = re.search(r'<pre id="selftest-result"[^>]*>(.*?)</pre>', dom.stdout, re.S)
-    assert found and found[1].strip(), "the page's self-test did not run:\n" + dom.stderr[-2000:]
-    outcome = json.loads(found[1].replace("&gt;", ">").replace("&lt;", "<").replace("&amp;", "&"))
+    binary = browser()
+    outcome, dom = selftest(binary, report, tmp_path / "profile")
     failed = [c for c in outcome["checks"] if not c["pass"]]
     assert not failed and outcome["ok"], failed
     names = {c["name"] for c in outcome["checks"]}
@@ -679,11 +638,7 @@ def test_report_in_headless_chromium(report, tmp_path):
         assert required in names
     console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console, console
-    shot = tmp_path / "report.png"
-    res = _run_chromium(
-        binary, tmp_path / "profile2", "--hide-scrollbars", "--window-size=1100,3400", f"--screenshot={shot}", url
-    )
-    assert res.returncode == 0 and shot.is_file() and shot.stat().st_size > 20000, res.stderr[-2000:]
+    shot = screenshot(binary, report, tmp_path / "profile2", tmp_path / "report.png")
     try:
         shutil.copy(shot, SCREENSHOT)
     except OSError:
@@ -787,7 +742,7 @@ def layout_report(results, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def layout(layout_report) -> dict:
     """The page measured at every width of WIDTHS, in one headless Chromium run (`report_layout.js`)."""
-    binary = _browser()
+    binary = browser()
     harness = layout_report.parent / "layout.html"
     script = (ROOT / "tests" / "report" / "report_layout.js").as_uri()
     harness.write_text(
@@ -796,10 +751,8 @@ def layout(layout_report) -> dict:
     )
     profile = layout_report.parent / "profile"
     size = f"--window-size={max(WIDTHS) + 100},1000"
-    dom = _run_chromium(binary, profile, "--allow-file-access-from-files", size, "--dump-dom", harness.as_uri())
-    found = re.search(r'<pre id="layout-result"[^>]*>(.*?)</pre>', dom.stdout, re.S)
-    assert found and found[1].strip(), "the layout was not measured:\n" + dom.stderr[-2000:]
-    measured = json.loads(found[1].replace("&gt;", ">").replace("&lt;", "<").replace("&amp;", "&"))
+    dom = run_chromium(binary, profile, "--allow-file-access-from-files", size, "--dump-dom", harness.as_uri())
+    measured = dumped(dom, "layout-result")
     assert "error" not in measured, measured
     return measured
 

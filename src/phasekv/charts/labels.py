@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from phasekv.results.base import press_label
+
 
 def num(value, digits: int = 4):
     """A JSON-safe rounded float (None for None, NaN and infinities)."""
@@ -37,19 +39,22 @@ def given_name(data: dict) -> str | None:
 
 def model_name(data: dict, fallback: str) -> str:
     """A readable name for the model a result came from: its `given_name`, else its checkpoint path
-    (`<run>/checkpoints/step_000900` -> `<run> · step 900`), else `fallback`."""
+    (`<run>/checkpoints/step_000900` -> `<run> · step 900`) or folder, with the press it was scored through
+    (`qwen with press chunkkv8`), else `fallback`."""
     if given_name(data):
         return given_name(data)
-    path = (data.get("model") or {}).get("path") or data.get("run_dir")
+    model = data.get("model") or {}
+    path = model.get("path") or data.get("run_dir")
     if not path:
         return fallback
     p = Path(path)
+    name = p.name
     if p.name.startswith("step_") and p.parent.name == "checkpoints":
         try:
-            return f"{p.parent.parent.name} · step {int(p.name[5:])}"
+            name = f"{p.parent.parent.name} · step {int(p.name[5:])}"
         except ValueError:
-            return f"{p.parent.parent.name} · {p.name}"
-    return p.name
+            name = f"{p.parent.parent.name} · {p.name}"
+    return name + press_label(model)
 
 
 def fmt(value, digits: int = 1) -> str:

@@ -28,4 +28,7 @@ table.select tbody tr[aria-selected="true"] { background: #fbeae8; font-weight: 
 .vega-bindings { display: flex; flex-wrap: wrap; gap: 14px; font-size: .9em; margin: 4px 0 0 40px; }
 #selftest-result { white-space: pre-wrap; font-size: 11px; }
 .small { font-size: .85em; color: var(--muted); }
+.finding .headline { font-size: 1.1em; margin: 4px 0; }
+.finding ul { margin: 4px 0 10px; padding-left: 20px; font-size: .9em; }
+code { font-size: .88em; background: #f3f3f3; padding: 1px 4px; border-radius: 3px; overflow-wrap: anywhere; }
 """

@@ -25,18 +25,36 @@ class ReportOutput:
     notes: list[str] = field(default_factory=list)
 
 
+def scored_models(inputs: Inputs) -> list[dict]:
+    """The model record of every result that has one (theory results have none)."""
+    return [
+        r.data["model"] for found in inputs.results.values() for r in found if isinstance(r.data.get("model"), dict)
+    ]
+
+
+def holds_a_compressor(inputs: Inputs, models: list[dict]) -> bool:
+    """Whether the results are about a compressed KV cache: a model with a compression stride (its own compressor
+    or a press), or results of a study only compressors have (gates, cycling, theory)."""
+    if any(m.get("compression_stride") is not None or m.get("press") for m in models):
+        return True
+    return any(inputs.of(kind) for s in registry.STUDIES if s.applies is registry.own_compressor for kind in s.results)
+
+
 def collect(inputs: Inputs, illustration: dict | None = None) -> tuple[dict, list[str]]:
-    """(data for every present section, notes for the missing ones)."""
-    data, notes = {}, []
+    """(data for every present section, notes for the missing ones that could be run on the results' models). The
+    compressor illustration is drawn when asked for (`illustration`) or when the results hold a compressor: a
+    full-attention model has none to illustrate."""
+    data, notes, models = {}, [], scored_models(inputs)
     for study in registry.STUDIES:
         block = study.figure.section(inputs)
-        if block is None and study.missing is not None:
-            notes.append(f"{study.title} left out: {study.missing} (make them with `{study.command}`).")
-        elif block is not None:
+        if block is not None:
             data[study.key] = block
-    data["compressor"], note = compressor_figure.section(illustration)
-    if note:
-        notes.append(note)
+        elif study.missing is not None and (not models or any(study.applies(m) for m in models)):
+            notes.append(f"{study.title} left out: {study.missing} (make them with `{study.command}`).")
+    if illustration is not None or holds_a_compressor(inputs, models):
+        data["compressor"], note = compressor_figure.section(illustration)
+        if note:
+            notes.append(note)
     return data, notes
 
 
@@ -78,7 +96,8 @@ def build_report(
             drawn = []
             for study in present:
                 drawn += study.figure.png(data[study.key], inputs, staging)
-            drawn += compressor_figure.png(data["compressor"], inputs, staging)
+            if "compressor" in data:
+                drawn += compressor_figure.png(data["compressor"], inputs, staging)
             fig_dir.mkdir(exist_ok=True)
             written = [fig_dir / path.relative_to(staging) for path in drawn]
             for path, target in zip(drawn, written, strict=True):
@@ -89,4 +108,5 @@ def build_report(
             write_text_atomic(out, html)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return ReportOutput(html=out, pngs=written, sections=[study.key for study in present] + ["compressor"], notes=notes)
+    sections = [study.key for study in present] + (["compressor"] if "compressor" in data else [])
+    return ReportOutput(html=out, pngs=written, sections=sections, notes=notes)

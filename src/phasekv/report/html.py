@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (embedded web assets: long lines of JavaScript, CSS and HTML)
 """The HTML page: a summary of the findings (each study's `figure.summary_html`, where it has one), then each
 study's section (its `figure.section_html`, present only with data) in the registry's order, the residue figure
-first, then the compressor illustration; notes for missing ones."""
+first, then the compressor illustration where there is one; last, notes for the studies left out (the page opens on
+the finding, not on what it lacks)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool
     summaries = [study.figure.summary_html(data[study.key]) for study in summarised]
     summary = f'<section id="sec-summary"><h2>Summary</h2>{"".join(summaries)}</section>' if summaries else ""
     studies = "".join(study.figure.section_html(data[study.key]) for study in present)
-    body = summary + studies + compressor_html(data["compressor"])
+    body = summary + studies + (compressor_html(data["compressor"]) if "compressor" in data else "")
     # Vega, Vega-Lite and vega-embed, once, for every figure drawn from a Vega-Lite spec
     vega_script = f"<script>{javascript_bundle()}</script>" if 'data-vega="1"' in body else ""
     notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
@@ -43,8 +44,8 @@ def page(data: dict, notes: list[str], title: str, subtitle: str, selftest: bool
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title><style>{CSS}</style><script>{EARLY}</script></head>
 <body><main><h1>{html.escape(title)}</h1><p class="sub">{html.escape(subtitle)}</p>
-{f'<ul class="notes" id="report-notes">{notes_html}</ul>' if notes else ""}
 {body}
+{f'<h2>Not in this report</h2><ul class="notes" id="report-notes">{notes_html}</ul>' if notes else ""}
 <pre id="selftest-result" aria-hidden="true"></pre>
 </main>
 {vega_script}<script>{JS}</script></body></html>

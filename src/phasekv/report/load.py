@@ -22,7 +22,7 @@ from phasekv.studies import registry
 from phasekv.studies.gates.snapshots import snapshot_rows
 
 from ..charts.inputs import Inputs, Result
-from ..charts.labels import given_name
+from ..charts.labels import model_name
 
 SKIP_DIRS = {"checkpoints", "tokenizer", "configs", ".git", "__pycache__"}
 SNAPSHOT = re.compile(r"^step_(\d+)\.json$")
@@ -74,8 +74,9 @@ def _rel(path: Path, root: Path) -> Path:
         return path
 
 
-def _result_name(kind: str, data: dict, rel: Path) -> str:
-    return given_name(data) or rel.with_suffix("").as_posix()
+def _result_name(data: dict, rel: Path) -> str:
+    """The model a result is about as a reader names it (see `model_name`); its file when it names none."""
+    return model_name(data, rel.with_suffix("").as_posix())
 
 
 def snapshot_trajectories(root: Path) -> list[Result]:
@@ -127,7 +128,7 @@ def load_results(root: str | Path) -> Inputs:
             inputs.ignored.append(str(rel))
             continue
         typed = validate(kind, data, where)
-        inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(kind, data, rel), typed))
+        inputs.results.setdefault(kind, []).append(Result(kind, rel, data, _result_name(data, rel), typed))
     for found in inputs.results.values():  # two results naming one model (a served model's lookup and needle)
         names = Counter(r.name for r in found)
         for r in found:

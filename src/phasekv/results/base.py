@@ -103,6 +103,14 @@ def model_label(model: dict) -> str:
     return str(model.get("served_model") or model.get("path") or model.get("kind", "model"))
 
 
+def press_label(model: dict) -> str:
+    """' with press chunkkv8' for a model scored through a press (a model record's "press"), else ''."""
+    press = model.get("press")
+    if not press:
+        return ""
+    return f" with press {press.get('spec', press) if isinstance(press, dict) else press}"
+
+
 class Typed(BaseModel):
     """A part of a result: its typed fields checked, any other field kept."""
 

@@ -1,5 +1,6 @@
-"""The studies the report draws, in page order (the finding first: accuracy by residue, then the analyses): for
-each, its result formats and its figure module.
+"""The studies the report draws, in page order (the finding first: an audit's, accuracy by residue, then the
+analyses): for each, its result formats, its figure module and the models it can be run on (a missing study is
+noted only where the results hold such a model).
 
 Adding a study: a folder `phasekv/studies/<name>/` with `result.py` (a `TypedResult` per result kind),
 `figure.py` (`section(inputs) -> block | None`, `section_html(block) -> str`, `png(block, inputs, out_dir)`) and
@@ -9,10 +10,13 @@ torch (`import-linter` checks it), so reading results and drawing them stays lig
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
 from phasekv.results import TypedResult
+from phasekv.studies.audit import figure as audit_figure
+from phasekv.studies.audit.result import AuditResult
 from phasekv.studies.conformance import figure as conformance_figure
 from phasekv.studies.conformance.result import ConformanceResult
 from phasekv.studies.cycle import figure as cycle_figure
@@ -31,6 +35,21 @@ from phasekv.studies.theory import figure as theory_figure
 from phasekv.studies.theory.result import SweepResult, Theorem1Result, Theorem2Result
 
 
+def any_model(model: dict) -> bool:
+    return True
+
+
+def local_model(model: dict) -> bool:
+    """A model whose weights are here (not a served endpoint): what runs inside the model need."""
+    return model.get("kind") != "endpoint"
+
+
+def own_compressor(model: dict) -> bool:
+    """A model that compresses its KV cache with a compressor of its own (gates to read, cycle, explain by the
+    theory), not a full-attention model nor one compressed by a training-free press."""
+    return model.get("compression_stride") is not None and not model.get("press")
+
+
 @dataclass(frozen=True)
 class Study:
     key: str  # the report section's key
@@ -39,9 +58,11 @@ class Study:
     results: dict[str, type[TypedResult]]  # the result kinds the section reads
     missing: str | None  # what is missing when the section is left out (None: not noted)
     command: str  # the command that makes its results
+    applies: Callable[[dict], bool] = any_model  # a model (its result's model record) the study can be run on
 
 
 STUDIES = (
+    Study("audit", "Audit", audit_figure, {"audit": AuditResult}, None, "phasekv audit MODEL"),
     Study(
         "residues",
         "Accuracy by residue",
@@ -58,6 +79,7 @@ STUDIES = (
         {"knockout": KnockoutResult},
         "no knockout results",
         "phasekv knockout ... --out DIR",
+        local_model,
     ),
     Study(
         "gates",
@@ -66,6 +88,7 @@ STUDIES = (
         {"gates": GatesResult, "gate_trajectory": GateTrajectoryResult},
         "no gate results or training gate snapshots",
         "phasekv gates ... --out DIR",
+        own_compressor,
     ),
     Study(
         "cycle",
@@ -74,6 +97,7 @@ STUDIES = (
         {"cycle": CycleResult},
         "no gate cycling results",
         "phasekv cycle ... --out DIR",
+        own_compressor,
     ),
     Study(
         "theory",
@@ -82,6 +106,7 @@ STUDIES = (
         {"theorem1": Theorem1Result, "theorem2": Theorem2Result, "sweep": SweepResult},
         "no theory results",
         "phasekv theory theorem2|sweep --out",
+        own_compressor,
     ),
     Study(
         "designs",

@@ -4,8 +4,10 @@ result, its files and its one-screen text agree."""
 
 from __future__ import annotations
 
+import html
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ from phasekv.cli import app
 from phasekv.results.record import prompt_prefix
 from phasekv.stats.format import format_verdict
 from phasekv.studies.audit.options import AuditOptions, parse_duration
-from phasekv.studies.audit.result import AuditResult
+from phasekv.studies.audit.result import AuditResult, plan_line
 from phasekv.studies.audit.run import REPORT_RESERVE_S, SCREEN_SPLIT, AuditError, lookup_design, run_audit, spreads
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer
@@ -178,3 +180,13 @@ def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
     here = run_lookup(local, LookupOptions(**served.extra("requested_options")), n_resamples=50, progress=False)
     assert served.extra("cell_accuracy") == here["cell_accuracy"]
     assert served.extra("mean_answer_logprob") == pytest.approx(here["mean_answer_logprob"], rel=1e-5)
+
+
+def test_the_audit_writes_a_report_that_opens_on_the_audit(pretrained_audit):
+    """audit.json is written before the report is built, so the report holds the audit's model, plan and
+    re-measure command (tests/report/test_report_audit.py checks that page in full)."""
+    text = (Path(pretrained_audit.out) / "report.html").read_text()
+    finding = text.index('id="audit-finding"')
+    assert finding < text.index('id="sec-residues"')
+    assert html.escape(pretrained_audit.probes["lookup"].command) in text[finding:]
+    assert html.escape(plan_line(pretrained_audit.plan[0])) in text[finding:]

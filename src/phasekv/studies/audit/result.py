@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from phasekv.results.base import NonNegative, Proportion, Typed, TypedResult
+from phasekv.results.base import NonNegative, Proportion, Typed, TypedResult, press_label
 from phasekv.results.base import model_label as scored_model_label
 from phasekv.stats.format import format_mde
 
@@ -125,9 +125,7 @@ class AuditResult(TypedResult):
 
 def model_label(model: dict) -> str:
     """The audited model as a reader names it (a served model's name, else its folder), with its press."""
-    name = scored_model_label(model)
-    press = model.get("press")
-    return name + (f" with press {press.get('spec', press) if isinstance(press, dict) else press}" if press else "")
+    return scored_model_label(model) + press_label(model)
 
 
 def plan_line(plan: PlannedProbe) -> str:

@@ -359,6 +359,7 @@ def run_audit(
             "report": "report.html",
         }
     )
+    audit.write(out / "audit.json")  # first, so that the report opens on the audit: its model, plan and commands
     build_report(out, out / "report.html", pngs=False)  # the page only: PNGs cost a budget more than they add
     audit = audit.model_copy(update={"wall_time_s": round(clock.elapsed(), 1)})
     audit.write(out / "audit.json")

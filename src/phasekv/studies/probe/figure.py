@@ -28,6 +28,8 @@ def section(inputs: Inputs) -> dict | None:
         compressed = p.compressed
         stride = p.stride.value if compressed else None
         training = p.extra("training") or {}
+        # folding overlays the periods the verdict reads: the stride's, else the period of the phase test
+        period = stride or (p.phase_verdict or {}).get("period")
         series.append(
             {
                 "name": r.name,
@@ -36,6 +38,7 @@ def section(inputs: Inputs) -> dict | None:
                 "protocol": p.protocol,
                 "modulus": s.modulus,
                 "stride": stride,
+                "fold_by": period if period and period < s.modulus else None,
                 "compressed": compressed,
                 "full": not compressed,
                 "accuracy": nums(s.accuracy, 3, 100),
@@ -73,12 +76,15 @@ def _phase(test: dict | None) -> dict | None:
 
 
 ROLE, CONTROL, UNLEARNED_CONTROL = "model", "full attention", "full attention, not learned"
+ROLES = (ROLE, CONTROL, UNLEARNED_CONTROL)  # legend order
+COLOURS = {ROLE: vega.SELECTED, CONTROL: "#8a8a8a", UNLEARNED_CONTROL: "#d4d4d4"}
+DASHES = {ROLE: [1, 0], CONTROL: [5, 3], UNLEARNED_CONTROL: [5, 3]}
 
 
 def _rows(data: dict) -> list[dict]:
     """One data row per drawn point: a panel per compressed model (per model when none
-    is compressed), holding that model and every full-attention control of the same modulus; plus a row
-    per period boundary and per boundary-phase residue of the panel's model."""
+    is compressed), holding that model and every full-attention control of the same modulus (folded by the panel's
+    period); plus a row per period boundary and per boundary-phase residue of the panel's model."""
     full = [x for x in data["series"] if x["full"]]
     rows = []
     for order, panel in enumerate(panels(data)):
@@ -88,7 +94,7 @@ def _rows(data: dict) -> list[dict]:
             "panel": panel["name"],
             "title": panel["name"] + stride + chance,
             "order": order,
-            "stride": panel["stride"],
+            "fold_by": panel["fold_by"],
         }
         drawn = [(panel, ROLE)] + [
             (f, CONTROL if f["learned"] is not False else UNLEARNED_CONTROL)
@@ -115,35 +121,56 @@ def panel_names(data: dict) -> list[str]:
     return [x["name"] for x in panels(data)]
 
 
+def drawn(data: dict) -> dict:
+    """What the residue figure draws, so that its title, legend and caption promise nothing else: `rules` (period
+    boundaries: a stride below the modulus), `triangles` (the boundary phase S-1: a stride), `controls`
+    (full-attention series behind a compressed model), `compressed` (panels of compressed models), `fold` (a
+    panel whose periods can be overlaid) and the `roles` of the series drawn, in legend order."""
+    rows = _rows(data)
+    return {
+        "rules": any(r["kind"] == "boundary" for r in rows),
+        "triangles": any(r["kind"] == "boundary phase" for r in rows),
+        "controls": any(r.get("role", ROLE) != ROLE for r in rows),
+        "compressed": any(s["compressed"] for s in panels(data)),
+        "fold": any(s["fold_by"] for s in panels(data)),
+        "roles": [role for role in ROLES if any(r.get("role") == role for r in rows)],
+    }
+
+
 def spec(data: dict) -> dict:
     """Accuracy by residue with 95% bands, one panel per compressed model with full attention dashed
-    behind it, period boundaries (dashed rules) and the boundary phase S-1 (triangles under the axis).
-    Params: `model` ("all" or one panel) and `fold` (overlay the periods: x = residue mod S, the first
-    period drawn full, later ones lighter). The x axis is titled by what it shows: the modulus, or the stride once
-    folded."""
-    shown = panels(data)
+    behind it, period boundaries (dashed rules) and the boundary phase S-1 (triangles under the axis) where there
+    is a stride. Params: `model` ("all" or one panel) and `fold` (overlay the periods: x = residue mod the stride,
+    else mod the phase test's period, the first period drawn full, later ones lighter; a checkbox only where a panel
+    has periods to overlay). The x axis is titled by what it shows: the modulus, or the period once folded. Title,
+    legend and text alternative name only what is drawn (`drawn`)."""
+    shown, marks = panels(data), drawn(data)
     choices = ["all", *panel_names(data)]
     model = alt.param(name="model", value="all", bind=alt.binding_select(options=choices, name="model "))
-    fold = alt.param(name="fold", value=False, bind=alt.binding_checkbox(name="fold periods "))
+    checkbox = {"bind": alt.binding_checkbox(name="fold periods ")} if marks["fold"] else {}
+    fold = alt.param(name="fold", value=False, **checkbox)
     # explicit x domains (no extent of a layer that folding or the model choice empties)
     width = max(s["modulus"] for s in shown)
-    folded = {s["name"]: s["stride"] or s["modulus"] for s in shown}
+    folded = {s["name"]: s["fold_by"] or s["modulus"] for s in shown}
     folded_width = f"({json.dumps(folded)})[model] || {max(folded.values())}"
     domain = alt.ExprRef(expr=f"[-0.5, (fold ? {folded_width} : {width}) - 0.5]")
     x = alt.X("x:Q", scale=alt.Scale(domain=domain, nice=False)).axis(tickMinStep=1, format="d")
     y = alt.Y("accuracy:Q", title="accuracy (%)", scale=alt.Scale(domain=[-8, 100]))
     # a control at chance is drawn apart (lighter), so that its flat line at 0 is not read as the reference
-    role_names = [ROLE, CONTROL, UNLEARNED_CONTROL]
-    roles = alt.Scale(domain=role_names, range=[vega.SELECTED, "#8a8a8a", "#d4d4d4"])
-    dashes = alt.Scale(domain=role_names, range=[[1, 0], [5, 3], [5, 3]])
+    # the roles drawn only (a legend entry for a series that is not there would promise it)
+    present = marks["roles"]
+    roles = alt.Scale(domain=present, range=[COLOURS[r] for r in present])
+    dashes = alt.Scale(domain=present, range=[DASHES[r] for r in present])
     # one legend from the lines (colour and dash by role, so its swatches are the lines); the bands fill by role
-    # with no legend of their own (sharing the lines' would draw its swatches as faint as the bands)
-    color = alt.Color("role:N", title=None, scale=roles, legend=alt.Legend(orient="top", symbolType="stroke"))
-    dash = alt.StrokeDash("role:N", title=None, scale=dashes)
-    folding = "fold && datum.stride"
-    position = f"{folding} ? datum.residue % datum.stride : datum.residue"
+    # with no legend of their own (sharing the lines' would draw its swatches as faint as the bands); none for a
+    # model drawn alone
+    legend = alt.Legend(orient="top", symbolType="stroke") if len(present) > 1 else None
+    color = alt.Color("role:N", title=None, scale=roles, legend=legend)
+    dash = alt.StrokeDash("role:N", title=None, scale=dashes, legend=legend)
+    folding = "fold && datum.fold_by"
+    position = f"{folding} ? datum.residue % datum.fold_by : datum.residue"
     series = alt.Chart().transform_filter("datum.kind == 'series'")
-    series = series.transform_calculate(x=position, period=f"{folding} ? floor(datum.residue / datum.stride) : 0")
+    series = series.transform_calculate(x=position, period=f"{folding} ? floor(datum.residue / datum.fold_by) : 0")
     lines = ["model:N", "period:Q"]
     band = series.mark_area(opacity=0.15).encode(
         x=x, y="low:Q", y2="high:Q", fill=alt.Fill("role:N", scale=roles, legend=None), detail=lines
@@ -164,25 +191,38 @@ def spec(data: dict) -> dict:
     chart = chart.facet(facet=facet, columns=3, data=vega.values(_rows(data)))
     chart = chart.transform_filter("model == 'all' || datum.panel == model").add_params(model, fold)
     chart = chart.resolve_axis(x="independent")  # an x axis per panel, none under an empty grid cell
-    chart = vega.finish(chart.properties(title=TITLE, description=DESCRIPTION))
+    chart = vega.finish(chart.properties(title=title(marks), description=description(marks)))
     folded, unfolded = (json.dumps(_x_title(shown, f)) for f in (True, False))
     return vega.axis_title(chart, "x", f"fold ? {folded} : {unfolded}")
 
 
 def _x_title(shown: list[dict], folded: bool) -> str:
-    """The residue figure's x axis title: the modulus, or once folded the stride, by number where the panels share
+    """The residue figure's x axis title: the modulus, or once folded the period, by number where the panels share
     it."""
     if not folded:
         moduli = {s["modulus"] for s in shown}
         return f"target position mod {moduli.pop()}" if len(moduli) == 1 else "target position mod M (each panel's)"
-    periods = {s["stride"] or s["modulus"] for s in shown}
+    periods = {s["fold_by"] or s["modulus"] for s in shown}
     if len(periods) == 1:
         return f"target position mod {periods.pop()}, periods overlaid"
-    return "target position mod S (each panel's stride), periods overlaid"
+    return "target position mod each panel's period, periods overlaid"
 
 
-TITLE = "Accuracy by residue with 95% bands; dashed rules: period boundaries, triangles: boundary phase S-1"
-DESCRIPTION = "Accuracy by residue with 95% bands, one panel per compressed model, full attention dashed behind it"
+def title(marks: dict) -> str:
+    """The figure's title: the bands, then the rules and triangles where they are drawn."""
+    parts = ["Accuracy by residue with 95% bands"]
+    if marks["rules"]:
+        parts.append("dashed rules: period boundaries")
+    if marks["triangles"]:
+        parts.append("triangles: boundary phase S-1")
+    return "; ".join(parts)
+
+
+def description(marks: dict) -> str:
+    """The figure's text alternative: its panels, and the full-attention series where they are drawn."""
+    panels_of = "one panel per compressed model" if marks["compressed"] else "one panel per model"
+    controls = ", full attention dashed behind it" if marks["controls"] else ""
+    return f"Accuracy by residue with 95% bands, {panels_of}{controls}"
 
 
 def png(data: dict, inputs: Inputs, out_dir: Path) -> list[Path]:
@@ -209,13 +249,12 @@ matching trend here.{_positions_note(d)}</figcaption></figure>"""
     rows = "".join(_residue_row(s, s["name"] in choices) for s in d["series"])
     return f"""
 <section id="sec-residues"><h2>Accuracy by residue</h2>
-<p class="sub">{html.escape(probes)} accuracy grouped by the target position modulo a multiple of the stride.</p>
+<p class="sub">{html.escape(probes)} accuracy grouped by the target position modulo a multiple of the stride (of the
+period the phase test reads, for a model without a stride).</p>
 <figure>{figure_html("fig-residues", spec(d), link="model")}
-<figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}), one panel per
-compressed model (red) with full attention dashed in gray behind it. Dashed vertical rules mark the period boundaries
-every S positions, triangles under the axis mark the boundary phase S−1. Choose a model (or click its row in the
-table, or focus a row and use ↑/↓) to see its panel alone, beside its accuracy by position; “fold periods”
-overlays the periods (the first drawn full, later ones lighter).</figcaption></figure>
+<figcaption>Accuracy by target-key position (residue) with 95% bands ({html.escape(_interval(d))}), {_caption(d)}
+Choose a model (or click its row in the table, or focus a row and use ↑/↓) to see its panel alone, beside its
+accuracy by position{_fold_caption(d)}</figcaption></figure>
 {position_figure}
 <table class="data select" id="residue-table" aria-label="Models: click one to plot it alone">
 <thead><tr><th>Model</th><th>S</th><th>val. loss</th><th>mean</th><th>worst</th><th>best</th>
@@ -228,6 +267,26 @@ verdict compares the phase frequencies k/P with their neighbours after each unit
 95% interval) clears the minimum effect; MDE is the smallest drop at one phase the run would have found with 80%
 power. Models whose mean is not clearly above guessing are marked “not shown above guessing”.</p>
 </section>"""
+
+
+def _caption(d: dict) -> str:
+    """What the residue figure draws, in words (`drawn`)."""
+    marks = drawn(d)
+    text = "one panel per model."
+    if marks["compressed"]:
+        behind = " with full attention dashed in gray behind it" if marks["controls"] else ""
+        text = f"one panel per compressed model (red){behind}."
+    if marks["rules"]:
+        text += " Dashed vertical rules mark the period boundaries every S positions."
+    if marks["triangles"]:
+        text += " Triangles under the axis mark the boundary phase S−1."
+    return text
+
+
+def _fold_caption(d: dict) -> str:
+    if not drawn(d)["fold"]:
+        return "."
+    return "; “fold periods” overlays the periods (the first drawn full, later ones lighter)."
 
 
 def _with_ci(value, ci) -> str:
@@ -250,7 +309,7 @@ def _residue_row(s: dict, selectable: bool) -> str:
         _with_ci(s["gap"], s["gap_ci"]),
         "–" if s["p_value"] is None else f"{s['p_value']:.2g}",
     ]
-    foldable = ' data-foldable="1"' if s["stride"] and s["stride"] < s["modulus"] else ""
+    foldable = ' data-foldable="1"' if s["fold_by"] else ""
     value = html.escape(json.dumps(s["name"]))  # data-value holds the param's value as JSON
     select = f' data-param="model" data-value="{value}" tabindex="0"{foldable}' if selectable else ""
     verdict = f'<td class="text">{html.escape(s["verdict"] or "–")}</td>'
