@@ -371,7 +371,8 @@ class EndpointScorer:
             raise EndpointError(
                 f"{where} counted {counted} prompt tokens but {len(ids)} were meant: positions would shift"
             )
-        self._require_finite(positions, len(ids), echo)
+        if not echo or len(positions) >= len(ids):  # else echo was ignored: the request is asked again without it
+            self._require_finite(positions, len(ids), echo)
         return positions
 
     def _require_finite(self, positions: list[Position], length: int, echo: bool) -> None:
