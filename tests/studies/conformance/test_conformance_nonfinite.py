@@ -107,9 +107,7 @@ def _reference(model):
     return PhaseKVRunner(model, "reference")
 
 
-@pytest.mark.parametrize(
-    ("preset", "stride", "phases"), [("dsv4-hca", 16, {16: 15}), ("dsv4-mix", 4, {4: 3, 16: 15})]
-)
+@pytest.mark.parametrize(("preset", "stride", "phases"), [("dsv4-hca", 16, {16: 15}), ("dsv4-mix", 4, {4: 3, 16: 15})])
 def test_errors_are_grouped_by_each_layers_own_compression_ratio(preset, stride, phases):
     """An error at position 15 of a model whose HCA layers compress 16 tokens: phase 15 of 16, not phase 3 of the
     config's CSA stride 4; a model with both kinds of layers reports both."""
