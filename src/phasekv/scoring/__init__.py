@@ -7,7 +7,7 @@ model directory's config.json and picks `PhaseKVScorer` or `HFScorer`.
 """
 
 from .answers import AnswerScores, distinct_pairs, rows_by_answer_length, score_answers
-from .base import BatchedScorer, Scorer, ScorerError
+from .base import BatchedScorer, NonFiniteOutput, Scorer, ScorerError, check_finite, non_finite
 from .hf_scorer import HFScorer, hf_compression_stride
 from .load import load_scorer
 from .phasekv_scorer import PhaseKVScorer
@@ -16,12 +16,15 @@ __all__ = [
     "AnswerScores",
     "BatchedScorer",
     "HFScorer",
+    "NonFiniteOutput",
     "PhaseKVScorer",
     "Scorer",
     "ScorerError",
+    "check_finite",
     "distinct_pairs",
     "hf_compression_stride",
     "load_scorer",
+    "non_finite",
     "rows_by_answer_length",
     "score_answers",
 ]

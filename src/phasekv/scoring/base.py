@@ -16,6 +16,7 @@ core, one thread each, on the CPU; `threads` given alone means that many intra-o
 
 from __future__ import annotations
 
+import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +30,45 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 class ScorerError(ValueError):
     """A model directory or a scoring request is unusable; the message says why."""
+
+
+class NonFiniteOutput(ScorerError):
+    """A model gave a NaN or +inf log-prob. Every statistic computed from it would be meaningless (a NaN is never
+    the argmax, never beyond a tolerance), so scoring stops at the first one. `position` is where the model
+    predicted it (its output at token `position`, the next-token distribution after it), in the prompt of
+    `length` tokens, `prompt` its index in the scoring call (None: a call of one prompt)."""
+
+    def __init__(self, model: str, value: float, position: int, length: int, prompt: int | None = None):
+        self.model, self.value, self.position, self.length, self.prompt = model, value, position, length, prompt
+        which = f"a {length}-token prompt" if prompt is None else f"prompt {prompt} ({length} tokens)"
+        super().__init__(
+            f"{model} gave a non-finite log-prob ({value}) at position {position} of {which}: its weights or "
+            "activations hold NaN or inf, so no score from it means anything and nothing was written; check the "
+            "checkpoint for NaN/inf weights (a diverged training run), or score in float32 where a lower dtype "
+            "overflows"
+        )
+
+
+def non_finite(values: torch.Tensor) -> torch.Tensor:
+    """Where `values` (log-probs or logits) are NaN or +inf. -inf passes: a log-prob of -inf is a probability of 0
+    (a masked token), which a distribution may hold."""
+    return values.isnan() | (values == math.inf)
+
+
+def check_finite(
+    logprobs: torch.Tensor, lengths: Sequence[int], model: str, prompts: Sequence[int] | None = None
+) -> None:
+    """Raise `NonFiniteOutput` at the first prompt and position where `logprobs` [N, K, ...] (predicted at the last
+    K positions of N prompts of `lengths` tokens) hold NaN or +inf. `prompts`: the N prompts' indices in the
+    caller's call (default 0..N-1)."""
+    bad = non_finite(logprobs).flatten(2).any(-1)  # [N, K]
+    if not bad.any():
+        return
+    row, k = (int(i) for i in bad.nonzero()[0])
+    position = lengths[row] - logprobs.shape[1] + k
+    value = logprobs[row, k].flatten()[non_finite(logprobs[row, k].flatten())][0].item()
+    index = row if prompts is None else prompts[row]
+    raise NonFiniteOutput(model, value, position, lengths[row], index)
 
 
 def usable_cores() -> int:
@@ -153,7 +193,9 @@ class BatchedScorer(ABC):
                     ends = torch.tensor([lengths[i] for i in rows])
                     positions = ends[:, None] - n_last + torch.arange(n_last)
                     logits = self._logits(ids.to(self.device), positions.to(self.device))
-                    return torch.log_softmax(logits.float(), dim=-1).cpu()
+                    scored = torch.log_softmax(logits.float(), dim=-1).cpu()
+                    check_finite(scored, [lengths[i] for i in rows], self.model_label, rows)  # before any is used
+                    return scored
 
             def collect(scored: Iterable[torch.Tensor]) -> list[torch.Tensor]:
                 parts = []
@@ -184,6 +226,11 @@ class BatchedScorer(ABC):
     def next_token_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
         """Log-probs [N, V] of the token after each sequence."""
         return self.logprobs(sequences, 1)[:, 0]
+
+    @property
+    def model_label(self) -> str:
+        """What errors call the model: its directory, else its class (a model built in memory)."""
+        return getattr(self, "path", None) or type(self.model).__name__
 
     def num_parameters(self) -> int:
         """Parameters of the model, shared (tied) tensors counted once."""

@@ -10,13 +10,18 @@ import torch
 from .base import BatchedScorer, ScorerError, gather_positions
 
 
-def hf_compression_stride(config) -> int | None:
-    """The smallest compression rate among the layer types a config uses (DeepSeek-V4:
-    `compress_rates` keyed by `layer_types`, e.g. 4 for CSA layers), or None."""
+def hf_compression_ratios(config) -> tuple[int, ...]:
+    """Every compression rate among the layer types a config uses, ascending (DeepSeek-V4: `compress_rates` keyed
+    by `layer_types`, e.g. 4 for CSA layers and 128 for HCA layers; 0, a layer that compresses nothing, is none)."""
     rates = getattr(config, "compress_rates", None) or {}
     used = set(getattr(config, "layer_types", None) or ())
-    strides = [int(rate) for kind, rate in rates.items() if kind in used]
-    return min(strides) if strides else None
+    return tuple(sorted({int(rate) for kind, rate in rates.items() if kind in used and int(rate) > 0}))
+
+
+def hf_compression_stride(config) -> int | None:
+    """The smallest compression rate among the layer types a config uses (e.g. 4 for CSA layers), or None."""
+    ratios = hf_compression_ratios(config)
+    return ratios[0] if ratios else None
 
 
 class HFScorer(BatchedScorer):

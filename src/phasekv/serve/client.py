@@ -26,7 +26,8 @@ appended to the results cache as it arrives (see `cache`), which is keyed on a f
 answers (`fingerprint`) and on the server's answers to a few canary prompts, asked anew at the start
 of every audit (see `canary`), so other weights behind an unchanged model card are not mistaken for
 the ones that wrote the cache. Ctrl-C cancels what has not started, keeps what arrived, and raises
-`AuditInterrupted`.
+`AuditInterrupted`. An answer holding a NaN or +inf log-prob raises `NonFiniteOutput` (the position, the served
+model) as it arrives, before it is cached; of several failed requests the earliest is raised.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..scoring import AnswerScores, ScorerError
+from ..scoring import AnswerScores, NonFiniteOutput, ScorerError
 from .cache import ResultCache, fingerprint_id, request_key
 from .canary import CANARY_TOP, DEFAULT_TOLERANCE, canary_prompts
 from .errors import AuditInterrupted, EchoIgnored, EndpointError
@@ -315,8 +316,9 @@ class EndpointScorer:
                 self._sent.add(key)
 
         pool = ThreadPoolExecutor(self.concurrency)
+        futures = [pool.submit(answer, key, request) for key, request in todo.items()]
         try:
-            for future in as_completed([pool.submit(answer, key, request) for key, request in todo.items()]):
+            for future in as_completed(futures):
                 future.result()
                 if progress is not None:
                     progress(1)
@@ -324,6 +326,11 @@ class EndpointScorer:
             self.transport.stop()  # no more retries: in-flight requests end with their current attempt
             pool.shutdown(wait=True, cancel_futures=True)
             raise AuditInterrupted(self._interrupted_message()) from None
+        except Exception:
+            pool.shutdown(wait=True, cancel_futures=True)
+            # the earliest request's failure, not the first to arrive: requests start in order, so every one before
+            # it has finished, and where a prompt's positions are separate requests it is the first failing position
+            raise next(f.exception() for f in futures if not f.cancelled() and f.exception() is not None) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return [self.cache.get(key) for key in keys]
@@ -364,7 +371,20 @@ class EndpointScorer:
             raise EndpointError(
                 f"{where} counted {counted} prompt tokens but {len(ids)} were meant: positions would shift"
             )
+        if not echo or len(positions) >= len(ids):  # else echo was ignored: the request is asked again without it
+            self._require_finite(positions, len(ids), echo)
         return positions
+
+    def _require_finite(self, positions: list[Position], length: int, echo: bool) -> None:
+        """Raise `NonFiniteOutput` at the first position whose log-prob or top log-probs hold NaN or +inf: checked
+        on arrival, so no such answer is ever cached or read. An echoed entry p is the model's prediction at
+        position p - 1; the one generated entry without echo, at the prompt's last position."""
+        for p, (_, value, top) in enumerate(positions):
+            values = [value, *(v for _, v in top or [])]
+            bad = [float(v) for v in values if isinstance(v, int | float) and not float(v) < math.inf]
+            if bad:
+                position = p - 1 if echo else length - 1 + p
+                raise NonFiniteOutput(f"{self.served_model} at {self.transport.url}", bad[0], position, length)
 
     def _legacy_positions(self, lp: dict) -> list[Position]:
         """OpenAI's legacy shape: parallel lists of token names, log-probs and {name: log-prob} dicts."""

@@ -118,6 +118,7 @@ class _LayerRunner(LocalRunner):
     def __init__(self, kind: str, embedding: torch.Tensor, name: str):
         self.kind_name, self.embedding, self.name = kind, embedding, name
         self.stride = HCA_RATE if kind == "hca" else CSA_RATE
+        self.ratios = () if kind == "sliding" else (self.stride,)  # a sliding layer compresses nothing
         self.vocab_size = embedding.shape[0]
 
     def readout(self, out):

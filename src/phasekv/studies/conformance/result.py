@@ -17,7 +17,8 @@ class Errors(Typed):
     max_kl: NonNegative | None
     mean_kl: NonNegative | None
     top1_agreement: Proportion | None
-    beyond_tolerance: Count
+    beyond_tolerance: Count  # non-finite positions included
+    non_finite: Count = 0  # positions where an output is NaN or +inf (results written before the count have none)
 
 
 class PhaseErrors(Errors):
@@ -32,11 +33,20 @@ class Concentration(Typed):
     text: str
 
 
+class RatioErrors(Typed):
+    """The errors by position mod one compression ratio of the layers (`by_phase` is by the run's S)."""
+
+    ratio: int
+    first_failure_phase: Count | None
+    by_phase: list[PhaseErrors]
+
+
 class ModeErrors(Errors):
     first_failure: Count | None
     first_failure_phase: Count | None
     conforms: bool
     by_phase: list[PhaseErrors]
+    by_ratio: list[RatioErrors] = []  # one per compression ratio of the layers; none in results written before
     concentration: Concentration
 
 
@@ -53,6 +63,7 @@ class ConformanceResult(TypedResult):
     label: str
     reference_mode: str
     stride: StrideSource
+    ratios: list[int] = []  # every compression ratio of the layers (candidate's and reference's)
     tolerance: NonNegative
     modes: dict[str, ModeErrors]
     undefined_modes: dict[str, str]

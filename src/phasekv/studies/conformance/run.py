@@ -1,6 +1,8 @@
 """Phase conformance end to end: run one implementation in every execution mode it has, compare each
 mode's next-token distributions position by position with a reference's parallel forward, and report
-the errors grouped by position mod S.
+the errors grouped by position mod S, and by position mod each compression ratio the layers use (a model with
+CSA layers of ratio 4 and HCA layers of ratio 16 has its errors grouped both ways). A position where the candidate
+outputs NaN or +inf fails, wherever it is: it is never "within tolerance".
 
 A *runner* wraps one implementation. `PhaseKVRunner` (a `PhaseKVModel` and its `KVCache`) and
 `HFRunner` (a transformers causal LM and its `DynamicCache`) have every local mode; `EndpointRunner`
@@ -100,6 +102,7 @@ class LocalRunner:
     kind = "local"
     name = "model"
     stride: int | None = None
+    ratios: tuple[int, ...] = ()  # every compression ratio among the layers, ascending
     left_padding: str | None = "not defined"
     output = LOG_PROBS  # what each position's row holds, so what `compare` measures
 
@@ -157,9 +160,12 @@ class PhaseKVRunner(LocalRunner):
     left_padding = None
 
     def __init__(self, model, name: str = "phasekv model", pad_id: int = 0):
+        from phasekv.compress.base import Compressor
+
         self.model, self.name, self.pad_id = model.eval(), name, pad_id
-        comp = model.config.compression
-        self.stride = None if comp is None else comp.stride
+        # each layer's own: a DeepSeek-V4 model's HCA layers compress at their rate, not the config's CSA stride
+        self.ratios = tuple(sorted({m.geometry.stride for m in model.modules() if isinstance(m, Compressor)}))
+        self.stride = self.ratios[0] if self.ratios else None
         self.vocab_size = model.config.vocab_size
 
     def logits(self, ids):
@@ -214,10 +220,11 @@ class HFRunner(LocalRunner):
     left_padding = None
 
     def __init__(self, model, name: str = "hf model", pad_id: int = 0):
-        from phasekv.scoring.hf_scorer import hf_compression_stride
+        from phasekv.scoring.hf_scorer import hf_compression_ratios
 
         self.model, self.name, self.pad_id = model.eval(), name, pad_id
-        self.stride = hf_compression_stride(model.config)
+        self.ratios = hf_compression_ratios(model.config)
+        self.stride = self.ratios[0] if self.ratios else None
         self.vocab_size = model.config.vocab_size
 
     def logits(self, ids):
@@ -267,20 +274,31 @@ class EndpointRunner:
     def __init__(self, scorer):
         self.scorer, self.name = scorer, f"{scorer.served_model} at {scorer.transport.url}"
         self.stride = scorer.compression_stride
+        self.ratios = () if self.stride is None else (self.stride,)  # all a server says
         self.vocab_size = scorer.vocab_size
 
     def served(self, sequences: list[list[int]]) -> list[Row]:
-        records = self.scorer.prompt_token_logprobs(sequences)
-        return [
-            Row(
-                list(s),
-                0,
-                next_lp=np.asarray([math.nan if v is None else v for v in r["logprobs"]]),
-                top1=np.asarray(r["top_ids"]),
-                top=r.get("top"),
+        """One row per prompt; a prompt whose answer held NaN or +inf (the scorer refuses it, naming the first
+        such position) is one row at that position with a NaN log-prob, so it fails there like any error."""
+        from phasekv.scoring import NonFiniteOutput
+
+        rows = []
+        for s in sequences:
+            try:
+                (record,) = self.scorer.prompt_token_logprobs([s])
+            except NonFiniteOutput as err:
+                rows.append(Row(list(s), err.position, next_lp=np.array([math.nan]), top1=np.array([-1])))
+                continue
+            rows.append(
+                Row(
+                    list(s),
+                    0,
+                    next_lp=np.asarray([math.nan if v is None else v for v in record["logprobs"]]),
+                    top1=np.asarray(record["top_ids"]),
+                    top=record.get("top"),
+                )
             )
-            for s, r in zip(sequences, records, strict=True)
-        ]
+        return rows
 
     def describe(self) -> dict:
         return self.scorer.describe()
@@ -359,18 +377,22 @@ def run_mode(runner, mode: str, ids: torch.Tensor, options: ConformanceOptions, 
 @dataclass
 class Compared:
     """Per scored position of one mode: sequence row, position t (predicting token t+1), |delta log-prob|
-    of the actual next token, KL (NaN where a distribution is missing), top-1 agreement."""
+    of the actual next token, KL (NaN where a distribution is missing), top-1 agreement, and whether the outputs
+    there are finite (a NaN or +inf in either side's row, or a NaN difference, is not)."""
 
     row: list[int] = field(default_factory=list)
     position: list[int] = field(default_factory=list)
     delta: list[float] = field(default_factory=list)
     kl: list[float] = field(default_factory=list)
     agree: list[bool] = field(default_factory=list)
+    finite: list[bool] = field(default_factory=list)
 
 
 def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], output: str = LOG_PROBS) -> Compared:
     """Each row against the reference's log-probs [T, V] of its sequence, at positions with a next token; for
     layer outputs [T, d], at every position, |delta| the largest over channels (no KL, no top-1)."""
+    from phasekv.scoring import non_finite
+
     out = Compared()
     for i, row in enumerate(rows):
         ref = reference(row.tokens)
@@ -380,11 +402,13 @@ def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], out
             continue
         positions = torch.arange(row.first, last)
         if output == HIDDEN:
-            diff = (ref[positions].double() - row.full[: last - row.first].double()).abs().amax(-1)
+            cand = row.full[: last - row.first].double()
+            diff = (ref[positions].double() - cand).abs().amax(-1)
             out.row += [i] * len(positions)
             out.position += positions.tolist()
             out.delta += diff.tolist()
             out.kl += [math.nan] * len(positions)
+            out.finite += (~(cand.isnan() | cand.isinf()).any(-1) & ~diff.isnan()).tolist()  # an output: inf too
             continue
         nxt = torch.tensor(row.tokens)[positions + 1]
         ref_rows = ref[positions].double()
@@ -392,6 +416,7 @@ def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], out
         if row.full is not None:
             cand = row.full[: last - row.first].double()
             cand_lp = cand.gather(-1, nxt[:, None])[:, 0]
+            finite = ~non_finite(cand).any(-1)  # the KL below counts NaN terms as 0 and argmax picks NaN: checked here
             p = ref_rows.exp()
             kl = (p * (ref_rows - cand)).nan_to_num(0.0).sum(-1).clamp_min(0.0)
             agree = ref_rows.argmax(-1) == cand.argmax(-1)
@@ -399,6 +424,7 @@ def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], out
             cand_lp = torch.as_tensor(row.next_lp[: last - row.first], dtype=torch.float64)
             kl = torch.full((len(positions),), math.nan, dtype=torch.float64)
             agree = ref_rows.argmax(-1) == torch.as_tensor(row.top1[: last - row.first])
+            finite = torch.ones(len(positions), dtype=torch.bool)  # a served NaN is its delta's, below
         delta = (ref_lp - cand_lp).abs()
         if row.top is not None:  # one request per position: every log-prob the server gave there, not only the
             # next token's (often outside its top k, so unknown)
@@ -414,6 +440,7 @@ def compare(rows: list[Row], reference: Callable[[list[int]], torch.Tensor], out
         out.delta += delta.tolist()
         out.kl += kl.tolist()
         out.agree += agree.tolist()
+        out.finite += (finite & ~non_finite(ref_rows).any(-1) & ~delta.isnan()).tolist()
     return out
 
 
@@ -430,48 +457,53 @@ def _agreement(agree) -> float | None:
     return float(np.mean(agree)) if len(agree) else None  # None: nothing scored, or no top-1 (layer outputs)
 
 
-def summarise(compared: Compared, stride: int, tolerance: float) -> dict:
+def summarise(compared: Compared, stride: int, tolerance: float, ratios: Sequence[int] = ()) -> dict:
     """One mode's report: overall and per phase (t mod S) max/mean |delta log-prob|, max/mean KL, top-1
-    agreement; the first position beyond tolerance; where the errors concentrate."""
+    agreement; the first position beyond tolerance or with a non-finite output (a NaN is never "within" it, and
+    the statistics, over finite values only, would not show it); where the errors concentrate; and the same
+    phases for each compression ratio in `ratios` (`by_ratio`)."""
     delta, kl = np.asarray(compared.delta), np.asarray(compared.kl, dtype=float)
     position = np.asarray(compared.position, dtype=int)
-    bad = (delta > tolerance) | (np.nan_to_num(kl, nan=0.0) > tolerance)
-    phases = []
-    for phase in range(stride):
-        at = position % stride == phase
-        phases.append(
-            {
-                "phase": phase,
-                "positions": int(at.sum()),
-                "max_abs_delta": _stat(delta[at], max),
-                "mean_abs_delta": _stat(delta[at], np.mean),
-                "max_kl": _stat(kl[at], max),
-                "mean_kl": _stat(kl[at], np.mean),
-                "top1_agreement": _agreement(np.asarray(compared.agree)[at] if compared.agree else []),
-                "beyond_tolerance": int(bad[at].sum()),
-            }
-        )
+    finite = np.asarray(compared.finite, dtype=bool)
+    agree = np.asarray(compared.agree) if compared.agree else None
+    bad = ~finite | (delta > tolerance) | (np.nan_to_num(kl, nan=0.0) > tolerance)
+
+    def errors(at: np.ndarray) -> dict:
+        return {
+            "positions": int(at.sum()),
+            "max_abs_delta": _stat(delta[at], max),
+            "mean_abs_delta": _stat(delta[at], np.mean),
+            "max_kl": _stat(kl[at], max),
+            "mean_kl": _stat(kl[at], np.mean),
+            "top1_agreement": _agreement([] if agree is None else agree[at]),
+            "beyond_tolerance": int(bad[at].sum()),
+            "non_finite": int((~finite[at]).sum()),
+        }
+
+    def phases(modulus: int) -> list[dict]:
+        return [{"phase": phase, **errors(position % modulus == phase)} for phase in range(modulus)]
+
     first = int(position[bad].min()) if bad.any() else None
+    by_phase = phases(stride)
     return {
-        "positions": len(delta),
-        "max_abs_delta": _stat(delta, max),
-        "mean_abs_delta": _stat(delta, np.mean),
-        "max_kl": _stat(kl, max),
-        "mean_kl": _stat(kl, np.mean),
-        "top1_agreement": _agreement(compared.agree),
-        "beyond_tolerance": int(bad.sum()),
+        **errors(np.ones(len(delta), dtype=bool)),
         "first_failure": first,
         "first_failure_phase": None if first is None else first % stride,
         "conforms": not bad.any(),
-        "by_phase": phases,
-        "concentration": concentration(phases, first, stride),
+        "by_phase": by_phase,
+        "by_ratio": [
+            {"ratio": r, "first_failure_phase": None if first is None else first % r, "by_phase": phases(r)}
+            for r in ratios
+        ],
+        "concentration": concentration(by_phase, first, stride, ratios),
     }
 
 
-def concentration(phases: list[dict], first: int | None, stride: int) -> dict:
+def concentration(phases: list[dict], first: int | None, stride: int, ratios: Sequence[int] = ()) -> dict:
     """Where a failing mode's errors sit: `peak_phase` (largest mean |delta|), `phases` whose mean |delta| is
     over twice the median of the phase means (errors concentrated there; empty when spread evenly), whether
-    the boundary phase S-1 is among them, and whether the errors start in the first window (position < S)."""
+    the boundary phase S-1 is among them, and whether the errors start in the first window (position < S). The
+    text names the first failure's phase mod S and mod every other compression ratio in `ratios`."""
     if first is None:
         return {"peak_phase": None, "phases": [], "boundary_phase": False, "from_first_window": False, "text": "none"}
     means = [p["mean_abs_delta"] or 0.0 for p in phases]
@@ -480,7 +512,8 @@ def concentration(phases: list[dict], first: int | None, stride: int) -> dict:
     hot = [p["phase"] for p, m in zip(phases, means, strict=True) if m > 2 * median and p["beyond_tolerance"]]
     if len(hot) == stride:
         hot = []
-    text = f"from position {first} (phase {first % stride}); "
+    others = "".join(f", {first % r} mod {r}" for r in ratios if r != stride)
+    text = f"from position {first} (phase {first % stride}{others}); "
     text += f"concentrated at phase{'s' * (len(hot) > 1)} {', '.join(map(str, hot))}" if hot else "spread over phases"
     text += f", largest at phase {peak}"
     return {
@@ -536,6 +569,8 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
     # same answer twice in this process would make each mode look wrong by its own irreproducibility
     again = run_mode(ref_runner, "parallel", ids, options, stride).rows
     repeat = summarise(compare(again, reference_lp, ref_runner.output), stride, options.tolerance)
+    # every layer's own ratio, the reference's too (a server reports one stride at most)
+    ratios = sorted({*candidate.ratios, *(reference.ratios if reference is not None else ())})
     modes, undefined, errored = {}, {}, {}
     for mode in mode_names(candidate, options, stride) if repeat["conforms"] else []:
         started = time.perf_counter()
@@ -547,7 +582,7 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         if outcome.undefined is not None:
             undefined[mode] = outcome.undefined
             continue
-        summary = summarise(compare(outcome.rows, reference_lp, candidate.output), stride, options.tolerance)
+        summary = summarise(compare(outcome.rows, reference_lp, candidate.output), stride, options.tolerance, ratios)
         modes[mode] = {**summary, "seconds": round(time.perf_counter() - started, 3)}
     judged = repeat["conforms"]
     conforms = (all(m["conforms"] for m in modes.values()) and not errored) if judged else None
@@ -558,6 +593,7 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         "reference_mode": f"{'the candidate' if reference is None else 'the reference'}'s parallel forward",
         "label": candidate.name if reference is None else f"{candidate.name} vs {reference.name}",
         "stride": {"value": stride, "source": stride_source},
+        "ratios": ratios,
         "compared": candidate.output,
         "options": asdict(options),
         "tolerance": options.tolerance,
@@ -575,6 +611,11 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
 def not_reproducible(repeat: dict, reference, tolerance: float) -> str:
     """Why a run is not judged: the reference's parallel forward, run twice on the same prompts, disagreed."""
     kl = "" if repeat["max_kl"] is None else f", KL up to {repeat['max_kl']:.1e}"
+    if repeat["non_finite"]:
+        return (
+            f"the reference ({reference.name}) outputs NaN or inf at {repeat['non_finite']} positions, from position "
+            f"{repeat['first_failure']}: nothing can be compared against it (not judged); check its weights"
+        )
     return (
         f"the reference ({reference.name}) is not reproducible in this process: a second parallel forward of the "
         f"same prompts differs from the first by up to {repeat['max_abs_delta']:.1e} in the {reference.output}"
@@ -603,6 +644,8 @@ def format_conformance(result: dict) -> str:
 
     for mode, m in result["modes"].items():
         verdict = "ok" if m["conforms"] else "FAILS " + m["concentration"]["text"]
+        if m.get("non_finite"):  # the columns hold finite values only
+            verdict += f"; NaN or inf at {m['non_finite']} position{'s' * (m['non_finite'] > 1)}"
         first = "-" if m["first_failure"] is None else str(m["first_failure"])
         lines.append(
             f"{mode:<14} {g(m['max_abs_delta']):>9} {g(m['mean_abs_delta']):>9} {g(m['max_kl']):>9} "

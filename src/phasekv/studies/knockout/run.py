@@ -34,6 +34,7 @@ from phasekv.internals.models import model_name, view
 from phasekv.internals.probe_prompts import batches, calibration_options, check_disjoint, lookup_prompts, unique_ids
 from phasekv.planning import Planner, Stage, WorkPlan, as_planner
 from phasekv.results.record import RunClock
+from phasekv.scoring import check_finite
 from phasekv.stats.stride import resolve_stride
 from phasekv.studies.knockout.ablation import final_position_means, knockout_logits, kv_heads
 from phasekv.studies.knockout.layers import final_attention_means, knocked_final_logits
@@ -63,10 +64,17 @@ def knockout_predictions(
     mode, so that a dry run on a large model times one pass, not a batch's 1 + layers)."""
     model, planner = scorer.model, as_planner(progress)
     clean_parts, knocked_parts = [], {}
+
+    def top1(clean: torch.Tensor) -> torch.Tensor:
+        # the knockout reads the model directly, not through its scorer: the same check, or a NaN would be a top-1
+        done = sum(map(len, clean_parts))
+        check_finite(clean[:, None], [ids.shape[1]] * len(clean), model_name(scorer), range(done, done + len(clean)))
+        return clean.argmax(-1).cpu()
+
     if options.mode == "heads":
         for batch in planner.steps("knockout", batches(ids, options.batch_size)):
             clean, knocked = knockout_logits(model, batch.to(scorer.device), means)
-            clean_parts.append(clean.argmax(-1).cpu())
+            clean_parts.append(top1(clean))
             for key, logits in knocked.items():
                 knocked_parts.setdefault(key, []).append(logits.argmax(-1).cpu())
     else:
@@ -74,11 +82,11 @@ def knockout_predictions(
             batch = batch.to(scorer.device)
             for layer in (None, *range(means.shape[0])):
                 with planner.step("knockout"):
-                    top = knocked_final_logits(model, batch, means, layer).argmax(-1).cpu()
+                    logits = knocked_final_logits(model, batch, means, layer)
                 if layer is None:
-                    clean_parts.append(top)
+                    clean_parts.append(top1(logits))
                 else:
-                    knocked_parts.setdefault((layer, None), []).append(top)
+                    knocked_parts.setdefault((layer, None), []).append(logits.argmax(-1).cpu())
     return torch.cat(clean_parts), {key: torch.cat(parts) for key, parts in knocked_parts.items()}
 
 
