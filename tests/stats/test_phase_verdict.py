@@ -257,17 +257,11 @@ SHAPES = SMOOTH + PER_UNIT + SHARP
 def _verdicts(design: PhaseDesign, sums: np.ndarray, mean_chance: float | None = None) -> np.ndarray:
     """The verdict's 'phase-sensitive' for each simulated run (cell sums [B, C]): the test, then the amplitude's
     lower bound for the runs it rejects (the rule needs both)."""
-    from phasekv.stats.phase_test import amplitude, basic_interval
+    from phasekv.stats.phase_test import amplitude
 
     result = design.evaluate(sums)
-    sensitive = np.zeros(len(sums), dtype=bool)
-    rejected = np.flatnonzero(result["p_value"] < ALPHA)
-    if rejected.size:
-        observed = amplitude(result["profile"][rejected], result["mean"][rejected])
-        draws, _ = design.bootstrap(sums[rejected], 300)
-        lower = np.array([basic_interval(o, d, 0.95)[0] for o, d in zip(observed, draws, strict=True)])
-        sensitive[rejected] = 100 * lower >= 5.0
-    return result["p_value"], sensitive
+    lower = np.minimum(design.amplitude_bounds(result)[0], amplitude(result["profile"], result["mean"]))
+    return result["p_value"], (result["p_value"] < ALPHA) & (100 * lower >= 5.0)
 
 
 # ------------------------------------------------------------------ noise-free: consistency in n
@@ -557,7 +551,7 @@ def test_the_minimum_effect_is_an_option_of_the_probe_and_of_its_dry_run(phasekv
     from phasekv.cli import app
 
     runner = CliRunner()
-    common = ["eval", "lookup", str(phasekv_dir), "--records", "8", "--demos", "2", "--mappings", "4", "--dry-run"]
+    common = ["eval", "lookup", str(phasekv_dir), "--records", "8", "--demos", "2", "--mappings", "24", "--dry-run"]
     low = runner.invoke(app, [*common, "--min-effect", "5"])
     high = runner.invoke(app, [*common, "--min-effect", "60"])
     assert low.exit_code == 0 and high.exit_code == 0, low.output + high.output
@@ -837,8 +831,6 @@ def test_the_verdict_refuses_bad_parameters_and_takes_their_edges():
 def _reference_detections(design, base, drop_points, alpha, n_simulations, n_resamples, seed):
     """Per simulated run (a loop): (rejected, lower bound of the amplitude in points or None), with the random
     draws taken in the order `detection_rate` takes them."""
-    from phasekv.stats.phase_test import amplitude, basic_interval
-
     rng = np.random.default_rng(seed)
     phases = rng.integers(0, design.period, n_simulations)
     probability = np.empty((n_simulations, base.size))
@@ -853,10 +845,17 @@ def _reference_detections(design, base, drop_points, alpha, n_simulations, n_res
         if result["p_value"][0] >= alpha:
             runs.append((False, None))
             continue
-        draws, _ = design.bootstrap(row[None], n_resamples, seed)
-        observed = amplitude(result["profile"], result["mean"])[0]
-        runs.append((True, 100 * basic_interval(observed, draws[0], 0.95)[0]))
+        runs.append((True, design.test(design_outcomes(design, row), n_resamples=n_resamples).amplitude_ci[0]))
     return runs
+
+
+def design_outcomes(design, sums):
+    """0/1 outcomes, one per prompt of `design` (all distinct), whose cell sums are `sums`."""
+    outcomes = np.zeros(design.n_prompts)
+    cell_of_prompt = design._cell_of_distinct[design._distinct]
+    for cell, total in enumerate(sums.astype(int)):
+        outcomes[np.flatnonzero(cell_of_prompt == cell)[:total]] = 1.0
+    return outcomes
 
 
 def test_the_detection_rate_is_the_share_of_simulated_runs_the_whole_rule_calls():
@@ -867,8 +866,9 @@ def test_the_detection_rate_is_the_share_of_simulated_runs_the_whole_rule_calls(
     base = np.linspace(0.55, 0.95, design.cell_count.size)
     runs = _reference_detections(design, base, 15.0, 0.05, 16, 40, 9)
     lowers = sorted(low for rejected, low in runs if rejected)
-    # some runs rejected, some not; one lower bound clipped to exactly 0, which a floor of 0 still counts
-    assert 0 < len(lowers) < 16 and lowers[0] == 0.0 < lowers[1]
+    # some runs rejected, some not; some lower bounds clipped to exactly 0, which a floor of 0 still counts
+    assert 0 < len(lowers) < 16 and lowers[0] == 0.0 < lowers[-1]
+    lowers = [0.0] + sorted(set(lowers) - {0.0})
     for floor in (0.0, (lowers[2] + lowers[3]) / 2, lowers[-1] + 0.01):
         expected = sum(rejected and low >= floor for rejected, low in runs) / 16
         assert detection_rate(design, base, 15.0, 0.05, floor, 16, 40, 9) == expected
@@ -944,40 +944,62 @@ def test_the_minimum_detectable_effect_searches_the_grid_then_bisects(monkeypatc
 # ------------------------------------------------------------------ the effect size's bootstrap, against a loop
 
 
-def _reference_bootstrap(units, positions, outcomes, period, n_resamples, seed):
-    """(amplitudes [R], means [R]) by rebuilding the design from each resample's prompts: units drawn with
-    replacement, a unit drawn twice entered twice under new names, the phase profile read off `evaluate`."""
-    from phasekv.stats.phase_test import amplitude
-
+def _reference_bounds(units, positions, outcomes, period, confidence):
+    """(lower, upper) of the amplitude in points, one row per prompt and a loop over the ordered pairs of phases:
+    lstsq on explicit unit dummies, each unit's splines and the profile sinusoids; the Bernoulli sandwich (the
+    phase-free fit's p(1-p)) and the units' own scatter (CR1) written out; each pair takes the larger variance and,
+    when the units' is the larger on average, its n_units - 1 degrees of freedom."""
+    units, t, y = np.asarray(units), np.asarray(positions), np.asarray(outcomes, dtype=float)
+    own = _own_columns(units, t, period)
+    profile_columns = _columns(t, phase_frequencies(period))
+    x = np.hstack([own, profile_columns])
+    a = own.shape[1]
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    fitted = np.clip(own @ np.linalg.lstsq(own, y, rcond=None)[0], 0.01, 0.99)
+    bread = np.linalg.pinv(x.T @ x)
+    cov = (bread @ (x.T * (fitted * (1 - fitted))) @ x @ bread)[a:, a:]
     names = np.unique(units)
-    draws = np.random.default_rng(seed).integers(0, names.size, size=(n_resamples, names.size))
-    amplitudes, means = [], []
-    for row in draws:
-        rows = [np.flatnonzero(units == names[i]) for i in row]
-        relabelled = np.concatenate([np.full(r.size, j) for j, r in enumerate(rows)])
-        take = np.concatenate(rows)
-        design = PhaseDesign(relabelled, positions[take], period)
-        result = design.evaluate(design.cell_sums(outcomes[take])[None])
-        amplitudes.append(amplitude(result["profile"], result["mean"])[0])
-        means.append(outcomes[take].mean())
-    return np.array(amplitudes), np.array(means)
+    scores = np.stack([x[units == u].T @ (y - x @ beta)[units == u] for u in names])
+    cov_units = (bread @ scores.T @ scores @ bread)[a:, a:] * names.size / (names.size - 1)
+    rows = _columns(np.arange(period), phase_frequencies(period))
+    profile = rows @ beta[a:]
+    pairs = [(i, j) for i in range(period) for j in range(period) if i != j]
+    contrasts = [rows[i] - rows[j] for i, j in pairs]
+    bernoulli = np.array([c @ cov @ c for c in contrasts])
+    scatter = np.array([c @ cov_units @ c for c in contrasts])
+    df = names.size - 1 if scatter.mean() > bernoulli.mean() else np.inf
+    se = np.sqrt(np.maximum(bernoulli, scatter))
+    tail = (1 - confidence) / 2
+    margin = scipy_stats.studentized_range.ppf(1 - tail, period, df) / np.sqrt(2)
+    one = scipy_stats.t.ppf(1 - tail, df)
+    lower = max(profile[i] - profile[j] - margin * s for (i, j), s in zip(pairs, se, strict=True))
+    upper = max(profile[i] - profile[j] + one * s for (i, j), s in zip(pairs, se, strict=True))
+    return 100 * min(max(lower, 0.0), 1.0), 100 * min(max(upper, 0.0), 1.0)
 
 
-def test_the_amplitude_interval_matches_a_bootstrap_that_rebuilds_each_resample():
-    from phasekv.stats.phase_test import basic_interval
+def test_the_amplitude_bounds_match_a_loop_over_the_pairs_of_phases():
+    for seed, n_units, drop, mixed in ((8, 4, {4: 1}, False), (3, 6, {4: 2}, True), (5, 5, {}, False)):
+        units, positions, outcomes = _random_run(seed, n=240, period=4, drop=drop, n_units=n_units)
+        if mixed:  # one unit hard at phase 3 alone: the units' scatter is the larger variance
+            outcomes = np.where((units == 0) & (positions % 4 == 3), 0.0, outcomes)
+        for u in range(n_units):  # every unit spans the whole range: the design's smooth basis is every unit's
+            positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
+        test = PhaseDesign(units, positions, 4).test(outcomes, seed=6, n_resamples=12, confidence=0.8)
+        low, high = _reference_bounds(units, positions, outcomes, 4, 0.8)
+        observed = test.amplitude_points
+        assert test.amplitude_ci == pytest.approx([min(low, observed), max(high, observed)], abs=1e-7)
+    assert test.amplitude_ci[0] == 0.0  # no drop planted: the simultaneous lower bound stays at 0
 
+
+def test_the_mean_bootstrap_resamples_units():
     units, positions, outcomes = _random_run(8, n=240, period=4, drop={4: 1}, n_units=4)
-    for u in range(4):  # every unit spans the whole range, so every resample keeps the design's smooth basis
-        positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
     design = PhaseDesign(units, positions, 4)
-    amplitudes, means = design.bootstrap(design.cell_sums(outcomes)[None], 12, seed=6)
-    expected_amplitudes, expected_means = _reference_bootstrap(units, positions, outcomes, 4, 12, 6)
-    assert amplitudes[0] == pytest.approx(expected_amplitudes, rel=1e-7)
-    assert means[0] == pytest.approx(expected_means, rel=1e-12)
+    means = design.bootstrap_means(design.cell_sums(outcomes)[None], 12, seed=6)[0]
+    draws = np.random.default_rng(6).integers(0, 4, size=(12, 4))
+    expected = [np.concatenate([outcomes[units == u] for u in row]).mean() for row in draws]
+    assert means == pytest.approx(expected, rel=1e-12)
     test = design.test(outcomes, seed=6, n_resamples=12, confidence=0.8)
-    observed = test.amplitude_points / 100
-    assert test.amplitude_ci == pytest.approx([100 * v for v in basic_interval(observed, expected_amplitudes, 0.8)])
-    assert test.mean_ci == pytest.approx(list(np.quantile(expected_means, [0.1, 0.9])))
+    assert test.mean_ci == pytest.approx(list(np.quantile(expected, [0.1, 0.9])))
     assert (test.confidence, test.n_bootstrap, test.bootstrap) == (0.8, 12, "units")
     assert test.mean == pytest.approx(outcomes.mean()) and test.amplitude_points > 50  # phase 1 at 5%, the rest 60%
     assert np.argmin(test.phase_accuracy_points) == 1 and test.phase_accuracy_points[1] < 20
@@ -985,18 +1007,37 @@ def test_the_amplitude_interval_matches_a_bootstrap_that_rebuilds_each_resample(
     assert unbootstrapped.amplitude_ci is None and unbootstrapped.mean_ci is None
 
 
-def test_one_unit_takes_a_parametric_bootstrap_of_its_cells():
-    from phasekv.stats.phase_test import amplitude
-
+def test_one_unit_takes_a_parametric_bootstrap_of_its_mean_and_bernoulli_bounds():
     units, positions, outcomes = _random_run(9, n=200, period=4, drop={4: 2}, n_units=1)
     design = PhaseDesign(units, positions, 4)
     sums = design.cell_sums(outcomes)
-    amplitudes, means = design.bootstrap(sums[None], 10, seed=4)
+    means = design.bootstrap_means(sums[None], 10, seed=4)[0]
     draws = np.random.default_rng(4).binomial(design.cell_count.astype(int), sums / design.cell_count, (10, sums.size))
-    result = design.evaluate(draws.astype(float))
-    assert amplitudes[0] == pytest.approx(amplitude(result["profile"], result["mean"]), rel=1e-9)
-    assert means[0] == pytest.approx(draws.sum(axis=1) / design.cell_count.sum())
-    assert design.test(outcomes, n_resamples=10).bootstrap == "parametric (one unit)"
+    assert means == pytest.approx(draws.sum(axis=1) / design.cell_count.sum())
+    test = design.test(outcomes, n_resamples=10)
+    assert test.bootstrap == "parametric (one unit)" and design.evaluate(sums[None])["coef_cov_units"] is None
+    low, high = _reference_bounds_bernoulli(units, positions, outcomes, 4)
+    assert test.amplitude_ci == pytest.approx([min(low, test.amplitude_points), max(high, test.amplitude_points)])
+
+
+def _reference_bounds_bernoulli(units, positions, outcomes, period):
+    """`_reference_bounds` for one unit: the Bernoulli sandwich alone, on infinite degrees of freedom."""
+    t, y = np.asarray(positions), np.asarray(outcomes, dtype=float)
+    own = _own_columns(np.asarray(units), t, period)
+    x = np.hstack([own, _columns(t, phase_frequencies(period))])
+    a = own.shape[1]
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    fitted = np.clip(own @ np.linalg.lstsq(own, y, rcond=None)[0], 0.01, 0.99)
+    bread = np.linalg.pinv(x.T @ x)
+    cov = (bread @ (x.T * (fitted * (1 - fitted))) @ x @ bread)[a:, a:]
+    rows = _columns(np.arange(period), phase_frequencies(period))
+    profile = rows @ beta[a:]
+    pairs = [(i, j) for i in range(period) for j in range(period) if i != j]
+    se = [np.sqrt((rows[i] - rows[j]) @ cov @ (rows[i] - rows[j])) for i, j in pairs]
+    margin = scipy_stats.studentized_range.ppf(0.975, period, np.inf) / np.sqrt(2)
+    lower = max(profile[i] - profile[j] - margin * e for (i, j), e in zip(pairs, se, strict=True))
+    upper = max(profile[i] - profile[j] + 1.959963984540054 * e for (i, j), e in zip(pairs, se, strict=True))
+    return 100 * min(max(lower, 0.0), 1.0), 100 * min(max(upper, 0.0), 1.0)
 
 
 # ------------------------------------------------------------------ the phase test's record, piece by piece
@@ -1064,7 +1105,7 @@ def test_the_phase_test_passes_its_seed_and_resamples_on():
     assert phase_test(units, positions, outcomes, 4, seed=5, n_resamples=30) == design.test(outcomes, 5, 30)
     default = phase_test(units, positions, outcomes, 4)
     assert default == design.test(outcomes) == design.test(outcomes, seed=0) and default.n_bootstrap == 1000
-    assert default.amplitude_ci != design.test(outcomes, seed=1).amplitude_ci  # so the default seed is seen
+    assert default.mean_ci != design.test(outcomes, seed=1).mean_ci  # so the default seed is seen
 
 
 def test_phase_accuracies_and_the_profile_are_kept_in_0_100():
@@ -1082,23 +1123,22 @@ def test_phase_accuracies_and_the_profile_are_kept_in_0_100():
         assert result.profile_points == pytest.approx(expected - expected.mean(), abs=1e-9)  # bounded the same way
 
 
-def test_two_units_are_resampled_as_units_and_batches_in_blocks():
+def test_two_units_are_resampled_as_units_and_each_row_of_a_batch_alone():
     units, positions, outcomes = _random_run(10, n=160, period=4, drop={4: 2}, n_units=2)
-    for u in range(2):  # every unit spans the whole range, so every resample keeps the design's smooth basis
-        positions[np.flatnonzero(units == u)[:2]] = [positions.min(), positions.max()]
     design = PhaseDesign(units, positions, 4)
-    sums = design.cell_sums(outcomes)
-    amplitudes, means = design.bootstrap(sums[None], 8, seed=3)
-    expected_amplitudes, expected_means = _reference_bootstrap(units, positions, outcomes, 4, 8, 3)
-    assert amplitudes[0] == pytest.approx(expected_amplitudes, rel=1e-7)
-    assert means[0] == pytest.approx(expected_means, rel=1e-12)
+    means = design.bootstrap_means(design.cell_sums(outcomes)[None], 8, seed=3)[0]
+    draws = np.random.default_rng(3).integers(0, 2, size=(8, 2))
+    assert means == pytest.approx([np.concatenate([outcomes[units == u] for u in row]).mean() for row in draws])
     assert design.test(outcomes, n_resamples=8).bootstrap == "units"
-    # a batch of 18 rows runs in blocks of 16, and each row gets what it gets alone; the default seed is 0
+    # a batch: each row gets the bounds and means it gets alone; the default seed is 0
     batch = design.cell_sums((np.random.default_rng(4).random((18, 160)) < 0.5).astype(float))  # [18, C]
-    together = design.bootstrap(batch, 8, seed=3)[0]
-    for row in (15, 16, 17):
-        assert together[row] == pytest.approx(design.bootstrap(batch[row], 8, seed=3)[0][0], rel=1e-12)
-    assert np.array_equal(design.bootstrap(batch[:1], 8)[0], design.bootstrap(batch[:1], 8, seed=0)[0])
+    together = design.amplitude_bounds(design.evaluate(batch))
+    means = design.bootstrap_means(batch, 8, seed=3)
+    for row in (0, 15, 17):
+        alone = design.amplitude_bounds(design.evaluate(batch[row][None]))
+        assert together[0][row] == pytest.approx(alone[0][0]) and together[1][row] == pytest.approx(alone[1][0])
+        assert means[row] == pytest.approx(design.bootstrap_means(batch[row], 8, seed=3)[0], rel=1e-12)
+    assert np.array_equal(design.bootstrap_means(batch[:1], 8), design.bootstrap_means(batch[:1], 8, seed=0))
 
 
 def test_the_basic_interval_reflects_the_quantiles_and_stays_in_0_1():

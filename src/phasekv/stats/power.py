@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .grid_shift import NUMERICAL_ZERO, GridShiftDesign
-from .phase_test import PhaseDesign, amplitude, basic_interval
+from .phase_test import PhaseDesign, amplitude
 
 POWER = 0.8
 N_SIMULATIONS = 200
@@ -54,11 +54,18 @@ def detection_rate(
     rejected = np.flatnonzero(result["p_value"] < alpha)
     if rejected.size:
         observed = amplitude(result["profile"][rejected], result["mean"][rejected])
-        draws, means = design.bootstrap(sums[rejected], n_resamples, seed)
-        lower = np.array([basic_interval(o, d, 0.95)[0] for o, d in zip(observed, draws, strict=True)])
-        judged = np.quantile(means, 0.025, axis=1) > chance if chance is not None else True
+        lower, _ = design.amplitude_bounds({key: value[rejected] for key, value in _batched(result)}, 0.95)
+        lower = np.minimum(lower, observed)  # as the verdict reads it (`PhaseDesign.test`)
+        judged = True
+        if chance is not None:
+            judged = np.quantile(design.bootstrap_means(sums[rejected], n_resamples, seed), 0.025, axis=1) > chance
         found[rejected] = (100 * lower >= min_effect) & judged
     return float(found.mean())
+
+
+def _batched(result: dict):
+    """The per-run entries of `PhaseDesign.evaluate`'s dict (the units' covariance may be None)."""
+    return ((key, value) for key, value in result.items() if value is not None)
 
 
 def _smallest_detected(rate, power: float) -> tuple[float | None, dict[float, float]]:
