@@ -176,3 +176,49 @@ def test_a_crowd_of_64_clients_is_answered_in_full_as_if_alone(scorer):
     for (status, crowd), (status_alone, single) in zip(answers, alone, strict=True):
         assert status == status_alone == 200
         assert crowd["choices"] == single["choices"] and crowd["usage"] == single["usage"]
+
+
+def idle_sockets(server, n: int) -> list[socket.socket]:
+    """`n` connections that send nothing, made a millisecond apart: the server's accepting thread shares
+    this process's GIL and would otherwise let a small listen backlog overflow (a dropped SYN costs 1 s)."""
+    sockets = []
+    for _ in range(n):
+        sockets.append(socket.create_connection(server.server_address[:2], timeout=5))
+        time.sleep(0.001)
+    return sockets
+
+
+def test_idle_connections_cannot_lock_the_server_out(scorer):
+    """320 connections that send nothing hold no worker: a valid request beside them is answered at once."""
+    with serving(scorer) as server:
+        idle = idle_sockets(server, 320)
+        try:
+            start = time.perf_counter()
+            status, _ = post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=10)
+            assert status == 200 and time.perf_counter() - start < 1.0
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_pending_connections_are_bounded_by_the_backlog(scorer):
+    """Past `backlog` connections still sending their request, the one waiting longest is closed, so idle
+    sockets cannot pile up file descriptors; the newest requests are still answered."""
+    with serving(scorer, backlog=16) as server:
+        idle = idle_sockets(server, 100)
+        try:
+            status, _ = post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=10)
+            assert status == 200
+            closed = 0
+            for s in idle:
+                s.settimeout(2 if closed < 84 else 0.05)
+                try:
+                    closed += s.recv(1) == b""
+                except TimeoutError:
+                    pass
+                except OSError:  # reset
+                    closed += 1
+            assert closed >= 84  # only the 16 newest are left open (the request above took one place too)
+        finally:
+            for s in idle:
+                s.close()
