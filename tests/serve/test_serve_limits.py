@@ -222,3 +222,44 @@ def test_pending_connections_are_bounded_by_the_backlog(scorer):
         finally:
             for s in idle:
                 s.close()
+
+
+def test_a_requests_compute_is_bounded_and_abandoned_when_its_client_leaves(scorer):
+    with serving(scorer, limits=Limits(max_request_seconds=0.2)) as server:
+        start = time.perf_counter()
+        status, body = post(server.url, {"prompt": [5, 6], "max_tokens": 2048})
+        assert status == 400 and "--max-request-seconds" in body["error"]["message"]
+        assert "0.2 s" in body["error"]["message"] and time.perf_counter() - start < 3
+    with serving(scorer) as server:
+        with socket.create_connection(server.server_address[:2]) as leaving:
+            leaving.sendall(request_bytes("POST", json.dumps({"prompt": [5, 6], "max_tokens": 2048}).encode()))
+            time.sleep(0.5)  # the model is decoding its 2048 tokens
+        start = time.perf_counter()
+        assert post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=30)[0] == 200
+        assert time.perf_counter() - start < 2  # the abandoned request gave the model back
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"prompt": [5, 6], "stop": ["x"] * 17}, "stop takes at most 16 strings"),
+        ({"prompt": [5, 6], "stop": ["x" * 257]}, "of at most 256 characters"),
+        ({"prompt": [5, 6], "echo": "false"}, "echo must be true or false, got 'false'"),
+        ({"prompt": [5, 6], "return_tokens_as_token_ids": 1}, "return_tokens_as_token_ids must be true or false"),
+        ({"prompt": [5, 6], "stream": "no"}, "stream must be true or false"),
+    ],
+)
+def test_request_fields_are_strictly_typed_and_bounded(scorer, body, message):
+    with serving(scorer) as server:
+        status, answer = post(server.url, body)
+    assert status == 400 and message in answer["error"]["message"]
+
+
+def test_a_huge_json_integer_is_a_400_and_the_card_shows_no_server_paths(scorer, qwen_dir):
+    with serving(scorer) as server:
+        status, body = raw(server, request_bytes("POST", b'{"prompt": [' + b"9" * 5000 + b"]}"))
+        assert status == 400 and "number too large" in body["error"]["message"]
+        with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as response:
+            card = response.read().decode()
+    assert str(qwen_dir.resolve()) not in card and str(qwen_dir) not in card
+    assert json.dumps(qwen_dir.name) in card  # the folder's name is still there

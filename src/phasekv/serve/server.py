@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import re
 import secrets
 import select
@@ -141,7 +142,7 @@ class CompletionServer(ThreadingHTTPServer):
                 "vocab_size": self.vocab_size,
                 "compression_stride": self.scorer.compression_stride,
                 "weights_sha256": self.weights_sha256,
-                "model": self.scorer.describe(),
+                "model": without_paths(self.scorer.describe()),
             },
         }
         return {"object": "list", "data": [card]}
@@ -152,6 +153,18 @@ class CompletionServer(ThreadingHTTPServer):
         request = parse_request(body, self.served_model, self.scorer.tokenizer, self.vocab_size, self.limits)
         with self.model_lock:
             return complete(self.scorer, self.served_model, request, self.limits.max_request_seconds, client_gone)
+
+
+def without_paths(record: object) -> object:
+    """`record` with every absolute path cut to its last part: a client learns the model's folder name,
+    not where the server keeps it."""
+    if isinstance(record, dict):
+        return {key: without_paths(value) for key, value in record.items()}
+    if isinstance(record, list):
+        return [without_paths(value) for value in record]
+    if isinstance(record, str) and os.path.isabs(record):
+        return os.path.basename(record.rstrip("/\\")) or record
+    return record
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
@@ -422,6 +435,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
             raise RequestError(400, f"the request body is not JSON ({err})") from None
         except RecursionError:
             raise RequestError(400, "the request body is JSON nested too deeply") from None
+        except ValueError as err:  # an integer past Python's digit limit for int()
+            raise RequestError(400, f"the request body holds a number too large ({err})") from None
 
     def _method_not_allowed(self) -> None:
         self.send_error_json(405, f"method {self.command} is not allowed: this server answers GET and POST",
