@@ -263,3 +263,21 @@ def test_a_huge_json_integer_is_a_400_and_the_card_shows_no_server_paths(scorer,
             card = response.read().decode()
     assert str(qwen_dir.resolve()) not in card and str(qwen_dir) not in card
     assert json.dumps(qwen_dir.name) in card  # the folder's name is still there
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line(qwen_dir):
+    import typer
+    from typer.testing import CliRunner
+
+    from phasekv.cli.serve import serve_command
+
+    app = typer.Typer()
+    app.command()(serve_command)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, [str(qwen_dir), "--port", str(port), "--threads", "1"])
+    assert result.exit_code == 2, result.output
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in result.output
+    assert "choose another --port" in result.output and "Traceback" not in result.output

@@ -82,14 +82,19 @@ class CompletionServer(ThreadingHTTPServer):
             raise ValueError(f"workers and backlog must be >= 1 and read_timeout > 0, got {workers}, {backlog}, "
                              f"{read_timeout}")  # fmt: skip
         self.request_queue_size = backlog  # read by server_activate's listen()
-        super().__init__(address, handler)
-        self.limits = limits or Limits(max_new_tokens=max_new_tokens, max_prompt_tokens=context_length(scorer))
-        self.max_new_tokens = self.limits.max_new_tokens
         self.read_timeout = read_timeout
         self.workers = workers
+        # made before binding: a failed bind calls server_close, which shuts them down
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="phasekv-serve")
         self._gatherer = RequestGatherer(self, backlog)
         self._gathered: dict[socket.socket, tuple[bytes, bool]] = {}  # what the gatherer read, for the handler
+        try:
+            super().__init__(address, handler)
+        except OSError as err:
+            raise OSError(err.errno, f"cannot listen on {address[0]}:{address[1]}: {err.strerror} (is another "
+                          "server there? choose another --port, or --port 0 for any free one)") from None  # fmt: skip
+        self.limits = limits or Limits(max_new_tokens=max_new_tokens, max_prompt_tokens=context_length(scorer))
+        self.max_new_tokens = self.limits.max_new_tokens
         self.scorer = scorer
         self.served_model = served_model
         self.api_key = api_key
