@@ -1,13 +1,15 @@
-"""Writing files so that an interrupted write never leaves a half-written file under the real name.
+"""Writing files so that an interrupted write never leaves a half-written file under the real name, a full
+or read-only disk is one clear `WriteError`, and no command writes over a file it reads.
 
 Kept free of torch and the model, so that every layer (report included) can use it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -20,19 +22,58 @@ def _read_umask() -> int:
 FILE_MODE = 0o666 & ~_read_umask()  # what open() would give a new file (mkstemp makes 0600)
 
 
+class WriteError(OSError):
+    """A file could not be written (full disk, read-only or unwritable folder); the message says which and
+    what to do. Anything already at the path is unchanged."""
+
+
+# what the user can fix by freeing space or choosing another place, as opposed to a bug
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
 def write_atomic(path: Path, write: Callable[[str], object]) -> None:
-    """Call write(tmp_path), then rename tmp_path to `path` (same directory, so the rename is atomic)."""
+    """Call write(tmp_path), then rename tmp_path to `path` (same directory, so the rename is atomic).
+    A full or read-only disk raises WriteError, leaving any earlier file at `path` as it was."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _write_error(path, err) from None
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _write_error(path, err) from None
         raise
+
+
+def _write_error(path: Path, err: OSError) -> OSError:
+    if err.errno not in _DISK_ERRORS:
+        return err
+    return WriteError(
+        f"cannot write {path}: {err.strerror or err} (free space or choose a writable place, then run again; "
+        "any earlier file there is unchanged)"
+    )
+
+
+def check_not_input(out: Path | str, inputs: Iterable[Path | str], option: str = "--out", suffix: str = "") -> Path:
+    """ValueError when writing `out` would destroy what the command reads: `out` is one of `inputs`, or lies in an
+    input folder and ends in `suffix` (the kind of file the command reads there). Returns `out`."""
+    target = Path(out).resolve()
+    for source in map(Path, inputs):
+        resolved = source.resolve()
+        inside = resolved.is_dir() and target.is_relative_to(resolved) and target.name.endswith(suffix)
+        if target == resolved or inside:
+            raise ValueError(
+                f"{option} {out} would overwrite {'a file read from ' if inside else ''}this command's input "
+                f"{source}: give {option} a path outside it"
+            )
+    return Path(out)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

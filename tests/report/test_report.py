@@ -602,6 +602,30 @@ def test_cli_command_writes_the_report_and_reports_bad_files(results, tmp_path):
     assert res.exit_code == 1 and "x.json" in res.output and "not valid JSON" in res.output
 
 
+def test_the_report_never_writes_over_its_results_and_a_full_disk_is_one_line(results, tmp_path, monkeypatch):
+    import errno
+
+    app = typer.Typer()
+    app.command()(report_command)
+    runner = CliRunner()
+    folder = _copy(results, tmp_path, "flip.json")
+    flip = folder / "flip.json"
+    before = flip.read_text()
+    for given, out in ((flip, flip), (folder, folder / "lookup.json")):
+        res = runner.invoke(app, [str(given), "--out", str(out), "--no-pngs"])
+        assert res.exit_code == 1 and "would overwrite" in res.output and "give --out a path outside it" in res.output
+        assert len(res.output.strip().splitlines()) == 1
+    assert flip.read_text() == before and not (folder / "lookup.json").exists()
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    res = runner.invoke(app, [str(flip), "--out", str(tmp_path / "r.html"), "--no-pngs"])
+    assert res.exit_code == 1 and "No space left on device (free space" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
+
+
 def test_compressor_falls_back_to_illustrative_numbers_with_a_reason(results, tmp_path):
     full = save_checkpoint(_model("full-1kv"), tmp_path / "full")
     out = build_report(

@@ -176,3 +176,108 @@ def test_a_crowd_of_64_clients_is_answered_in_full_as_if_alone(scorer):
     for (status, crowd), (status_alone, single) in zip(answers, alone, strict=True):
         assert status == status_alone == 200
         assert crowd["choices"] == single["choices"] and crowd["usage"] == single["usage"]
+
+
+def idle_sockets(server, n: int) -> list[socket.socket]:
+    """`n` connections that send nothing, made a millisecond apart: the server's accepting thread shares
+    this process's GIL and would otherwise let a small listen backlog overflow (a dropped SYN costs 1 s)."""
+    sockets = []
+    for _ in range(n):
+        sockets.append(socket.create_connection(server.server_address[:2], timeout=5))
+        time.sleep(0.001)
+    return sockets
+
+
+def test_idle_connections_cannot_lock_the_server_out(scorer):
+    """320 connections that send nothing hold no worker: a valid request beside them is answered at once."""
+    with serving(scorer) as server:
+        idle = idle_sockets(server, 320)
+        try:
+            start = time.perf_counter()
+            status, _ = post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=10)
+            assert status == 200 and time.perf_counter() - start < 1.0
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_pending_connections_are_bounded_by_the_backlog(scorer):
+    """Past `backlog` connections still sending their request, the one waiting longest is closed, so idle
+    sockets cannot pile up file descriptors; the newest requests are still answered."""
+    with serving(scorer, backlog=16) as server:
+        idle = idle_sockets(server, 100)
+        try:
+            status, _ = post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=10)
+            assert status == 200
+            closed = 0
+            for s in idle:
+                s.settimeout(2 if closed < 84 else 0.05)
+                try:
+                    closed += s.recv(1) == b""
+                except TimeoutError:
+                    pass
+                except OSError:  # reset
+                    closed += 1
+            assert closed >= 84  # only the 16 newest are left open (the request above took one place too)
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_a_requests_compute_is_bounded_and_abandoned_when_its_client_leaves(scorer):
+    with serving(scorer, limits=Limits(max_request_seconds=0.2)) as server:
+        start = time.perf_counter()
+        status, body = post(server.url, {"prompt": [5, 6], "max_tokens": 2048})
+        assert status == 400 and "--max-request-seconds" in body["error"]["message"]
+        assert "0.2 s" in body["error"]["message"] and time.perf_counter() - start < 3
+    with serving(scorer) as server:
+        with socket.create_connection(server.server_address[:2]) as leaving:
+            leaving.sendall(request_bytes("POST", json.dumps({"prompt": [5, 6], "max_tokens": 2048}).encode()))
+            time.sleep(0.5)  # the model is decoding its 2048 tokens
+        start = time.perf_counter()
+        assert post(server.url, {"prompt": [5, 6], "max_tokens": 1}, timeout=30)[0] == 200
+        assert time.perf_counter() - start < 2  # the abandoned request gave the model back
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"prompt": [5, 6], "stop": ["x"] * 17}, "stop takes at most 16 strings"),
+        ({"prompt": [5, 6], "stop": ["x" * 257]}, "of at most 256 characters"),
+        ({"prompt": [5, 6], "echo": "false"}, "echo must be true or false, got 'false'"),
+        ({"prompt": [5, 6], "return_tokens_as_token_ids": 1}, "return_tokens_as_token_ids must be true or false"),
+        ({"prompt": [5, 6], "stream": "no"}, "stream must be true or false"),
+    ],
+)
+def test_request_fields_are_strictly_typed_and_bounded(scorer, body, message):
+    with serving(scorer) as server:
+        status, answer = post(server.url, body)
+    assert status == 400 and message in answer["error"]["message"]
+
+
+def test_a_huge_json_integer_is_a_400_and_the_card_shows_no_server_paths(scorer, qwen_dir):
+    with serving(scorer) as server:
+        status, body = raw(server, request_bytes("POST", b'{"prompt": [' + b"9" * 5000 + b"]}"))
+        assert status == 400 and "number too large" in body["error"]["message"]
+        with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as response:
+            card = response.read().decode()
+    assert str(qwen_dir.resolve()) not in card and str(qwen_dir) not in card
+    assert json.dumps(qwen_dir.name) in card  # the folder's name is still there
+
+
+def test_serve_on_a_busy_port_says_so_in_one_line(qwen_dir):
+    import typer
+    from typer.testing import CliRunner
+
+    from phasekv.cli.serve import serve_command
+
+    app = typer.Typer()
+    app.command()(serve_command)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, [str(qwen_dir), "--port", str(port), "--threads", "1"])
+    assert result.exit_code == 2, result.output
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in result.output
+    assert "choose another --port" in result.output and "Traceback" not in result.output

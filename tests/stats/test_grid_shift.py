@@ -561,7 +561,12 @@ def test_a_result_judged_again_from_its_records_is_the_run_itself_until_the_stat
     path = tmp_path / "stale.json"
     path.write_text(json.dumps(stale))
     rejudge_main([str(path)])
-    assert json.loads(path.read_text())["phase_test"]["verdict"] == result["phase_test"]["verdict"]
+    assert json.loads(path.read_text()) == stale  # the input is never rewritten
+    written = tmp_path / "stale.rejudged.json"
+    assert json.loads(written.read_text())["phase_test"]["verdict"] == result["phase_test"]["verdict"]
     assert "phase verdict at period" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="would overwrite this command's input"):
+        rejudge_main([str(path), str(tmp_path / "." / "stale.json")])
+    assert json.loads(path.read_text()) == stale
     with pytest.raises(ValueError, match="only a lookup or needle result"):
         rejudge({**stale, "probe": "flip"})

@@ -8,7 +8,10 @@ from contextlib import contextmanager
 
 import typer
 
-INPUT_ERRORS = (ValueError, FileNotFoundError)  # bad input: configs, files, options (ValueError's subclasses too)
+from phasekv.files import WriteError
+
+# bad input (configs, files, options; ValueError's subclasses too) and a disk that cannot take the output
+INPUT_ERRORS = (ValueError, FileNotFoundError, WriteError)
 
 
 @contextmanager

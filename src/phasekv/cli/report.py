@@ -16,11 +16,12 @@ def report_command(
     pngs: bool = typer.Option(True, "--pngs/--no-pngs", help="also write PNG figures beside the HTML"),
 ) -> None:
     """Write a self-contained interactive HTML report (and PNG figures) from result JSON files."""
-    from phasekv.files import check_output
+    from phasekv.files import WriteError, check_not_input, check_output
     from phasekv.report import ReportInputError, build_report
 
     try:
         check_output(out)
+        check_not_input(out, [results_dir], suffix=".json")  # every .json in a results folder is read as a result
         compressor = None
         if model is not None:  # reading a checkpoint needs torch: the report itself does not
             from phasekv.studies.gates.illustration import from_checkpoint
@@ -30,7 +31,7 @@ def report_command(
             except Exception as err:  # noqa: BLE001 (any unreadable checkpoint: asked for, so an error)
                 raise ValueError(f"--model {model} cannot be read: {err}") from None
         result = build_report(results_dir, out, compressor=compressor, pngs=pngs)
-    except (ReportInputError, ValueError) as err:
+    except (ReportInputError, ValueError, WriteError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:

@@ -30,9 +30,14 @@ def serve_command(
         2_000_000, "--max-logprob-entries", min=1, help="the most log-probs (logprobs x tokens) one response may hold"
     ),
     workers: int = typer.Option(32, "--workers", min=1, help="connections served at once (the model runs one)"),
-    backlog: int = typer.Option(256, "--backlog", min=1, help="connections that may wait to be accepted"),
+    backlog: int = typer.Option(
+        256, "--backlog", min=1, help="connections that may be pending (sending their request or waiting for a worker)"
+    ),
     read_timeout: float = typer.Option(
         30.0, "--read-timeout", min=0.01, help="seconds a client has to send its whole request (and to read its answer)"
+    ),
+    max_request_seconds: float = typer.Option(
+        120.0, "--max-request-seconds", min=0.01, help="seconds of compute one request may take before it is refused"
     ),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible /v1/completions API (token-id prompts, echo, logprobs)."""
@@ -47,6 +52,7 @@ def serve_command(
             max_prompt_tokens=max_prompt_tokens or context_length(scorer),
             max_prompts=max_prompts,
             max_logprob_entries=max_logprob_entries,
+            max_request_seconds=max_request_seconds,
         )
         server = make_server(
             scorer, served_model or model.name, host=host, port=port, api_key=api_key, limits=limits,

@@ -8,8 +8,9 @@ its log-probs when `logprobs` is set), `logprobs` k (top-k per token, up to the 
 `temperature` (absent or 0: decoding is greedy), `n` / `best_of` (1), `stream` (false) and
 `return_tokens_as_token_ids` (see `wire`). `logit_bias` and `suffix` are refused (HTTP 400 naming
 the field) rather than ignored. `Limits` bound what one request may cost: a prompt's length, the
-number of prompts, and the log-prob entries (`logprobs` x tokens with top lists) of the response;
-past any of them the request is refused with HTTP 400 naming the limit and its flag. Text prompts
+number of prompts, the log-prob entries (`logprobs` x tokens with top lists) of the response, the
+`stop` strings, and the seconds of compute (checked before every forward pass); past any of them the
+request is refused with HTTP 400 naming the limit and its flag. Boolean fields must be JSON booleans. Text prompts
 are tokenised without special tokens. Every echoed prompt token after the first carries its log-prob
 given the tokens before it; every generated token is the full-vocabulary argmax. Top-k lists are
 ordered by log-prob with ties broken by the lower token id (= torch's argmax). `text_offset[i]` is
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..scoring import Scorer
-from .errors import RequestError
+from .errors import ClientGone, RequestError
 from .wire import token_key
 
 DEFAULT_MAX_NEW_TOKENS = 2048
@@ -33,6 +34,11 @@ DEFAULT_MAX_PROMPT_TOKENS = 8192  # for models that declare no context length (p
 DEFAULT_MAX_PROMPTS = 64
 # ~25 bytes of JSON each: a response of at most ~50 MB, while a whole-vocabulary row of a 150k-token model passes
 DEFAULT_MAX_LOGPROB_ENTRIES = 2_000_000
+# the client's default timeout (`EndpointClient`): computing longer answers nobody
+DEFAULT_MAX_REQUEST_SECONDS = 120.0
+# every stop string is searched for after every generated token
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256
 UNSUPPORTED_FIELDS = ("logit_bias", "suffix")
 
 
@@ -44,11 +50,14 @@ class Limits:
     max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
     max_prompts: int = DEFAULT_MAX_PROMPTS
     max_logprob_entries: int = DEFAULT_MAX_LOGPROB_ENTRIES
+    max_request_seconds: float = DEFAULT_MAX_REQUEST_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "max_prompt_tokens", "max_prompts", "max_logprob_entries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.max_request_seconds > 0:
+            raise ValueError(f"max_request_seconds must be > 0, got {self.max_request_seconds}")
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ def parse_request(
     model = body.get("model")
     if model is not None and model != served_model:
         raise RequestError(404, f"model {model!r} is not served here (this server serves {served_model!r})")
-    if body.get("stream"):
+    if _bool_field(body, "stream"):
         raise RequestError(400, "stream is not supported")
     for field in UNSUPPORTED_FIELDS:
         if body.get(field):
@@ -86,7 +95,7 @@ def parse_request(
         raise RequestError(400, "only greedy decoding is served: temperature must be 0 or absent")
     max_tokens = _int_field(body, "max_tokens", 16, 0, limits.max_new_tokens, "; the cap is phasekv serve --max-tokens")
     logprobs = None if body.get("logprobs") is None else _int_field(body, "logprobs", 0, 0, vocab_size)
-    echo = bool(body.get("echo", False))
+    echo = _bool_field(body, "echo")
     listed = _prompt_list(body.get("prompt"))
     if len(listed) > limits.max_prompts:
         raise RequestError(
@@ -109,7 +118,7 @@ def parse_request(
         stop=_stop_strings(body.get("stop")),
         echo=echo,
         logprobs=logprobs,
-        token_ids=bool(body.get("return_tokens_as_token_ids", False)),
+        token_ids=_bool_field(body, "return_tokens_as_token_ids"),
     )
 
 
@@ -120,13 +129,26 @@ def _int_field(body: dict, name: str, default: int, low: int, high: int, hint: s
     return value
 
 
+def _bool_field(body: dict, name: str) -> bool:
+    """A JSON boolean (absent: false); a string such as "false" is refused rather than read as true."""
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise RequestError(400, f"{name} must be true or false, got {value!r}")
+    return value
+
+
 def _stop_strings(stop: object) -> tuple[str, ...]:
-    """`stop`: absent, a string, or a list of strings -> a tuple of non-empty strings."""
+    """`stop`: absent, a string, or a list of at most MAX_STOP_STRINGS strings -> a tuple of non-empty strings."""
     if stop is None:
         return ()
     stops = [stop] if isinstance(stop, str) else stop
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise RequestError(400, "stop must be a non-empty string or a list of non-empty strings")
+    if len(stops) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise RequestError(
+            400, f"stop takes at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters each, got "
+            f"{len(stops)} of up to {max(map(len, stops))}"
+        )  # fmt: skip
     return tuple(stops)
 
 
@@ -161,9 +183,35 @@ def _too_long(size: str, max_tokens: int) -> str:
     return f"a prompt of {size} is too long: this server takes at most {max_tokens} (phasekv serve --max-prompt-tokens)"
 
 
-def complete(scorer: Scorer, served_model: str, request: CompletionRequest) -> dict:
-    """The completions response body (OpenAI legacy format) for a validated request."""
-    choices = [_choice(scorer, request, ids, index) for index, ids in enumerate(request.prompts)]
+class Budget:
+    """What a request may still spend: checked before every forward pass, it raises RequestError (400)
+    once `seconds` of compute have passed and ClientGone once `client_gone()` says the client left."""
+
+    def __init__(self, seconds: float, client_gone=lambda: False):
+        self.seconds, self.client_gone = seconds, client_gone
+        self.deadline = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if self.client_gone():
+            raise ClientGone
+        if time.monotonic() > self.deadline:
+            raise RequestError(
+                400, f"the request took more than {self.seconds:g} s of compute (phasekv serve --max-request-seconds): "
+                "ask for fewer prompts or tokens"
+            )  # fmt: skip
+
+
+def complete(
+    scorer: Scorer,
+    served_model: str,
+    request: CompletionRequest,
+    max_seconds: float = DEFAULT_MAX_REQUEST_SECONDS,
+    client_gone=lambda: False,
+) -> dict:
+    """The completions response body (OpenAI legacy format) for a validated request; see `Budget` for
+    `max_seconds` and `client_gone`."""
+    budget = Budget(max_seconds, client_gone)
+    choices = [_choice(scorer, request, ids, index, budget) for index, ids in enumerate(request.prompts)]
     prompt_tokens = sum(len(ids) for ids in request.prompts)
     completion_tokens = len(request.prompts) * request.max_tokens
     return {
@@ -180,11 +228,12 @@ def complete(scorer: Scorer, served_model: str, request: CompletionRequest) -> d
     }
 
 
-def _choice(scorer: Scorer, request: CompletionRequest, ids: list[int], index: int) -> dict:
+def _choice(scorer: Scorer, request: CompletionRequest, ids: list[int], index: int, budget: Budget) -> dict:
     """Greedy continuation of one prompt (ended by `stop`), with the (echoed) tokens' log-probs."""
     entries: list[tuple[int, float | None, torch.Tensor | None]] = []  # (token, log-prob, distribution)
     rows = None
     if request.echo and request.logprobs is not None:
+        budget.check()
         rows = scorer.logprobs([ids], len(ids))[0]  # rows[p] predicts token p + 1
         entries += [(ids[0], None, None)] + [
             (ids[p], float(rows[p - 1, ids[p]]), rows[p - 1]) for p in range(1, len(ids))
@@ -194,6 +243,8 @@ def _choice(scorer: Scorer, request: CompletionRequest, ids: list[int], index: i
     n_echoed, sequence, stopped = len(entries), list(ids), False
     tok = scorer.tokenizer
     for step in range(request.max_tokens):
+        if step > 0 or rows is None:
+            budget.check()
         row = rows[-1] if step == 0 and rows is not None else scorer.next_token_logprobs([sequence])[0]
         token = int(row.argmax())
         entries.append((token, float(row[token]), row))

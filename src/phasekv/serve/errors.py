@@ -21,3 +21,7 @@ class RequestError(ValueError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+class ClientGone(Exception):
+    """The client of a request being computed closed its connection: the request is abandoned."""

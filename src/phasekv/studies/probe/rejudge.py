@@ -8,6 +8,9 @@ level, minimum effect), and says when and with which software it did. On an unch
 run's own numbers (tested). `phasekv reproduce` uses it for cells whose scoring is still valid; by hand:
 
     python -m phasekv.studies.probe.rejudge RESULT.json [OUT.json]
+
+which writes OUT.json (default RESULT.rejudged.json beside it) and never RESULT.json itself: the input keeps
+the verdict it was written with.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def rejudge(result: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from phasekv.files import WriteError, check_not_input
     from phasekv.results.record import write_results
     from phasekv.stats.format import format_verdict
 
@@ -94,9 +98,13 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) not in (1, 2):
         raise SystemExit("usage: python -m phasekv.studies.probe.rejudge RESULT.json [OUT.json]")
     source = Path(args[0])
-    result = rejudge(json.loads(source.read_text()))
-    out = Path(args[1]) if len(args) == 2 else source
-    write_results(result, out)
+    out = Path(args[1]) if len(args) == 2 else source.with_suffix(".rejudged.json")
+    try:
+        check_not_input(out, [source], option="OUT.json")
+        result = rejudge(json.loads(source.read_text()))
+        write_results(result, out)
+    except (ValueError, WriteError) as err:
+        raise SystemExit(f"error: {err}") from None
     print(format_verdict(result["phase_test"]))
     print(f"wrote {out}")
 
