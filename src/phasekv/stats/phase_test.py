@@ -43,13 +43,14 @@ with a span below ``MIN_PERIODS`` periods it is not testable.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 import numpy as np
 from scipy import stats as scipy_stats
 from scipy.interpolate import BSpline
+
+from .amplitude import ordered_pairs, simultaneous_amplitude_bounds
 
 KNOT_SPACING = 2 + 1 / np.pi  # periods between the knots of the smooth part
 MIN_PERIODS = 4  # the span must hold this many periods for neighbours to be told from the phase frequencies
@@ -378,15 +379,16 @@ class PhaseDesign:
 
     def amplitude_bounds(self, result: dict, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """(lower [B], upper [B]) of the phase amplitude (proportions) of evaluated runs (`evaluate`'s dict):
-        simultaneous over the pairs of phases (`amplitude_bounds`)."""
-        return amplitude_bounds(
-            result["coef"] @ self.phase_rows.T,
-            self.phase_rows,
-            result["coef_cov"],
-            result.get("coef_cov_units"),
-            self.n_units,
-            confidence,
-        )
+        simultaneous over the pairs of phases (`amplitude.simultaneous_amplitude_bounds`), each difference of two
+        phases with the larger of its Bernoulli variance and, with several units, its variance from the units' own
+        scatter (on n_units - 1 degrees of freedom)."""
+        a, b = ordered_pairs(self.period)
+        contrast = self.phase_rows[a] - self.phase_rows[b]  # [pairs, k]
+        variances = [(np.einsum("pi,bij,pj->bp", contrast, result["coef_cov"], contrast), np.inf)]
+        if result.get("coef_cov_units") is not None:
+            units = np.einsum("pi,bij,pj->bp", contrast, result["coef_cov_units"], contrast)
+            variances.append((units, float(self.n_units - 1)))
+        return simultaneous_amplitude_bounds(result["coef"] @ self.phase_rows.T, variances, confidence)
 
     def bootstrap_means(self, sums: np.ndarray, n_resamples: int = N_BOOTSTRAP, seed: int = 0) -> np.ndarray:
         """Mean accuracies [B, R] of resampled designs for cell sums [B, C]: units drawn with replacement (a
@@ -452,60 +454,6 @@ class PhaseDesign:
             bootstrap="units" if self.n_units >= 2 else "parametric (one unit)",
             note=note,
         )
-
-
-def _pair_contrasts(period: int) -> tuple[np.ndarray, np.ndarray]:
-    """(a, b) index arrays of every ordered pair of distinct phases."""
-    a, b = np.nonzero(~np.eye(period, dtype=bool))
-    return a, b
-
-
-@functools.cache
-def _range_quantile(n_phases: int, df: float, level: float) -> float:
-    """The ``level`` quantile of the studentized range of ``n_phases`` means, over sqrt 2: the largest
-    standardized error of a difference of two phases that all pairs stay under with probability ``level``."""
-    return float(scipy_stats.studentized_range.ppf(level, n_phases, df) / np.sqrt(2))
-
-
-def amplitude_bounds(
-    profile: np.ndarray,
-    rows: np.ndarray,
-    cov: np.ndarray,
-    cov_units: np.ndarray | None,
-    n_units: int,
-    confidence: float = 0.95,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(lower [B], upper [B]) of the phase amplitude (best minus worst phase, proportions) from the unbounded
-    profile [B, P] = coefficients @ ``rows``.T and the coefficients' covariances [B, k, k]: Bernoulli ``cov`` and,
-    with several units, the units' own ``cov_units``; each difference of two phases takes the larger of the two
-    variances (the units' then on n_units - 1 degrees of freedom).
-
-    Why not a bootstrap of max - min: the maximum of noisy differences is biased upwards, and so are its
-    resamples, so a basic or percentile interval misses the truth far more often than it says (with no effect its
-    lower bound sat above 0 in up to 39% of runs). Instead the bounds are simultaneous over the pairs of phases:
-    the lower bound is the largest difference less its simultaneous margin (the studentized range), so it passes
-    the true amplitude only when some pair's error passes its margin, which happens in at most (1 - confidence)
-    / 2 of runs, however many phases tie; the upper bound is the largest difference plus a one-pair margin, which
-    the pair that makes the true amplitude clears with probability 1 - (1 - confidence) / 2."""
-    a, b = _pair_contrasts(rows.shape[0])
-    contrast = rows[a] - rows[b]  # [pairs, k]
-    difference = profile[:, a] - profile[:, b]  # [B, pairs]
-    variance = np.einsum("pi,bij,pj->bp", contrast, cov, contrast)
-    df = np.inf
-    if cov_units is not None:
-        units_variance = np.einsum("pi,bij,pj->bp", contrast, cov_units, contrast)
-        # the units' scatter decides when it is the larger: then its few degrees of freedom widen the margins
-        wider = units_variance.mean(axis=1) > variance.mean(axis=1)
-        variance = np.maximum(variance, units_variance)
-        df = np.where(wider, float(n_units - 1), np.inf)
-    se = np.sqrt(np.maximum(variance, 0.0))
-    tail = (1 - confidence) / 2
-    df = np.broadcast_to(df, (len(profile),))
-    simultaneous = np.array([_range_quantile(rows.shape[0], d, 1 - tail) for d in df])
-    single = scipy_stats.t.ppf(1 - tail, df)
-    lower = np.max(difference - simultaneous[:, None] * se, axis=1)
-    upper = np.max(difference + single[:, None] * se, axis=1)
-    return np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0)
 
 
 def basic_interval(observed: float, draws: np.ndarray, confidence: float) -> list[float]:
