@@ -35,7 +35,13 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 PROBES = ("lookup", "needle", "flip", "knockout")
-RUN_KEYWORDS = ("stride", "n_resamples", "grid_shift", "min_effect", "max_mde")  # run_lookup's / run_needle's, besides options
+RUN_KEYWORDS = (
+    "stride",
+    "n_resamples",
+    "grid_shift",
+    "min_effect",
+    "max_mde",
+)  # run_lookup's / run_needle's, besides options
 
 
 def _scorer(model):
@@ -160,9 +166,7 @@ def audit(model, *, out=None, budget=None, mde: float | None = None, progress: b
     from .studies.audit.run import run_audit
 
     started = time.perf_counter()
-    audit_options = AuditOptions(
-        budget_s=None if budget is None else parse_duration(budget), mde_points=mde, **options
-    )
+    audit_options = AuditOptions(budget_s=None if budget is None else parse_duration(budget), mde_points=mde, **options)
     if out is None:
         out = Path("runs/audit") / (Path(model).resolve().name if isinstance(model, str | Path) else "model")
     return run_audit(_scorer(model), audit_options, out, started=started, echo=lambda _: None, progress=progress)

@@ -62,7 +62,12 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
         ),
         stride=(
             int,
-            typer.Option(DEFAULTS.stride, min=1, help="period of the verdict (default: the model's stride, else 4)"),
+            typer.Option(
+                DEFAULTS.stride,
+                min=1,
+                help="period of the verdict (default: the model's or the press's compression stride, else half "
+                "the modulus; printed with its reason)",
+            ),
         ),
         seed=(int, typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests")),
     ),

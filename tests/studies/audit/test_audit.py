@@ -17,6 +17,7 @@ import phasekv
 from phasekv.cli import app
 from phasekv.results.record import prompt_prefix
 from phasekv.stats.format import format_verdict
+from phasekv.stats.stride import PRESS_GRID, default_period
 from phasekv.stats.verdict import MAX_MDE_POINTS
 from phasekv.studies.audit.options import AuditOptions, parse_duration
 from phasekv.studies.audit.result import AuditResult, ScreenedTemplate, plan_line
@@ -207,8 +208,13 @@ def _sized(options: AuditOptions, left: float, seconds_per_prompt: float = 5.0):
     (a fixed clock: nothing is timed but the MDE simulations, a few percent of these budgets at most)."""
     scorer = InductionScorer()
     rate = ScreenedTemplate(
-        template="paper", accuracy=0.7, prompts=1, distinct_prompts=1, seconds=1.0,
-        seconds_per_prompt=seconds_per_prompt, longest=10**6,  # no length scaling: the price is per prompt
+        template="paper",
+        accuracy=0.7,
+        prompts=1,
+        distinct_prompts=1,
+        seconds=1.0,
+        seconds_per_prompt=seconds_per_prompt,
+        longest=10**6,  # no length scaling: the price is per prompt
     )
     sized = size_design(
         scorer,
@@ -249,13 +255,50 @@ def test_the_bound_is_the_verdicts_and_a_budget_that_cannot_reach_it_stops_befor
     assert not (tmp_path / "s" / "lookup.json").exists() and not any(c.startswith("plan lookup") for c in lines)
     # told to go on, it scores, and the verdict reads the bound given: inconclusive, never a clean null
     anyway = run_audit(
-        scorer, AuditOptions(budget_s=600, mde_points=1, anyway=True, **SMALL), tmp_path / "a", echo=lines.append,
+        scorer,
+        AuditOptions(budget_s=600, mde_points=1, anyway=True, **SMALL),
+        tmp_path / "a",
+        echo=lines.append,
         progress=False,
     )
     assert anyway.verdict.startswith("inconclusive: could miss a weak phase of up to")
     assert anyway.probe_result().phase_test["max_mde_points"] == 1
     assert any(line.startswith("warning: no lookup design within the budget") for line in lines)
     # a looser bound with a budget: passed to the probe as its verdict's bound
-    loose = run_audit(scorer, AuditOptions(budget_s=600, mde_points=100, **SMALL), tmp_path / "l", echo=print,
-                      progress=False)
+    loose = run_audit(
+        scorer, AuditOptions(budget_s=600, mde_points=100, **SMALL), tmp_path / "l", echo=print, progress=False
+    )
     assert loose.probe_result().phase_test["max_mde_points"] == 100
+
+
+def test_one_period_rule_says_why_for_every_command(qwen_dir):
+    assert default_period(None, None, 8).reason == "period 4: the model has no compression grid; half the modulus 8"
+    assert default_period(None, 8, 24, PRESS_GRID).reason == "period 8: the press's chunk grid"
+    assert default_period(3, 8, 24).reason == "period 3: --stride 3"
+    stuck = default_period(None, 16, 8)
+    assert (stuck.value, stuck.stride) == (16, None) and "not below the modulus 8" in stuck.reason
+    assert default_period(1, None, 8).value == 8  # a period below 2 has no phase
+    # a dry run tests the period the run would: the press's grid is read from its spec, the model's from its config
+    runner = CliRunner()
+    plain = runner.invoke(app, ["eval", "lookup", str(qwen_dir), "--dry-run"])
+    assert plain.exit_code == 0, plain.output
+    assert "period 12: the model has no compression grid; half the modulus 24" in plain.output
+    pressed = runner.invoke(app, ["eval", "lookup", str(qwen_dir), "--press", "chunkkv8", "--dry-run"])
+    assert pressed.exit_code == 0, pressed.output
+    assert "period 8: the press's chunk grid; phase verdict" in pressed.output
+
+
+@pytest.mark.slow
+def test_an_audit_prints_and_records_its_period_with_its_reason(tmp_path):
+    lines = []
+    audit = run_audit(
+        InductionScorer(),
+        AuditOptions(budget_s=600, anyway=True, **{**SMALL, "mappings": (2,)}),
+        tmp_path / "p",
+        echo=lines.append,
+        progress=False,
+    )
+    reason = "period 4: the model has no compression grid; half the modulus 8"
+    assert lines[0] == reason and audit.period["reason"] == reason and reason in audit.summary
+    lookup = audit.probe_result()
+    assert lookup.period == audit.period and lookup.phase_test["period"] == 4 and reason in lookup.summary

@@ -36,9 +36,10 @@ class AuditOptions:
     points, however long it takes); neither: a budget of `DEFAULT_BUDGET_S`; both: the smallest design within the
     budget that reaches `mde_points`. The bound (`max_mde`: `mde_points`, else `stats.verdict.MAX_MDE_POINTS`)
     is also the verdict's: a null from a run whose MDE is above it reads inconclusive. When no design within
-    the budget plans an MDE within the bound, the audit stops before scoring unless `anyway`. The screen scores `screen_prompts` lookup prompts per template in `templates` (in this
-    order, until it has taken a fifth of the budget), drawn from the calibration split (mappings the run never
-    draws). The lookup design is `n_records` records,
+    the budget plans an MDE within the bound, the audit stops before scoring unless `anyway`. The screen scores
+    `screen_prompts` lookup prompts per template in `templates` (in this order, until it has taken a fifth of
+    the budget), drawn from the calibration split (mappings the run never draws). The lookup design is
+    `n_records` records,
     `n_demos` demonstrations, `modulus` residues (None: twice the model's compression stride, else 8),
     `spread_blocks` and `protocol`, with the number of mappings chosen from `mappings`; the needle (`needle`
     None: when the budget leaves time for it; never in MDE mode unless True) has `needle_context_length`

@@ -30,7 +30,7 @@ from phasekv.studies.probe.plan import format_seconds, scores_by_request
 from phasekv.studies.probe.result import ProbeResult
 from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
-from phasekv.studies.probe.units import planned_mde
+from phasekv.studies.probe.units import planned_mde, scorer_period
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
@@ -177,11 +177,11 @@ def price_design(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
     return Candidate(options, prompts, plan.n_prompts, plan.n_rows, scoring)
 
 
-def _simulated(candidate: Candidate, stride: int | None, accuracy: float) -> tuple[dict | None, float]:
-    """(the planned MDE of `candidate` at a flat `accuracy`, the seconds its simulation took)."""
+def _simulated(candidate: Candidate, period: int | None, accuracy: float) -> tuple[dict | None, float]:
+    """(the planned MDE of `candidate` at `period` and a flat `accuracy`, the seconds its simulation took)."""
     o = candidate.options
     start = time.perf_counter()
-    _, mde, _ = planned_mde(candidate.prompts, stride, o.modulus, o.n_records, accuracy)
+    _, mde, _ = planned_mde(candidate.prompts, None, o.modulus, o.n_records, accuracy, period=period)
     return mde, time.perf_counter() - start
 
 
@@ -203,7 +203,7 @@ def _reaches(mde: dict | None, points: float) -> bool:
 
 
 def size_design(
-    scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, stride, accuracy, left
+    scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, period, accuracy, left
 ) -> tuple[PlannedProbe, Candidate] | str:
     """The design of one probe (`design(n)`: its options at n units), or a string that says why none is possible.
 
@@ -224,7 +224,7 @@ def size_design(
         found = None
         for count in counts:
             candidate = price(count)
-            mde, seconds = _simulated(candidate, stride, accuracy)
+            mde, seconds = _simulated(candidate, period, accuracy)
             found = None if mde is None else mde["points"]
             if _reaches(mde, options.mde_points):
                 return _plan(candidate, mde, STATS_FACTOR * seconds), candidate
@@ -234,7 +234,7 @@ def size_design(
             "--mde or a --budget"
         )
     smallest = price(counts[0])
-    smallest_mde, seconds = _simulated(smallest, stride, accuracy)
+    smallest_mde, seconds = _simulated(smallest, period, accuracy)
     per_prompt = seconds / smallest.distinct
 
     def stats(c: Candidate) -> float:
@@ -263,11 +263,11 @@ def size_design(
             chosen, fitting = candidate, middle
         else:
             over = middle
-    mde = smallest_mde if chosen is smallest else _simulated(chosen, stride, accuracy)[0]
+    mde = smallest_mde if chosen is smallest else _simulated(chosen, period, accuracy)[0]
     if options.mde_points is not None and _reaches(mde, options.mde_points):
         for count in (c for c in counts if c < fitting):  # no smaller design reaches what the largest does not
             candidate = price(count)
-            smaller = smallest_mde if count == counts[0] else _simulated(candidate, stride, accuracy)[0]
+            smaller = smallest_mde if count == counts[0] else _simulated(candidate, period, accuracy)[0]
             if _reaches(smaller, options.mde_points):
                 chosen, mde = candidate, smaller
                 break
@@ -319,8 +319,9 @@ def run_audit(
             f"the {REPORT_RESERVE_S:.0f} s the results and the report take; nothing was scored"
         )
     out = Path(out)
-    stride = options.stride or scorer.compression_stride
     modulus = options.modulus or default_modulus(scorer.compression_stride)
+    period = scorer_period(scorer, options.stride, modulus)
+    echo(period.reason)
     screen = screen_templates(scorer, options, modulus, clock)
     chosen = best_template(screen)
     echo(f"screen: {' · '.join(s.brief() for s in screen)} -> {chosen.template}")
@@ -334,7 +335,7 @@ def run_audit(
             options.mappings,
             options,
             chosen,
-            stride,
+            period.value,
             chosen.accuracy,
             lambda: clock.left() - REPORT_RESERVE_S,
         )
@@ -363,7 +364,7 @@ def run_audit(
             options.haystacks,
             options,
             chosen,
-            stride,
+            period.value,
             chosen.accuracy,
             lambda: clock.left() - REPORT_RESERVE_S - sized[0].eta_s,
         )
@@ -404,6 +405,7 @@ def run_audit(
             "out": str(out),
             "screen": [s.model_dump() for s in screen],
             "template": chosen.template,
+            "period": period.to_dict(),
             "screen_split": SCREEN_SPLIT,
             "plan": [p.model_dump() for p in plans],
             "probes": {k: v.model_dump() for k, v in probes.items()},
