@@ -229,4 +229,6 @@ def pretrained_audit(qwen_dir, tmp_path_factory):
     `SMALL_AUDIT`: its folder (`.out`) holds lookup.json, audit.json and report.html."""
     import phasekv
 
-    return phasekv.audit(qwen_dir, out=tmp_path_factory.mktemp("audit") / "qwen", budget="10m", **SMALL_AUDIT)
+    # two mappings cannot reach the MDE bound: `anyway` scores them, as the report is what is tested
+    out = tmp_path_factory.mktemp("audit") / "qwen"
+    return phasekv.audit(qwen_dir, out=out, budget="10m", anyway=True, **SMALL_AUDIT)

@@ -35,7 +35,13 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 PROBES = ("lookup", "needle", "flip", "knockout")
-RUN_KEYWORDS = ("stride", "n_resamples", "grid_shift", "min_effect", "max_mde")  # run_lookup's / run_needle's, besides options
+RUN_KEYWORDS = (
+    "stride",
+    "n_resamples",
+    "grid_shift",
+    "min_effect",
+    "max_mde",
+)  # run_lookup's / run_needle's, besides options
 
 
 def _scorer(model):
@@ -146,21 +152,21 @@ def _knockout(model, lookup: dict, options: dict, like, progress: bool):
     return KnockoutResult.from_dict(result)
 
 
-def audit(model, *, out=None, budget="10m", mde: float | None = None, progress: bool = False, **options):
+def audit(model, *, out=None, budget=None, mde: float | None = None, progress: bool = False, **options):
     """Audit a model (a folder, a `PhaseKVModel` or a scorer) as `phasekv audit` does and return the typed
     `AuditResult` (`.summary`, `.verdict`, `.probe_result("lookup")`, `.figure()`, `.to_json()`). `budget`:
-    seconds or '10m' (ignored when `mde`, a target minimum detectable effect in points, is given); `out`: the
-    folder for the results and the report (default runs/audit/<folder name, or "model">); `options`: the other
-    `AuditOptions` fields. Bad options are refused before any model is loaded."""
+    seconds or '10m' (default 10 minutes unless `mde` alone is given); `mde`: the largest minimum detectable
+    effect (points, default 20) that backs a null, which sizes the design when no budget is given; `anyway=True`
+    scores the design a budget buys even when it does not reach `mde` (else `AuditError` before scoring);
+    `out`: the folder for the results and the report (default runs/audit/<folder name, or "model">); `options`:
+    the other `AuditOptions` fields. Bad options are refused before any model is loaded."""
     import time
 
     from .studies.audit.options import AuditOptions, parse_duration
     from .studies.audit.run import run_audit
 
     started = time.perf_counter()
-    audit_options = AuditOptions(
-        budget_s=None if mde is not None else parse_duration(budget), mde_points=mde, **options
-    )
+    audit_options = AuditOptions(budget_s=None if budget is None else parse_duration(budget), mde_points=mde, **options)
     if out is None:
         out = Path("runs/audit") / (Path(model).resolve().name if isinstance(model, str | Path) else "model")
     return run_audit(_scorer(model), audit_options, out, started=started, echo=lambda _: None, progress=progress)

@@ -32,7 +32,19 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
             typer.Option(
                 DEFAULTS.mde_points,
                 "--mde",
-                help="size the design instead to reach this minimum detectable effect (accuracy points)",
+                help="the largest minimum detectable effect (points) that backs a null (default 20): a run that "
+                "could miss a larger weak phase reads 'inconclusive: could miss a weak phase of up to N points', "
+                "and an audit whose budget buys no design that reaches it stops before scoring (unless --anyway); "
+                "without --budget, the design is sized to reach it however long it takes; with one, the smallest "
+                "design within the budget that reaches it",
+            ),
+        ),
+        anyway=(
+            bool,
+            typer.Option(
+                DEFAULTS.anyway,
+                "--anyway",
+                help="score the design the budget buys even when its planned MDE does not reach --mde",
             ),
         ),
         needle=(
@@ -50,7 +62,12 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
         ),
         stride=(
             int,
-            typer.Option(DEFAULTS.stride, min=1, help="period of the verdict (default: the model's stride, else 4)"),
+            typer.Option(
+                DEFAULTS.stride,
+                min=1,
+                help="period of the verdict (default: the model's or the press's compression stride, else half "
+                "the modulus; printed with its reason)",
+            ),
         ),
         seed=(int, typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests")),
     ),
@@ -111,7 +128,7 @@ def audit_command(
 
         scorer = scorer_from_options(model, scoring, remote)
         goal = (
-            f"budget {design['budget_s'] or DEFAULT_BUDGET}"
+            f"budget {design['budget_s'] or DEFAULT_BUDGET}, MDE bound {options.max_mde:g} points"
             if options.goal == "budget"
             else f"target MDE {options.mde_points:g} points"
         )

@@ -56,7 +56,12 @@ DUMP = typer.Option(
     "--dump-prompts",
     help="write the prompts (token ids and decoded text) here as JSON lines (also with --dry-run)",
 )
-STRIDE = typer.Option(None, min=1, help="stride S of the period check (default: the model's, else modulus // 2)")
+STRIDE = typer.Option(
+    None,
+    min=1,
+    help="stride S of the period check and period of the verdict (default: the model's or the press's compression "
+    "stride, else half the modulus; printed with its reason, --dry-run too)",
+)
 
 
 def _seed(default: int):
@@ -159,6 +164,22 @@ def _dry_run(plan, rows, dump: Path | None, tokenizer) -> None:
     )
 
 
+def _planned_period(model: Path | None, scoring: dict, remote: dict, stride: int | None, modulus: int):
+    """The period a run would test (`stats.stride.default_period`), read without loading the model: the press
+    spec's grid, else the model's config; a served model's grid is known only once it answers."""
+    from phasekv.stats.stride import MODEL_GRID, PRESS_GRID, default_period
+
+    if remote["url"] is not None:
+        return default_period(stride, None, modulus, known=False)
+    if scoring["press"] is not None:
+        from phasekv.scoring.press_spec import parse_press, press_stride
+
+        return default_period(stride, press_stride(parse_press(scoring["press"]))[0], modulus, PRESS_GRID)
+    from phasekv.serve.local import local_stride
+
+    return default_period(stride, local_stride(model), modulus, MODEL_GRID)
+
+
 def _built(tokenizer, build, options):
     """The prompts a run scores: `build` (a task's `*_prompts`) with the run's prompt prefix."""
     from phasekv.results.record import prompt_prefix
@@ -188,8 +209,11 @@ def _prompt_set_scorer(
     if output["dry_run"]:
         tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
         prompts = _built(tokenizer, build, options)
-        period, mde, note = planned_mde(prompts, stride, options.modulus, options.n_records, min_effect=min_effect)
-        typer.echo(f"phase verdict at period {period}: {format_mde(mde)}, {note}")
+        period = _planned_period(model, scoring, remote, stride, options.modulus)
+        _, mde, note = planned_mde(
+            prompts, stride, options.modulus, options.n_records, min_effect=min_effect, period=period.value
+        )
+        typer.echo(f"{period.reason}; phase verdict: {format_mde(mde)}, {note}")
         _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump, tokenizer)
         return None
     scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
@@ -257,11 +281,13 @@ def _stride_statement(result: dict) -> str:
     """The stride of the period check and its source, or, where there is none, why, and the period the phase
     verdict tests instead: said once, so that a missing stride never reads as a verdict without a period."""
     stride = result["stride"]
+    reason = (result.get("period") or {}).get("reason")
+    said = "" if reason is None else f"{reason}; "
     if stride["value"] is not None:
-        return f"stride for the period check: {stride['value']} ({stride['source']})"
+        return f"{said}stride for the period check: {stride['value']} ({stride['source']})"
     period = (result.get("phase_test") or {}).get("period")
-    tested = "" if period is None else f"; the phase verdict tests period {period}"
-    return f"no period check across residues ({stride['source']}){tested}"
+    tested = "" if period is None or reason is not None else f"; the phase verdict tests period {period}"
+    return f"{said}no period check across residues ({stride['source']}){tested}"
 
 
 def _summary_table(result: dict, heading: str) -> str:

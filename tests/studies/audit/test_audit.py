@@ -17,9 +17,19 @@ import phasekv
 from phasekv.cli import app
 from phasekv.results.record import prompt_prefix
 from phasekv.stats.format import format_verdict
+from phasekv.stats.stride import PRESS_GRID, default_period
+from phasekv.stats.verdict import MAX_MDE_POINTS
 from phasekv.studies.audit.options import AuditOptions, parse_duration
-from phasekv.studies.audit.result import AuditResult, plan_line
-from phasekv.studies.audit.run import REPORT_RESERVE_S, SCREEN_SPLIT, AuditError, lookup_design, run_audit, spreads
+from phasekv.studies.audit.result import AuditResult, ScreenedTemplate, plan_line
+from phasekv.studies.audit.run import (
+    REPORT_RESERVE_S,
+    SCREEN_SPLIT,
+    AuditError,
+    lookup_design,
+    run_audit,
+    size_design,
+    spreads,
+)
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer
 
@@ -74,8 +84,10 @@ def test_durations_and_goals_are_checked_before_anything_runs():
     for bad in ("ten minutes", "0", "-5m"):
         with pytest.raises(ValueError, match="budget"):
             parse_duration(bad)
-    with pytest.raises(ValueError, match="not both"):
-        AuditOptions(budget_s=60, mde_points=10)
+    # a budget and an MDE together: the budget sizes the design, the MDE is its target and the verdict's bound
+    both = AuditOptions(budget_s=60, mde_points=10)
+    assert both.goal == "budget" and both.budget == 60 and both.max_mde == 10
+    assert AuditOptions().max_mde == MAX_MDE_POINTS and AuditOptions(mde_points=10).goal == "mde"
     with pytest.raises(ValueError, match="templates must be"):
         AuditOptions(templates=("poem",))
     assert AuditOptions().budget == 600 and AuditOptions(mde_points=10).budget is None
@@ -106,8 +118,6 @@ def test_bad_input_on_the_command_line_is_one_line_before_loading(tmp_path):
     runner = CliRunner()
     missing = runner.invoke(app, ["audit", str(tmp_path / "nope"), "--budget", "10m"])
     assert missing.exit_code == 2 and "no model folder at" in missing.output
-    both = runner.invoke(app, ["audit", str(tmp_path), "--budget", "10m", "--mde", "10"])
-    assert both.exit_code == 2 and "not both" in both.output
     bad = runner.invoke(app, ["audit", str(tmp_path), "--budget", "soon"])
     assert bad.exit_code == 2 and "give a duration" in bad.output
 
@@ -119,7 +129,8 @@ def test_audit_screens_apart_plans_first_and_writes_what_it_prints(tmp_path):
     def echo(line):  # the plan must be printed before any probe result exists
         lines.append((line, (out / "lookup.json").exists()))
 
-    audit = run_audit(scorer, AuditOptions(budget_s=600, **SMALL), out, echo=echo, progress=False)
+    # three mappings cannot reach the MDE bound: `anyway` scores them, as the audit's files are what is tested
+    audit = run_audit(scorer, AuditOptions(budget_s=600, anyway=True, **SMALL), out, echo=echo, progress=False)
     assert isinstance(audit, AuditResult) and str(audit) == audit.summary
     screened = {s.template: s for s in audit.screen}
     assert screened["sentence"].error is not None  # the word tokenizer lacks its words
@@ -169,7 +180,7 @@ def test_a_served_model_is_audited_like_a_local_one(phasekv_dir, tmp_path):
     from serving_helpers import serving
 
     local = load_scorer(phasekv_dir)
-    options = AuditOptions(budget_s=600, **{**SMALL, "templates": ("paper",), "mappings": (2,)})
+    options = AuditOptions(budget_s=600, anyway=True, **{**SMALL, "templates": ("paper",), "mappings": (2,)})
     with serving(local, name="tiny") as server:
         remote = EndpointScorer(server.url + "/v1", "tiny", phasekv_dir, cache=None)
         audit = run_audit(remote, options, tmp_path / "served", echo=lambda _: None, progress=False)
@@ -190,3 +201,104 @@ def test_the_audit_writes_a_report_that_opens_on_the_audit(pretrained_audit):
     assert finding < text.index('id="sec-residues"')
     assert html.escape(pretrained_audit.probes["lookup"].command) in text[finding:]
     assert html.escape(plan_line(pretrained_audit.plan[0])) in text[finding:]
+
+
+def _sized(options: AuditOptions, left: float, seconds_per_prompt: float = 5.0):
+    """The lookup design `size_design` picks for `options` with `left` seconds left, at a known time per prompt
+    (a fixed clock: nothing is timed but the MDE simulations, a few percent of these budgets at most)."""
+    scorer = InductionScorer()
+    rate = ScreenedTemplate(
+        template="paper",
+        accuracy=0.7,
+        prompts=1,
+        distinct_prompts=1,
+        seconds=1.0,
+        seconds_per_prompt=seconds_per_prompt,
+        longest=10**6,  # no length scaling: the price is per prompt
+    )
+    sized = size_design(
+        scorer,
+        lookup_prompts,
+        lambda n: lookup_design(options, "paper", 8, n),
+        options.mappings,
+        options,
+        rate,
+        None,
+        rate.accuracy,
+        lambda: left,
+    )
+    assert not isinstance(sized, str), sized
+    return sized
+
+
+def test_a_budget_is_spent_not_left_on_a_coarse_grid_of_designs():
+    options = AuditOptions(budget_s=600, **{**SMALL, "mappings": (2, 16)})
+    per_mapping = _sized(options, 1e9)[1].distinct / 16 * 5.0  # seconds of scoring one mapping adds
+    for mappings in (9.5, 12.6, 15.4):  # budgets between the grid's two designs (the last grid one fitting: 2)
+        left = mappings * per_mapping
+        plan, candidate = _sized(options, left)
+        assert 0.9 * left <= plan.eta_s <= left, (mappings, plan.eta_s, left)
+        assert 2 < candidate.options.n_mappings < 16  # neither of the grid's: the count between them
+    # with a target MDE that a smaller design already reaches, the rest of the budget is not burnt
+    target = AuditOptions(budget_s=600, mde_points=100, **{**SMALL, "mappings": (2, 16)})
+    plan, candidate = _sized(target, 13.7 * per_mapping)
+    assert candidate.options.n_mappings == 2 and plan.planned_mde["points"] <= 100
+
+
+@pytest.mark.slow
+def test_the_bound_is_the_verdicts_and_a_budget_that_cannot_reach_it_stops_before_scoring(tmp_path):
+    scorer = InductionScorer()
+    # a budget that buys no design reaching a 1-point MDE: said before scoring, with what it buys, and stopped
+    lines = []
+    with pytest.raises(AuditError, match=r"no lookup design within the budget reaches an MDE of 1 points: it buys"):
+        run_audit(scorer, AuditOptions(budget_s=600, mde_points=1, **SMALL), tmp_path / "s", echo=lines.append)
+    assert not (tmp_path / "s" / "lookup.json").exists() and not any(c.startswith("plan lookup") for c in lines)
+    # told to go on, it scores, and the verdict reads the bound given: inconclusive, never a clean null
+    anyway = run_audit(
+        scorer,
+        AuditOptions(budget_s=600, mde_points=1, anyway=True, **SMALL),
+        tmp_path / "a",
+        echo=lines.append,
+        progress=False,
+    )
+    assert anyway.verdict.startswith("inconclusive: could miss a weak phase of up to")
+    assert anyway.probe_result().phase_test["max_mde_points"] == 1
+    assert any(line.startswith("warning: no lookup design within the budget") for line in lines)
+    # a looser bound with a budget: passed to the probe as its verdict's bound
+    loose = run_audit(
+        scorer, AuditOptions(budget_s=600, mde_points=100, **SMALL), tmp_path / "l", echo=print, progress=False
+    )
+    assert loose.probe_result().phase_test["max_mde_points"] == 100
+
+
+def test_one_period_rule_says_why_for_every_command(qwen_dir):
+    assert default_period(None, None, 8).reason == "period 4: the model has no compression grid; half the modulus 8"
+    assert default_period(None, 8, 24, PRESS_GRID).reason == "period 8: the press's chunk grid"
+    assert default_period(3, 8, 24).reason == "period 3: --stride 3"
+    stuck = default_period(None, 16, 8)
+    assert (stuck.value, stuck.stride) == (16, None) and "not below the modulus 8" in stuck.reason
+    assert default_period(1, None, 8).value == 8  # a period below 2 has no phase
+    # a dry run tests the period the run would: the press's grid is read from its spec, the model's from its config
+    runner = CliRunner()
+    plain = runner.invoke(app, ["eval", "lookup", str(qwen_dir), "--dry-run"])
+    assert plain.exit_code == 0, plain.output
+    assert "period 12: the model has no compression grid; half the modulus 24" in plain.output
+    pressed = runner.invoke(app, ["eval", "lookup", str(qwen_dir), "--press", "chunkkv8", "--dry-run"])
+    assert pressed.exit_code == 0, pressed.output
+    assert "period 8: the press's chunk grid; phase verdict" in pressed.output
+
+
+@pytest.mark.slow
+def test_an_audit_prints_and_records_its_period_with_its_reason(tmp_path):
+    lines = []
+    audit = run_audit(
+        InductionScorer(),
+        AuditOptions(budget_s=600, anyway=True, **{**SMALL, "mappings": (2,)}),
+        tmp_path / "p",
+        echo=lines.append,
+        progress=False,
+    )
+    reason = "period 4: the model has no compression grid; half the modulus 8"
+    assert lines[0] == reason and audit.period["reason"] == reason and reason in audit.summary
+    lookup = audit.probe_result()
+    assert lookup.period == audit.period and lookup.phase_test["period"] == 4 and reason in lookup.summary

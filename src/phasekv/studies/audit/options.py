@@ -31,11 +31,15 @@ def parse_duration(text: str | float | int) -> float:
 class AuditOptions:
     """Options of an audit.
 
-    The goal: `budget_s` (wall seconds for the whole audit, model loading included) or `mde_points` (the
-    smallest design whose planned minimum detectable effect is at most this many points); neither: a budget of
-    `DEFAULT_BUDGET_S`. The screen scores `screen_prompts` lookup prompts per template in `templates` (in this
-    order, until it has taken a fifth of the budget), drawn from the calibration split (mappings the run never
-    draws). The lookup design is `n_records` records,
+    The goal: `budget_s` (wall seconds for the whole audit, model loading included: the largest design it pays
+    for) or `mde_points` alone (the smallest design whose planned minimum detectable effect is at most this many
+    points, however long it takes); neither: a budget of `DEFAULT_BUDGET_S`; both: the smallest design within the
+    budget that reaches `mde_points`. The bound (`max_mde`: `mde_points`, else `stats.verdict.MAX_MDE_POINTS`)
+    is also the verdict's: a null from a run whose MDE is above it reads inconclusive. When no design within
+    the budget plans an MDE within the bound, the audit stops before scoring unless `anyway`. The screen scores
+    `screen_prompts` lookup prompts per template in `templates` (in this order, until it has taken a fifth of
+    the budget), drawn from the calibration split (mappings the run never draws). The lookup design is
+    `n_records` records,
     `n_demos` demonstrations, `modulus` residues (None: twice the model's compression stride, else 8),
     `spread_blocks` and `protocol`, with the number of mappings chosen from `mappings`; the needle (`needle`
     None: when the budget leaves time for it; never in MDE mode unless True) has `needle_context_length`
@@ -58,10 +62,9 @@ class AuditOptions:
     stride: int | None = None
     seed: int = 0
     n_resamples: int = 2000
+    anyway: bool = False
 
     def __post_init__(self) -> None:
-        if self.budget_s is not None and self.mde_points is not None:
-            raise ValueError("give a time budget (--budget) or a target minimum detectable effect (--mde), not both")
         if self.budget_s is not None and self.budget_s <= 0:
             raise ValueError(f"the budget must be positive, got {self.budget_s} s")
         if self.mde_points is not None and not 0 < self.mde_points <= 100:
@@ -78,8 +81,15 @@ class AuditOptions:
 
     @property
     def goal(self) -> str:
-        """'budget' or 'mde': what sizes the design."""
-        return "mde" if self.mde_points is not None else "budget"
+        """'budget' or 'mde': what sizes the design (an MDE alone; with a budget it is the target within it)."""
+        return "mde" if self.mde_points is not None and self.budget_s is None else "budget"
+
+    @property
+    def max_mde(self) -> float:
+        """The largest MDE (points) that backs a null, and that a design must plan to be scored unless `anyway`."""
+        from phasekv.stats.verdict import MAX_MDE_POINTS  # here, not at the top: the command line loads no numpy
+
+        return MAX_MDE_POINTS if self.mde_points is None else self.mde_points
 
     @property
     def budget(self) -> float | None:

@@ -76,6 +76,7 @@ class AuditResult(TypedResult):
     out: str
     screen: list[ScreenedTemplate]
     template: str
+    period: dict[str, Any] | None = None  # `stats.stride.Period`: audits written before it was recorded lack it
     screen_split: str
     plan: list[PlannedProbe]
     probes: dict[str, AuditedProbe]
@@ -95,6 +96,7 @@ class AuditResult(TypedResult):
         screened = " · ".join(s.brief() for s in self.screen)
         lines = [
             f"audit of {model_label(self.model)}",
+            *([self.period["reason"]] if self.period else []),
             f"screen ({self.screen_split} mappings, not reused by the run): {screened} -> {self.template}",
             *(plan_line(p) for p in self.plan),
         ]

@@ -6,7 +6,10 @@ split) never draws, after one untimed warm-up prompt; the template the model ans
 distinct prompt, scaled by sequence length, prices every candidate design (`studies.probe.scored.plan_prompt_set`
 counts the distinct prompts a design forwards); the planned MDE (`studies.probe.units.planned_mde`) is simulated at
 the screen's accuracy. A budget counts the whole audit from `started` (model loading included): the design is
-the largest whose scoring, statistics and report fit in what the screen left.
+the largest whose scoring, statistics and report fit in what the screen left (with a target MDE too, the
+smallest of those that reaches it). The target, else `stats.verdict.MAX_MDE_POINTS`, is the bound of the
+verdict: when the budget buys no design that plans to reach it, the audit stops before scoring, saying what
+the budget buys and about what budget would reach it, unless told to score it anyway.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import numpy as np
 from phasekv.results.record import prompt_prefix, write_results
 from phasekv.scoring import Scorer
 from phasekv.scoring.press_question import bind_question, question_tokens
+from phasekv.stats.format import format_mde
 from phasekv.studies.probe.like import eval_command
 from phasekv.studies.probe.plan import format_seconds, scores_by_request
 from phasekv.studies.probe.result import ProbeResult
 from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
-from phasekv.studies.probe.units import planned_mde
+from phasekv.studies.probe.units import planned_mde, scorer_period
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
@@ -165,18 +169,19 @@ class Candidate:
     scoring_s: float
 
 
-def _candidate(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
+def price_design(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
+    """`options` priced at the screen's time per distinct prompt (`rate`), scaled by the longest sequence."""
     prompts = build(scorer.tokenizer, options, prompt_prefix(scorer.tokenizer)).prompts
     plan = plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer))
     scoring = plan.n_rows * rate.seconds_per_prompt * max(1.0, plan.longest / rate.longest)
     return Candidate(options, prompts, plan.n_prompts, plan.n_rows, scoring)
 
 
-def _simulated(candidate: Candidate, stride: int | None, accuracy: float) -> tuple[dict | None, float]:
-    """(the planned MDE of `candidate` at a flat `accuracy`, the seconds its simulation took)."""
+def _simulated(candidate: Candidate, period: int | None, accuracy: float) -> tuple[dict | None, float]:
+    """(the planned MDE of `candidate` at `period` and a flat `accuracy`, the seconds its simulation took)."""
     o = candidate.options
     start = time.perf_counter()
-    _, mde, _ = planned_mde(candidate.prompts, stride, o.modulus, o.n_records, accuracy)
+    _, mde, _ = planned_mde(candidate.prompts, None, o.modulus, o.n_records, accuracy, period=period)
     return mde, time.perf_counter() - start
 
 
@@ -193,60 +198,95 @@ def _plan(candidate: Candidate, mde: dict | None, stats_s: float) -> PlannedProb
     )
 
 
+def _reaches(mde: dict | None, points: float) -> bool:
+    return mde is not None and mde["points"] is not None and mde["points"] <= points
+
+
 def size_design(
-    scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, stride, accuracy, left
+    scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, period, accuracy, left
 ) -> tuple[PlannedProbe, Candidate] | str:
-    """The design of one probe: with a budget, the largest of `counts` (units) whose ETA fits in the seconds
-    `left()` says are left (pricing takes time too: designs are priced from the smallest up, and one simulated MDE,
-    the smallest's, prices the statistics of all, whose cost grows with the distinct prompts); with a target MDE,
-    the smallest whose planned MDE reaches it. A string says why none is possible.
+    """The design of one probe (`design(n)`: its options at n units), or a string that says why none is possible.
+
+    A target MDE alone: the smallest of `counts` whose planned MDE reaches it. A budget: the most units, up to
+    `counts[-1]`, whose ETA fits in the seconds `left()` says are left; between two of `counts` the count is
+    bisected, so that the design spends the budget rather than stop at the last of a coarse grid that fits
+    (each unit adds a fixed share of prompts). With a target MDE too, the smallest of `counts` up to that design
+    that reaches it: a design that already reaches the target does not burn the rest of the budget.
 
     A run's statistics (bootstrap, permutations, its own MDE) are priced at `STATS_FACTOR` times a planned MDE's
-    simulation."""
-    if options.goal == "mde":
+    simulation, which is timed once on the smallest design and grows with the distinct prompts; the chosen
+    design's own planned MDE is simulated before the run, so it is paid for too."""
+
+    def price(count: int) -> Candidate:
+        return price_design(scorer, build, design(count), rate)
+
+    if options.budget is None:
         found = None
         for count in counts:
-            candidate = _candidate(scorer, build, design(count), rate)
-            mde, seconds = _simulated(candidate, stride, accuracy)
+            candidate = price(count)
+            mde, seconds = _simulated(candidate, period, accuracy)
             found = None if mde is None else mde["points"]
-            if found is not None and found <= options.mde_points:
+            if _reaches(mde, options.mde_points):
                 return _plan(candidate, mde, STATS_FACTOR * seconds), candidate
         return (
             f"no design up to {counts[-1]} units reaches an MDE of {options.mde_points:g} points at the screen's "
             f"accuracy of {100 * accuracy:.0f}% (the largest: {'none' if found is None else found}); give a larger "
             "--mde or a --budget"
         )
-    fitting = []
-    for count in counts:
-        start = time.perf_counter()
-        candidate = _candidate(scorer, build, design(count), rate)
-        if count == counts[0]:
-            smallest = candidate
-        if candidate.scoring_s > left():
-            break
-        fitting.append(candidate)
-        if time.perf_counter() - start > left() - candidate.scoring_s:  # no time left to price a larger design
-            break
-    chosen = None
-    if fitting:
-        mde, seconds = _simulated(fitting[0], stride, accuracy)
-        per_prompt = seconds / fitting[0].distinct
+    smallest = price(counts[0])
+    smallest_mde, seconds = _simulated(smallest, period, accuracy)
+    per_prompt = seconds / smallest.distinct
 
-        def stats(c: Candidate) -> float:
-            return STATS_FACTOR * per_prompt * c.distinct
+    def stats(c: Candidate) -> float:
+        return STATS_FACTOR * per_prompt * c.distinct
 
-        # the chosen design's own planned MDE is simulated before the run, so it is paid for too
-        chosen = next(
-            (c for c in reversed(fitting) if c.scoring_s + stats(c) + per_prompt * c.distinct <= left()), None
-        )
-    if chosen is None:
+    def fits(c: Candidate) -> bool:
+        return c.scoring_s + stats(c) + per_prompt * c.distinct <= left()
+
+    if not fits(smallest):
         return (
             f"the smallest design ({counts[0]} units, {smallest.distinct} distinct prompts) needs about "
-            f"{format_seconds(smallest.scoring_s)} of scoring and the budget leaves {format_seconds(max(0.0, left()))}"
+            f"{format_seconds(smallest.scoring_s + stats(smallest))} and the budget leaves "
+            f"{format_seconds(max(0.0, left()))}"
         )
-    if chosen is not fitting[0]:
-        mde, _ = _simulated(chosen, stride, accuracy)
+    chosen, fitting, over = smallest, counts[0], None
+    for count in counts[1:]:
+        candidate = price(count)
+        if not fits(candidate):
+            over = count
+            break
+        chosen, fitting = candidate, count
+    while over is not None and over - fitting > 1:  # the count between two grid points that fills the budget
+        middle = (fitting + over) // 2
+        candidate = price(middle)
+        if fits(candidate):
+            chosen, fitting = candidate, middle
+        else:
+            over = middle
+    mde = smallest_mde if chosen is smallest else _simulated(chosen, period, accuracy)[0]
+    if options.mde_points is not None and _reaches(mde, options.mde_points):
+        for count in (c for c in counts if c < fitting):  # no smaller design reaches what the largest does not
+            candidate = price(count)
+            smaller = smallest_mde if count == counts[0] else _simulated(candidate, period, accuracy)[0]
+            if _reaches(smaller, options.mde_points):
+                chosen, mde = candidate, smaller
+                break
     return _plan(chosen, mde, stats(chosen)), chosen
+
+
+def short_of_bound(plan: PlannedProbe, bound: float, spent: float) -> str:
+    """Why the budget buys no design that reaches `bound`: the best planned MDE it buys and, where that MDE is
+    finite, about what budget would reach the bound (an MDE shrinks as one over the root of the units, and
+    the ETA grows with them; `spent`: the seconds the audit had taken when it was planned)."""
+    mde = plan.planned_mde
+    units = plan.options["n_mappings" if plan.probe == "lookup" else "n_haystacks"]
+    best = "no testable design" if mde is None else f"at best a planned {format_mde(mde)}"
+    head = f"no {plan.probe} design within the budget reaches an MDE of {bound:g} points: it buys {best}"
+    if mde is None or mde["points"] is None:
+        return f"{head}; the budget that would reach it cannot be estimated from this design"
+    needed = int(np.ceil(units * (mde["points"] / bound) ** 2))
+    budget = spent + REPORT_RESERVE_S + plan.eta_s * needed / units
+    return f"{head}; about {format_seconds(budget)} ({needed} units) would reach it"
 
 
 def spreads(options: AuditOptions) -> list[int]:
@@ -279,8 +319,9 @@ def run_audit(
             f"the {REPORT_RESERVE_S:.0f} s the results and the report take; nothing was scored"
         )
     out = Path(out)
-    stride = options.stride or scorer.compression_stride
     modulus = options.modulus or default_modulus(scorer.compression_stride)
+    period = scorer_period(scorer, options.stride, modulus)
+    echo(period.reason)
     screen = screen_templates(scorer, options, modulus, clock)
     chosen = best_template(screen)
     echo(f"screen: {' · '.join(s.brief() for s in screen)} -> {chosen.template}")
@@ -294,7 +335,7 @@ def run_audit(
             options.mappings,
             options,
             chosen,
-            stride,
+            period.value,
             chosen.accuracy,
             lambda: clock.left() - REPORT_RESERVE_S,
         )
@@ -305,6 +346,14 @@ def run_audit(
             f"lookup: {sized} (spread blocks {', '.join(map(str, tried))} tried); nothing was scored "
             "beyond the template screen"
         )
+    if not _reaches(sized[0].planned_mde, options.max_mde):
+        short = short_of_bound(sized[0], options.max_mde, clock.elapsed())
+        if not options.anyway:
+            raise AuditError(
+                f"{short}; nothing was scored beyond the template screen (--anyway scores this design all the "
+                "same: its null would read inconclusive)"
+            )
+        echo(f"warning: {short}; scoring it anyway (--anyway): a null will read inconclusive")
     plans, runs = [sized[0]], [("lookup", sized[1])]
     needle = options.needle if options.needle is not None else options.goal == "budget"
     if needle:
@@ -315,7 +364,7 @@ def run_audit(
             options.haystacks,
             options,
             chosen,
-            stride,
+            period.value,
             chosen.accuracy,
             lambda: clock.left() - REPORT_RESERVE_S - sized[0].eta_s,
         )
@@ -333,7 +382,12 @@ def run_audit(
         run = run_lookup if probe == "lookup" else run_needle
         bind_question(scorer, question_tokens(scorer.tokenizer, candidate.options))
         result = run(
-            scorer, candidate.options, stride=options.stride, n_resamples=options.n_resamples, progress=progress
+            scorer,
+            candidate.options,
+            stride=options.stride,
+            n_resamples=options.n_resamples,
+            progress=progress,
+            max_mde=options.max_mde,
         )
         path = write_results(result, out / f"{probe}.json")
         typed = ProbeResult.from_dict(result, str(path))
@@ -351,6 +405,7 @@ def run_audit(
             "out": str(out),
             "screen": [s.model_dump() for s in screen],
             "template": chosen.template,
+            "period": period.to_dict(),
             "screen_split": SCREEN_SPLIT,
             "plan": [p.model_dump() for p in plans],
             "probes": {k: v.model_dump() for k, v in probes.items()},

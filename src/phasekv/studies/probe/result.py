@@ -56,6 +56,7 @@ class ProbeResult(TypedResult):
     protocol: str | None = None
     seed: int | None = None
     phase_test: dict[str, Any] | None = None
+    period: dict[str, Any] | None = None  # `stats.stride.Period`: files written before it was recorded lack it
     wall_time_s: float | None = None
 
     schema_prefix = "phasekv.eval/"
@@ -172,7 +173,8 @@ class ProbeResult(TypedResult):
             + (f" ({distinct} distinct)" if distinct is not None else "")
             + (f", {self.wall_time_s:.0f} s" if self.wall_time_s is not None else "")
         )
-        return heading + "\n" + format_headline(self.residue_summary, self.phase_test)
+        period = "" if self.period is None else "\n" + self.period["reason"]
+        return heading + period + "\n" + format_headline(self.residue_summary, self.phase_test)
 
     def __str__(self) -> str:
         return self.summary

@@ -14,7 +14,7 @@ from phasekv.scoring import Scorer
 from phasekv.stats import ResidueSummary, phase_verdict, summarize_mappings
 from phasekv.stats.phase_test import PhaseDesign
 from phasekv.stats.power import minimum_detectable_effect
-from phasekv.stats.stride import resolve_stride
+from phasekv.stats.stride import MODEL_GRID, PRESS_GRID, Period, default_period, phase_period, resolve_stride
 from phasekv.stats.verdict import MAX_MDE_POINTS, MIN_EFFECT_POINTS, PhaseVerdict, rest_on_grid_shift
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
@@ -38,11 +38,10 @@ def unit_residue_cells(scores: PromptScores, n_units: int, modulus: int, placeme
     return correctness_cube(scores, n_units, modulus, placements).mean(axis=2)
 
 
-def phase_period(stride: int | None, model_stride: int | None, modulus: int) -> int:
-    """The period the phase verdict tests: the period-check stride, else the model's compression
-    stride, else the modulus; a period below 2 has no phase, so it falls back to the modulus too."""
-    period = stride or model_stride or modulus
-    return period if period >= 2 else modulus
+def scorer_period(scorer: Scorer, stride: int | None, modulus: int) -> Period:
+    """`stats.stride.default_period` of a run on `scorer`: its grid is a press's when it compresses with one."""
+    grid = PRESS_GRID if scorer.describe().get("press") else MODEL_GRID
+    return default_period(stride, scorer.compression_stride, modulus, grid)
 
 
 def chance_level(n_records: int) -> float:
@@ -61,11 +60,13 @@ def planned_mde(
     n_records: int,
     accuracy: float = PLANNING_ACCURACY,
     min_effect: float = MIN_EFFECT_POINTS,
+    period: int | None = None,
 ) -> tuple[int, dict | None, str]:
     """(period, the minimum detectable effect of the phase verdict on these prompts at a flat `accuracy`,
-    a note): what a dry run can say about a design before any scoring. The period is `--stride`, else the
-    period check's default (a model's own stride is known only once it loads)."""
-    period = phase_period(resolve_stride(stride, None, modulus)[0], None, modulus)
+    a note): what a dry run can say about a design before any scoring. `period`: the run's
+    (`stats.stride.default_period`, which knows the compression grid); None: the period of `stride` and the
+    modulus alone."""
+    period = period or default_period(stride, None, modulus).value
     seen: dict = {}
     ids = [prompt_id(p, seen) for p in prompts]
     design = PhaseDesign([p.unit for p in prompts], [p.target_position for p in prompts], period, ids)
@@ -159,6 +160,7 @@ def run_unit_probe(
             "for other models the verdict rests on the position design alone"
         )
     clock = RunClock()
+    period = scorer_period(scorer, stride, options.modulus)
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
     prefix = prompt_prefix(scorer.tokenizer)
     prompt_set = build_prompts(scorer.tokenizer, options, prefix)
@@ -212,6 +214,7 @@ def run_unit_probe(
         requested_options=asdict(options),  # as asked (defaults unresolved): what `--like` re-runs
         n_prompts=len(scores.correct),
         stride={"value": stride, "source": stride_source},
+        period=period.to_dict(),
         aggregation={
             "cell": f"mean over the placements of one {unit} in one residue group (cell_accuracy)",
             "bootstrap_unit": bootstrap_unit,
