@@ -285,9 +285,11 @@ def _stride_statement(result: dict) -> str:
     said = "" if reason is None else f"{reason}; "
     if stride["value"] is not None:
         return f"{said}stride for the period check: {stride['value']} ({stride['source']})"
+    if reason is not None:  # the period's reason already says why there is no period check
+        return reason
     period = (result.get("phase_test") or {}).get("period")
-    tested = "" if period is None or reason is not None else f"; the phase verdict tests period {period}"
-    return f"{said}no period check across residues ({stride['source']}){tested}"
+    tested = "" if period is None else f"; the phase verdict tests period {period}"
+    return f"no period check across residues ({stride['source']}){tested}"
 
 
 def _summary_table(result: dict, heading: str) -> str:

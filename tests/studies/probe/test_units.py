@@ -108,7 +108,9 @@ def test_the_summary_and_the_verdict_get_the_runs_cells_settings_and_period(monk
     for given, expected in zip(verdict.args[:3], (scores.unit, scores.target_position, scores.correct), strict=True):
         assert given is expected
     assert verdict.kwargs.pop("prompt_ids") is scores.prompt_id
-    assert verdict.kwargs == {"seed": 5, "n_resamples": 7, "chance": 0.125, "min_effect": 9.0, "mde": True}
+    assert verdict.kwargs == {
+        "seed": 5, "n_resamples": 7, "chance": 0.125, "min_effect": 9.0, "mde": True, "max_mde": 20.0
+    }  # fmt: skip
 
     summarize_units(scores, N_UNITS, MODULUS, PLACEMENTS, **common)
     assert summary.kwargs["unit"] == "mapping"
@@ -241,6 +243,7 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
         "unit": "haystack",
         "chance": 0.25,
         "min_effect": 9.0,
+        "max_mde": 20.0,
     }
     assert result["phase_test"] == {"verdict": 1, "basis": units.BLACK_BOX}
     assert calls["shift"].args is None
@@ -263,6 +266,11 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
         "requested_options": asdict(_Options()),
         "n_prompts": len(FULL),
         "stride": {"value": None, "source": "the model's compression stride 16 is not below modulus 4"},
+        "period": {
+            "value": 16,
+            "stride": None,
+            "reason": "period 16: the model's compression stride (not below the modulus 4: no period check)",
+        },
         "aggregation": {
             "cell": "mean over the placements of one haystack in one residue group (cell_accuracy)",
             "bootstrap_unit": "haystacks",
