@@ -337,7 +337,7 @@ def test_the_grid_phase_amplitude_leaves_position_out_and_matches_a_plain_loop()
     result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=20, units=(positions - 100) // 40)
     assert result.profile_points == pytest.approx([5, 5, 5, -15])
     assert result.amplitude_points == pytest.approx(20) and result.moves_with_grid
-    assert result.bootstrap == "units" and result.n_units == 4
+    assert result.bootstrap == "distinct prompts and units" and result.n_units == 4
     assert result.amplitude_ci == pytest.approx([20, 20])  # every unit holds the same pattern
     by_grid, _ = _reference_profiles(positions, outcomes, offsets, 4)
     plain = by_grid.mean(axis=0)
@@ -346,6 +346,58 @@ def test_the_grid_phase_amplitude_leaves_position_out_and_matches_a_plain_loop()
         positions, np.tile(outcomes[0] * 0 + 0.5 + 0.3 * (positions % 4 == 1), (4, 1)), offsets, 4, n_shuffles=20
     )
     assert position.amplitude_points == pytest.approx(0) and not position.moves_with_grid
+
+
+def _reference_amplitude_interval(positions, outcomes, offsets, period, blocks_list, dfs, confidence=0.95):
+    """The grid-phase amplitude's simultaneous bounds (points) written as loops: each prompt's linearised share of
+    each phase's mean at each offset, summed per block; per ordered pair the largest variance over the blockings,
+    the degrees of freedom of the blocking whose variance is the largest on average."""
+    from scipy import stats as scipy_stats
+
+    n_offsets, n = outcomes.shape
+    phase = (positions[None, :] - offsets[:, None]) % period
+    reach = [sorted({o for o in range(n_offsets) if (phase[o] == g).any()}) for g in range(period)]
+    mean = {(o, g): outcomes[o][phase[o] == g].mean() for o in range(n_offsets) for g in range(period) if o in reach[g]}
+    profile = np.array([np.mean([mean[o, g] for o in reach[g]]) for g in range(period)])
+    pairs = [(i, j) for i in range(period) for j in range(period) if i != j]
+    variances = []
+    for blocks in blocks_list:
+        names = np.unique(blocks)
+        scores = np.zeros((names.size, period))
+        for o in range(n_offsets):
+            for c in range(n):
+                g = phase[o, c]
+                share = (outcomes[o, c] - mean[o, g]) / (phase[o] == g).sum() / len(reach[g])
+                scores[np.searchsorted(names, blocks[c]), g] += share
+        variances.append([((scores[:, i] - scores[:, j]) ** 2).sum() * names.size / (names.size - 1) for i, j in pairs])
+    variances = np.array(variances)
+    df = dfs[int(np.argmax(variances.mean(axis=1)))]
+    se = np.sqrt(variances.max(axis=0))
+    margin = scipy_stats.studentized_range.ppf(1 - (1 - confidence) / 2, period, df) / np.sqrt(2)
+    one = scipy_stats.t.ppf(1 - (1 - confidence) / 2, df)
+    differences = [profile[i] - profile[j] for i, j in pairs]
+    low = max(d - margin * e for d, e in zip(differences, se, strict=True))
+    high = max(d + one * e for d, e in zip(differences, se, strict=True))
+    return [100 * min(max(low, 0), 1), 100 * min(max(high, 0), 1)]
+
+
+def test_the_grid_phase_amplitude_interval_matches_a_plain_loop():
+    rng = np.random.default_rng(2)
+    positions = 100 + rng.integers(0, 48, 120)
+    units = rng.integers(0, 5, 120)
+    offsets = np.arange(4)
+    for hard_unit in (False, True):  # with one unit hard at one grid phase, the units' variance is the larger
+        p = 0.6 - 0.2 * ((positions[None, :] - offsets[:, None]) % 4 == 1)
+        if hard_unit:
+            p = p - 0.5 * ((units[None, :] == 0) & ((positions[None, :] - offsets[:, None]) % 4 == 3))
+        outcomes = (rng.random((4, 120)) < np.clip(p, 0, 1)).astype(float)
+        result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=10, units=units)
+        expected = _reference_amplitude_interval(positions, outcomes, offsets, 4, [np.arange(120), units], [np.inf, 4.0])
+        assert result.amplitude_ci == pytest.approx(expected, abs=1e-9)
+    alone = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=10)
+    assert alone.amplitude_ci == pytest.approx(
+        _reference_amplitude_interval(positions, outcomes, offsets, 4, [np.arange(120)], [np.inf]), abs=1e-9
+    )
 
 
 def test_the_amplitude_interval_resamples_units_and_covers_a_sampled_drop():

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .phase_test import basic_interval
+from .amplitude import ordered_pairs, simultaneous_amplitude_bounds
 
 N_SHUFFLES = 2000
 N_BOOTSTRAP = 1000
@@ -185,29 +185,34 @@ class GridShiftDesign:
         tail = (1 - confidence) / 2
         return [float(v) for v in np.quantile(means, [tail, 1 - tail])]
 
-    def amplitude_interval(self, cell_outcomes: np.ndarray, n_resamples: int, seed: int, confidence: float):
-        """(the profile [P], its amplitude's basic bootstrap interval in points or None, what the bootstrap
-        resamples): blocks are units, or the cells themselves when there is one unit."""
-        blocks, what = (
-            (self.unit_index, "units") if self.n_units > 1 else (np.arange(self.weights.size), "distinct prompts")
-        )
-        n_blocks = int(blocks.max()) + 1
-        rows = np.broadcast_to(np.arange(self.offsets.size)[:, None], self.phase.shape)
-        cells = np.broadcast_to(blocks[None, :], self.phase.shape)
-        sums = np.zeros((n_blocks, self.offsets.size, self.period))
-        counts = np.zeros((n_blocks, self.offsets.size, self.period))
-        np.add.at(sums, (cells, rows, self.phase), cell_outcomes * self.weights)
-        np.add.at(counts, (cells, rows, self.phase), np.broadcast_to(self.weights, self.phase.shape))
+    def amplitude_interval(self, cell_outcomes: np.ndarray, confidence: float):
+        """(the profile [P], its amplitude's interval in points, what the variance is taken over) of cell outcomes
+        [O, C]: simultaneous over the pairs of grid phases (`amplitude.simultaneous_amplitude_bounds`), each
+        difference with the larger of its variance over distinct prompts and, with several units, over units (on
+        n_units - 1 degrees of freedom): the prompts' outcomes across offsets, or a unit's prompts, may agree."""
         profile = self.profile(cell_outcomes)
-        if not n_resamples or n_blocks < 2:
+        # each cell's share of the (uncentred) profile, less what its phase's mean predicts: linear in the outcomes
+        sums, counts = _phase_totals(self.phase, cell_outcomes, self.weights, self.period)
+        expected = np.take_along_axis(sums / np.maximum(counts, 1e-12), self.phase, axis=1)  # [O, C]
+        influence = np.einsum("oc,ocp->cp", cell_outcomes - expected, self._profile_map)  # [C, P]
+        a, b = ordered_pairs(self.period)
+        clusterings = [(self.distinct_index, np.inf)]
+        if self.n_units >= 2:
+            clusterings.append((self.unit_index, float(self.n_units - 1)))
+        variances = []
+        for blocks, df in clusterings:
+            n_blocks = int(blocks.max()) + 1
+            if n_blocks < 2:
+                continue
+            scores = np.zeros((n_blocks, self.period))
+            np.add.at(scores, blocks, influence)
+            pairs = scores[:, a] - scores[:, b]  # [blocks, pairs]
+            variances.append(((pairs**2).sum(axis=0) * n_blocks / (n_blocks - 1), df))
+        what = "distinct prompts and units" if len(variances) == 2 else "distinct prompts"
+        if not variances:
             return profile, None, what
-        draws = np.random.default_rng(seed).integers(0, n_blocks, size=(n_resamples, n_blocks))
-        multiplicity = np.stack([np.bincount(row, minlength=n_blocks) for row in draws]).astype(float)  # [R, B]
-        boot = _amplitude(
-            _grid_profile(np.einsum("rb,bop->rop", multiplicity, sums), np.einsum("rb,bop->rop", multiplicity, counts))
-        )
-        interval = basic_interval(float(_amplitude(profile)), boot[np.isfinite(boot)], confidence)
-        return profile, [100 * v for v in interval], what
+        low, high = simultaneous_amplitude_bounds(profile[None], [(v[None], df) for v, df in variances], confidence)
+        return profile, [100 * float(low[0]), 100 * float(high[0])], what
 
 
 def _phase_totals(phase: np.ndarray, cell_outcomes: np.ndarray, weights: np.ndarray, period: int):
@@ -228,14 +233,6 @@ def _profiles(design: GridShiftDesign, cell_outcomes: np.ndarray, offsets: np.nd
 
 def _spread(profiles: np.ndarray) -> float:
     return float(np.mean((profiles - profiles.mean(axis=0, keepdims=True)) ** 2))
-
-
-def _grid_profile(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The grid-phase profile [..., P] (proportions, mean over phases 0) from sums and counts [..., O, P]."""
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a phase no prompt reaches stays NaN and is left out
-        profile = np.nanmean(sums / counts, axis=-2)  # mean over the offsets
-        return profile - np.nanmean(profile, axis=-1, keepdims=True)
 
 
 def _amplitude(profile: np.ndarray) -> np.ndarray:
@@ -273,7 +270,7 @@ def grid_shift_test(
     by_grid = _profiles(design, cell_y, design.offsets)
     by_position = _profiles(design, cell_y, np.zeros_like(design.offsets))
     observed, p_value = design.p_value(cell_y, n_shuffles, np.random.default_rng(seed))
-    profile, amplitude_ci, blocks = design.amplitude_interval(cell_y, n_resamples, seed, confidence)
+    profile, amplitude_ci, blocks = design.amplitude_interval(cell_y, confidence)
     return GridShiftTest(
         period=int(period),
         offsets=[int(o) for o in design.offsets],

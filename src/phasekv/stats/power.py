@@ -172,7 +172,7 @@ def grid_shift_detection_rate(
         simulated = np.where(at_weak & (rng.random(at_weak.shape) < lost), 0.0, null)
         observed, p_value = design.p_value(simulated, n_shuffles, rng, stop_at=alpha)
         if p_value < alpha and observed > NUMERICAL_ZERO:
-            _, interval, _ = design.amplitude_interval(simulated, n_resamples, seed + simulation, 0.95)
+            _, interval, _ = design.amplitude_interval(simulated, 0.95)
             judged = chance is None or design.mean_interval(simulated, n_resamples, seed + simulation, 0.95)[0] > chance
             found += interval is not None and interval[0] >= min_effect and judged
     return found / n_simulations
