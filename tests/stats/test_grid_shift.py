@@ -423,11 +423,17 @@ def test_the_amplitude_interval_resamples_units_and_covers_a_sampled_drop():
         grid_shift_test(positions, distinct[:, ids], offsets, 4, prompt_ids=np.zeros_like(ids))
 
 
-def _shifted(moves, low, high, p_value=0.001):
+def _shifted(moves, low, high, p_value=0.001, periodic=True):
     positions = np.arange(100, 140)
     base = grid_shift_test(positions, np.ones((4, 40)), np.arange(4), 4, n_shuffles=5)
     return replace(
-        base, moves_with_grid=moves, p_value=p_value, amplitude_points=(low + high) / 2, amplitude_ci=[low, high]
+        base,
+        moves_with_grid=moves,
+        p_value=p_value,
+        amplitude_points=(low + high) / 2,
+        amplitude_ci=[low, high],
+        periodic=periodic,
+        periodic_p_value=0.001 if periodic else 0.4,
     )
 
 
@@ -467,6 +473,8 @@ def test_a_moved_grid_decides_the_verdict_by_one_rule():
     ]:
         assert rest_on_grid_shift(flat, replace(unpowered, mde={"points": points})).verdict == label
     assert rest_on_grid_shift(flat, _shifted(True, 12.0, 20.0)).to_dict()["grid_shift"]["moves_with_grid"]
+    aperiodic = rest_on_grid_shift(flat, _shifted(True, 12.0, 20.0, periodic=False))
+    assert aperiodic.verdict == "depends on the grid, not periodic" and "does not repeat every 4" in aperiodic.note
 
 
 def _grid_run(rng, positions, ids, drop_points, weak, offsets, accuracy=0.7, noise=0.05):
@@ -622,3 +630,25 @@ def test_a_result_judged_again_from_its_records_is_the_run_itself_until_the_stat
     assert json.loads(path.read_text()) == stale
     with pytest.raises(ValueError, match="only a lookup or needle result"):
         rejudge({**stale, "probe": "flip"})
+
+
+def test_a_grid_effect_without_a_period_is_not_a_weak_phase():
+    """A cliff that moves with the grid (accuracy 90% before grid coordinate t - o = 149, 20% after) is a grid
+    effect, and its grid-phase profile is not flat, but it does not repeat: the grid shift finds that it moves,
+    the phase test along the grid coordinate finds no period, and the verdict is not "phase-sensitive"; a drop at
+    one grid phase of the same design is periodic and is."""
+    rng = np.random.default_rng(3)
+    positions, units, ids = _copies(rng, 400, 2, 8)
+    positions = 100 + (positions - 100) // 2  # 64 positions, the presses design's span
+    offsets = np.arange(8)
+    coordinate = positions[None, :] - offsets[:, None]
+    ease = rng.random(400).repeat(2)[None, :]  # a deterministic model: each prompt right where it is easy enough
+    cliff = ease < np.where(coordinate < 149, 0.9, 0.2)
+    test = grid_shift_test(positions, cliff, offsets, 8, n_shuffles=200, units=units, prompt_ids=ids)
+    assert test.moves_with_grid and test.periodic is False and test.periodic_p_value >= 0.05
+    flat = _position_verdict(0.8, 0.0)
+    assert rest_on_grid_shift(flat, test).verdict == "depends on the grid, not periodic"
+    weak = ease < np.where(coordinate % 8 == 3, 0.5, 0.8)
+    periodic = grid_shift_test(positions, weak, offsets, 8, n_shuffles=200, units=units, prompt_ids=ids)
+    assert periodic.moves_with_grid and periodic.periodic and periodic.periodic_p_value < 0.05
+    assert rest_on_grid_shift(flat, periodic).verdict == "phase-sensitive"

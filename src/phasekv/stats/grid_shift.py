@@ -25,9 +25,16 @@ offset) are one observation: they are pooled into one weighted cell and share on
 copies apart would make the null's profiles far smoother than the observed ones, whose copies agree, and
 the test would reject a grid that does not matter.
 
+Periodic or not: a pattern can follow the grid without repeating with it (a cliff at one grid coordinate
+t - o, a partial first window): it moves with the grid, and its grid-phase profile is not flat, yet it is no weak
+phase. So the outcomes are also read along the grid coordinate u = t - o itself, every prompt at every offset one
+observation (identical prompts once), and the phase test (`phase_test`: the phase frequencies k/P against their
+neighbours, after each unit's smooth curve) asks whether the grid pattern repeats every P tokens of u. Over all
+offsets every prompt meets every grid phase, so an effect of position phase t mod P averages out of u too.
+
 Effect size: that profile, accuracy at each grid phase averaged over the offsets minus its mean over phases
-(points), and its amplitude (best minus worst grid phase) with a basic bootstrap interval over units (over
-distinct prompts when there is one unit).
+(points), and its amplitude (best minus worst grid phase) with an interval simultaneous over the pairs of grid
+phases (`amplitude`), on the larger of the variances over distinct prompts and over units.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .amplitude import ordered_pairs, simultaneous_amplitude_bounds
+from .phase_test import PhaseDesign
 
 N_SHUFFLES = 2000
 N_BOOTSTRAP = 1000
@@ -52,8 +60,10 @@ class GridShiftTest:
     the root mean square deviation of those profiles from their mean over offsets (points): the smaller one
     says which coordinate the pattern lives in. ``p_value``: the shuffle test of the grid-phase profile.
     ``profile_points``: the grid-phase profile (points, mean over phases 0), ``amplitude_points`` its best
-    minus worst phase and ``amplitude_ci`` that amplitude's bootstrap interval (points); ``mde`` the test's
-    minimum detectable single-phase drop, when computed (`power.grid_shift_mde`)."""
+    minus worst phase and ``amplitude_ci`` that amplitude's interval (points); ``mde`` the test's
+    minimum detectable single-phase drop, when computed (`power.grid_shift_mde`). ``periodic_p_value``: the phase
+    test along the grid coordinate t - o (does the grid pattern repeat every ``period`` tokens?), ``periodic``
+    whether it rejects at alpha (None where the grid coordinates span too few periods to tell)."""
 
     period: int
     offsets: list[int]
@@ -74,6 +84,8 @@ class GridShiftTest:
     n_distinct_prompts: int
     n_units: int
     mde: dict | None = None
+    periodic_p_value: float | None = None
+    periodic: bool | None = None
     method: str = "offsets shuffled per distinct prompt (phasekv.stats.grid_shift)"
 
     def to_dict(self) -> dict:
@@ -119,6 +131,21 @@ class GridShiftDesign:
         per_offset = np.where(reached, 1 / np.maximum(counts, 1e-12), 0.0) / np.maximum(reached.sum(axis=0), 1)
         one_hot = self.phase[:, :, None] == np.arange(period)  # [O, C, P]
         self._profile_map = one_hot * (self.weights[None, :, None] * per_offset[:, None, :])  # [O, C, P]
+
+    def periodicity_design(self) -> PhaseDesign:
+        """The phase test's design along the grid coordinate u = t - o: every (cell, offset) one observation of
+        its unit at position u, so that a batch of cell outcomes [O, C] flattened is its outcome vector."""
+        n_offsets, n_cells = self.phase.shape
+        units = np.tile(self.unit_index, n_offsets)
+        coordinates = (self.positions[None, :] - self.offsets[:, None]).ravel()
+        return PhaseDesign(units, coordinates - coordinates.min(), self.period, np.arange(n_offsets * n_cells))
+
+    def periodicity(self, cell_outcomes: np.ndarray, design: PhaseDesign | None = None) -> np.ndarray:
+        """The phase test's p-value along the grid coordinate for cell outcomes [..., O, C] (1 where the grid
+        coordinates span too few periods: `PhaseDesign.testable`)."""
+        design = design or self.periodicity_design()
+        flat = np.reshape(cell_outcomes, (-1, design.n_prompts))
+        return design.evaluate(design.cell_sums(flat))["p_value"].reshape(np.shape(cell_outcomes)[:-2])
 
     def pool(self, outcomes) -> np.ndarray:
         """Outcomes [O, N] by prompt -> mean outcome of each cell [O, C]."""
@@ -271,6 +298,8 @@ def grid_shift_test(
     by_position = _profiles(design, cell_y, np.zeros_like(design.offsets))
     observed, p_value = design.p_value(cell_y, n_shuffles, np.random.default_rng(seed))
     profile, amplitude_ci, blocks = design.amplitude_interval(cell_y, confidence)
+    periodic_design = design.periodicity_design()
+    periodic_p = float(design.periodicity(cell_y, periodic_design)) if periodic_design.testable else None
     return GridShiftTest(
         period=int(period),
         offsets=[int(o) for o in design.offsets],
@@ -290,4 +319,6 @@ def grid_shift_test(
         n_prompts=int(positions.size),
         n_distinct_prompts=design.n_distinct,
         n_units=design.n_units,
+        periodic_p_value=periodic_p,
+        periodic=None if periodic_p is None else bool(periodic_p < alpha),
     )

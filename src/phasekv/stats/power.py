@@ -151,8 +151,8 @@ def grid_shift_detection_rate(
     power: float | None = None,
     chance: float | None = None,
 ) -> float:
-    """Share of simulated grid-shift runs that the verdict calls phase-sensitive (the pattern moves with the grid
-    and the grid-phase amplitude's lower bound clears ``min_effect``) when one grid phase (drawn per run) loses
+    """Share of simulated grid-shift runs that the verdict calls phase-sensitive (the pattern moves with the grid,
+    repeats along the grid coordinate, and the grid-phase amplitude's lower bound clears ``min_effect``) when one grid phase (drawn per run) loses
     ``drop_points``. Each run starts from the run's own cell outcomes [O, C] with the offsets shuffled per
     distinct prompt (a draw from the null: every prompt keeps its outcomes, the grid matters to none), then
     every outcome at the weak grid phase is lost with the probability that takes ``drop_points`` off that
@@ -161,6 +161,7 @@ def grid_shift_detection_rate(
     (the share is then over the runs made)."""
     rng = np.random.default_rng(seed)
     weights = np.broadcast_to(design.weights, design.phase.shape)
+    periodicity = design.periodicity_design()
     found, needed = 0, (power or 0) * n_simulations
     for simulation in range(n_simulations):
         if power is not None and (found >= needed or found + n_simulations - simulation < needed):
@@ -171,7 +172,8 @@ def grid_shift_detection_rate(
         lost = min(1.0, drop_points / 100 / accuracy) if accuracy > 0 else 0.0
         simulated = np.where(at_weak & (rng.random(at_weak.shape) < lost), 0.0, null)
         observed, p_value = design.p_value(simulated, n_shuffles, rng, stop_at=alpha)
-        if p_value < alpha and observed > NUMERICAL_ZERO:
+        periodic = not periodicity.testable or design.periodicity(simulated, periodicity) < alpha
+        if p_value < alpha and observed > NUMERICAL_ZERO and periodic:
             _, interval, _ = design.amplitude_interval(simulated, 0.95)
             judged = chance is None or design.mean_interval(simulated, n_resamples, seed + simulation, 0.95)[0] > chance
             found += interval is not None and interval[0] >= min_effect and judged

@@ -20,7 +20,8 @@ Where the compression grid can move and was moved (`grid_shift`), the verdict re
 instead (`rest_on_grid_shift`): rules 3 to 5 read "the pattern moves with the grid (shuffle p < ``alpha``)"
 for "the phase test rejects" and the grid-phase amplitude for the phase amplitude; the chance rule stays, and
 the position design's own verdict is kept beside it. A pattern of the position design that stays put when the
-grid moves is an effect of position, not of the grid.
+grid moves is an effect of position, not of the grid; one that moves with the grid but does not repeat along the
+grid coordinate t - o (`GridShiftTest.periodic`) "depends on the grid, not periodic": no weak phase either.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ PHASE_SENSITIVE = "phase-sensitive"
 NO_EFFECT = "no phase effect detected"
 NOT_TESTABLE = "not testable"
 AT_CHANCE = "not judged: at chance"
+GRID_NOT_PERIODIC = "depends on the grid, not periodic"
 MIN_EFFECT_POINTS = 5.0
 MAX_MDE_POINTS = 20.0  # a null that could miss a weak phase larger than this is inconclusive
 INCONCLUSIVE = "inconclusive"
@@ -154,8 +156,9 @@ def rule_text(
     power_text = f"; a null is inconclusive when the design could miss a weak phase of more than {max_mde:g} points"
     if grid_shift:
         return (
-            f"phase-sensitive when the pattern moves with the grid (grid-shift p < {alpha:g}) and the grid-phase "
-            f"amplitude's lower bound is at least {min_effect:g} points{chance_text}{power_text}"
+            f"phase-sensitive when the pattern moves with the grid (grid-shift p < {alpha:g}), repeats along the "
+            f"grid coordinate (phase test p < {alpha:g}) and the grid-phase amplitude's lower bound is at least "
+            f"{min_effect:g} points{chance_text}{power_text}"
         )
     return (
         f"phase-sensitive when the phase test rejects at {alpha:g} and the phase amplitude's lower bound is at "
@@ -173,6 +176,8 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         label = AT_CHANCE
     elif not shifted.moves_with_grid:
         label = NO_EFFECT
+    elif shifted.periodic is False:
+        label = GRID_NOT_PERIODIC
     elif shifted.amplitude_ci is not None and shifted.amplitude_ci[0] >= min_effect:
         label = PHASE_SENSITIVE
     else:
@@ -185,6 +190,12 @@ def rest_on_grid_shift(verdict: PhaseVerdict, shifted: GridShiftTest) -> PhaseVe
         and shifted.amplitude_ci[1] >= min_effect
     ):
         note = unresolved_size(shifted.amplitude_ci, min_effect)
+    elif label == GRID_NOT_PERIODIC:
+        note = (
+            f"the pattern moves with the grid but does not repeat every {shifted.period} tokens of the grid "
+            f"coordinate (phase test along t - offset: p = {shifted.periodic_p_value:.3g}): a grid effect that is "
+            "no weak phase, such as a cliff at one grid position or a partial first window"
+        )
     elif not shifted.moves_with_grid and verdict.verdict in (PHASE_SENSITIVE, below_min_effect(min_effect)):
         note = (
             f"the position design's pattern ({verdict.verdict}) stays put when the grid moves: an effect of "
