@@ -277,11 +277,24 @@ class PhaseDesign:
             out[:, cells] = values[:, cells] @ hat.T
         return out
 
-    def null_cells(self, outcomes) -> np.ndarray:
-        """Fitted accuracy of every cell without the phase and neighbour terms (unit effects and the smooth part
-        only), in [0, 1]: the phase-free model of a run, on which its power is simulated."""
-        means = self.cell_sums(np.asarray(outcomes, dtype=float)) / self.cell_count
-        return np.clip(self._unit_fit(means), 0.0, 1.0)
+    def power_base(self, outcomes) -> np.ndarray:
+        """The phase-free accuracy of every cell that a run's power is simulated on, in [0, 1]: each unit's level
+        and one smooth curve of position shared by the units. Not each unit's own curve (the test's): fitted to a few
+        0/1 outcomes, follows their noise, and cells fitted nearer 0 or 1 than they are have less Bernoulli variance
+        than the run had, so an MDE simulated on them comes out too small (planted back at that size, a drop was
+        found in about 70% of runs, not 80%)."""
+        return self.shared_smooth_fit(self.cell_sums(np.asarray(outcomes, dtype=float)) / self.cell_count)
+
+    def shared_smooth_fit(self, means: np.ndarray) -> np.ndarray:
+        """Cell means [C] -> each unit's level plus one smooth curve shared by the units, in [0, 1] [C]."""
+        units = self.cell_unit
+        level = (np.bincount(units, self.cell_weight * means) / self._unit_counts)[units]
+        smooth = smooth_basis(self.cell_position.astype(float), self.span, self.period)
+        unit_mean = np.stack([np.bincount(units, self.cell_weight * c) for c in smooth.T], 1) / self._unit_counts[:, None]
+        centred = smooth - unit_mean[units]  # within units: the levels hold each unit's mean
+        root = np.sqrt(self.cell_weight)[:, None]
+        coef = np.linalg.lstsq(root * centred, root[:, 0] * (means - level), rcond=None)[0]
+        return np.clip(level + centred @ coef, 0.0, 1.0)
 
     def cell_sums(self, outcomes) -> np.ndarray:
         """Outcomes [..., N] (0/1 or fractions in [0, 1]) -> sums over each cell's distinct prompts [..., C].

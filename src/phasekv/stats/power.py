@@ -92,13 +92,22 @@ def _smallest_detected(rate, power: float) -> tuple[float | None, dict[float, fl
     return found, rates
 
 
+def required_rate(power: float, n_simulations: int) -> float:
+    """The simulated detection rate a drop must reach to count as found with ``power``: ``power`` plus one Monte
+    Carlo standard error. The search keeps the smallest drop whose noisy rate crosses its bar, so a bar at
+    ``power`` itself would pick drops whose true rate is below it as often as not."""
+    return power + float(np.sqrt(power * (1 - power) / n_simulations))
+
+
 def _searched(rate, power: float, alpha: float, min_effect: float, n_simulations: int, seed: int, **described) -> dict:
-    """The MDE record: the smallest drop whose ``rate`` reaches ``power`` (`_smallest_detected`), the rule and
-    the simulation it was found with, what was simulated (``described``) and every rate computed."""
-    found, rates = _smallest_detected(rate, power)
+    """The MDE record: the smallest drop whose ``rate`` reaches `required_rate` (`_smallest_detected`), the rule
+    and the simulation it was found with, what was simulated (``described``) and every rate computed."""
+    bar = required_rate(power, n_simulations)
+    found, rates = _smallest_detected(rate, bar)
     return {
         "points": found,
         "power": power,
+        "required_rate": bar,
         "alpha": alpha,
         "min_effect_points": min_effect,
         "simulations": n_simulations,
@@ -116,7 +125,7 @@ def minimum_detectable_effect(
     power: float = POWER,
     n_simulations: int = N_SIMULATIONS,
     seed: int = 0,
-    basis: str = "the run's unit effects and smooth part",
+    basis: str = "the run's unit levels and a smooth curve of position shared by the units",
     chance: float | None = None,
 ) -> dict:
     """The smallest drop on ``GRID_POINTS`` (then refined between grid points) found with ``power``; the
@@ -195,7 +204,15 @@ def grid_shift_mde(
     `minimum_detectable_effect`'s."""
     return _searched(
         lambda points: grid_shift_detection_rate(
-            design, cell_outcomes, points, alpha, min_effect, n_simulations, seed=seed, power=power, chance=chance
+            design,
+            cell_outcomes,
+            points,
+            alpha,
+            min_effect,
+            n_simulations,
+            seed=seed,
+            power=required_rate(power, n_simulations),
+            chance=chance,
         ),
         power,
         alpha,

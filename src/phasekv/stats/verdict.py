@@ -302,7 +302,7 @@ def phase_verdict(
     detectable = None
     if mde and test.testable:
         detectable = minimum_detectable_effect(
-            design, design.null_cells(outcomes), alpha, min_effect, seed=seed, chance=chance
+            design, design.power_base(outcomes), alpha, min_effect, seed=seed, chance=chance
         )
     if test.testable:
         verdict = with_power(verdict, detectable, max_mde)
