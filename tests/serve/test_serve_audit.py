@@ -642,9 +642,11 @@ def test_faults_interruptions_and_restarts_end_with_the_uninterrupted_result(sco
     tokenizer = scorers["phasekv"][0].tokenizer
     canaries = {json.dumps(ids) for ids in canary_prompts(tokenizer, len(tokenizer))}  # asked anew by every run
     delivered = [prompt for prompt in proxy.delivered if prompt not in canaries]
-    assert len(delivered) == len(set(delivered))  # no answer reached the client twice
+    # an answer that arrives after Ctrl-C, once failures call for a check that can no longer be made, is not kept
+    # (it is unchecked) and is asked again on resume: at most one per request in flight (--concurrency 2)
+    assert len(delivered) - len(set(delivered)) <= 2
     keys = [line["key"] for line in answer_lines(cache)]
-    assert len(keys) == len(set(keys)) == len(delivered)
+    assert len(keys) == len(set(keys)) == len(set(delivered))
 
 
 # 6. The README's audit example runs as written, against the layout the quick profile writes.
