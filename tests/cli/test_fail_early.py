@@ -79,3 +79,17 @@ def test_a_refused_train_leaves_nothing_so_the_corrected_command_runs(tmp_path, 
     run = CliRunner().invoke(app, [*base, "--batch-size", "2", "--seq-len", "64"])
     assert run.exit_code == 0, run.output
     assert (out / "checkpoints" / "final").exists()
+
+
+def test_train_refuses_nan_lr_and_resume_of_no_run_before_writing(tmp_path):
+    """Issue 53: `train --lr nan` left run.json and tokenizer/ behind; `--resume` on a missing folder started fresh."""
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+
+    out = tmp_path / "run"
+    refused = CliRunner().invoke(app, ["train", "--out", str(out), "--lr", "nan", "--steps", "1"])
+    assert refused.exit_code == 2 and "need lr > 0" in refused.output and not out.exists(), refused.output
+    missing = CliRunner().invoke(app, ["train", "--out", str(out), "--resume", "--steps", "1"])
+    assert missing.exit_code == 2 and "holds no run" in missing.output and not out.exists(), missing.output
+    assert len(missing.output.strip().splitlines()) == 1

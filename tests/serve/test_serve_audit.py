@@ -6,6 +6,7 @@ faulty proxy, a SIGKILLed server and a SIGINTed client ends with the uninterrupt
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import signal
@@ -185,6 +186,64 @@ def test_a_card_that_never_changes_cannot_hide_other_weights(scorers, local_look
         code, output, fresh = audit(server.url, a_dir, tmp_path, "--no-cache")
     assert code == 0, output  # B's answers (the card gives no stride here, so only the log-prob compares)
     assert fresh["mean_answer_logprob"] == pytest.approx(local_lookup["qwen"]["mean_answer_logprob"], rel=1e-5)
+
+
+@pytest.mark.parametrize("card", ["weights hash", "constant"])
+def test_a_server_restarted_with_other_weights_mid_audit_stops_it(tmp_path, card):
+    """Issue 53: checkpoint A served as `m` dies after 20 answers (it drops every connection), the client
+    retries, and B's weights (the same folder, name and port) come up instead. The audit stops with one line,
+    its cache keeps none of B's answers, and a rerun with A served again resumes to A's own result. With a card
+    that shows the weights' hash the card tells; behind one that never changes, the canaries."""
+    folder = _save_phasekv(tmp_path / "ckpt", seed=0)
+    a = load_scorer(folder)
+    _save_phasekv(folder, seed=1)  # B: the same folder, config and tokenizer, other weights
+    b = load_scorer(folder)
+    port, cache, runs = free_port(), tmp_path / "cache.jsonl", {}
+    dying = counting_handler(answer_limit=20)
+    handler_a, handler_b = (dying, CompletionHandler) if card == "weights hash" else (
+        type("DyingConstant", (dying,), {"do_GET": ConstantCardHandler.do_GET}), ConstantCardHandler)  # fmt: skip
+    args = ("--cache", str(cache), "--retries", "8", "--backoff", "0.05", "--concurrency", "2")
+    with serving(a, handler_a, name="m", port=port) as server:
+        client = threading.Thread(target=lambda: runs.update(first=audit(server.url, folder, tmp_path, *args,
+                                                                           name="m")))  # fmt: skip
+        client.start()
+        _wait_for(lambda: dying.started[0] >= 20, "20 answers", timeout=60)
+    with serving(b, handler_b, name="m", port=port):  # the restart, while the client retries
+        client.join(timeout=120)
+    code, output, result = runs["first"]
+    assert code == 2 and result is None, output
+    assert "changed during the audit" in output and len(output.strip().splitlines()) == 1, output
+    # the card or the canaries, whichever is asked first after the restart; only the canaries behind a constant card
+    told = "model card differs in phasekv" in output and card == "weights hash"
+    assert told or "canary prompts differently" in output
+    kept = answer_lines(cache)  # A's accepted before the last check that passed (often none): none of B's
+    assert len(kept) <= 20 and all(isinstance(line["check"], int) for line in kept)
+    with serving(a, ConstantCardHandler if card == "constant" else CompletionHandler, name="m", port=port) as server:
+        code, output, resumed = audit(server.url, folder, tmp_path, *args, name="m")
+    assert code == 0, output
+    assert resumed["model"]["answers"]["from_cache"] == len(kept)
+    assert_same_result(run_lookup(a, LOOKUP, n_resamples=50, progress=False), resumed)
+
+
+def test_weights_swapped_without_a_failed_request_are_caught_when_the_result_is_recorded(tmp_path):
+    """Other weights answer from the 20th request on, with no dropped connection to tell of a restart: the
+    check when the result is recorded catches it and drops every answer accepted since the previous check."""
+    folder = _save_phasekv(tmp_path / "ckpt", seed=0)
+    a = load_scorer(folder)
+    b = load_scorer(_save_phasekv(tmp_path / "other", seed=1))
+    posts, cache = itertools.count(), tmp_path / "cache.jsonl"
+
+    class Swapping(ConstantCardHandler):
+        def do_POST(self):  # noqa: N802
+            if next(posts) == len(canary_prompts(a.tokenizer, self.server.vocab_size)) + 20:
+                self.server.scorer = b
+            super().do_POST()
+
+    with serving(a, Swapping, name="m") as server:
+        code, output, result = audit(server.url, folder, tmp_path, "--cache", str(cache), name="m")
+    assert code == 2 and result is None, output
+    assert "canary prompts differently" in output and len(output.strip().splitlines()) == 1, output
+    assert answer_lines(cache) == []
 
 
 def _other_tokenizer(directory: Path, tmp_path: Path) -> Path:
@@ -583,9 +642,11 @@ def test_faults_interruptions_and_restarts_end_with_the_uninterrupted_result(sco
     tokenizer = scorers["phasekv"][0].tokenizer
     canaries = {json.dumps(ids) for ids in canary_prompts(tokenizer, len(tokenizer))}  # asked anew by every run
     delivered = [prompt for prompt in proxy.delivered if prompt not in canaries]
-    assert len(delivered) == len(set(delivered))  # no answer reached the client twice
+    # an answer that arrives after Ctrl-C, once failures call for a check that can no longer be made, is not kept
+    # (it is unchecked) and is asked again on resume: at most one per request in flight (--concurrency 2)
+    assert len(delivered) - len(set(delivered)) <= 2
     keys = [line["key"] for line in answer_lines(cache)]
-    assert len(keys) == len(set(keys)) == len(delivered)
+    assert len(keys) == len(set(keys)) == len(set(delivered))
 
 
 # 6. The README's audit example runs as written, against the layout the quick profile writes.

@@ -54,7 +54,7 @@ def test_a_cache_is_resumed_only_for_its_own_fingerprint_and_canaries(tmp_path):
     cache.put("k1", "score", [1.5, True])
     cache.put("k2", "top", {"a": 1})
     assert cache.get("k1") == [1.5, True] and len(cache) == 2
-    assert json.loads(path.read_text().splitlines()[-1]) == {"key": "k2", "kind": "top", "result": {"a": 1}}
+    assert json.loads(path.read_text().splitlines()[-1]) == {"key": "k2", "kind": "top", "result": {"a": 1}, "check": 0}
     resumed = ResultCache(path, FINGERPRINT, CANARIES)
     assert len(resumed) == 2 and resumed.get("k1") == [1.5, True] and resumed.get("k2") == {"a": 1}
     assert resumed.get("k3") is None and resumed.fingerprint == FINGERPRINT and resumed.canaries == CANARIES
@@ -84,7 +84,7 @@ def test_a_cache_is_resumed_only_for_its_own_fingerprint_and_canaries(tmp_path):
 def test_caches_without_a_fingerprint_or_canaries_are_refused_once_they_hold_answers(tmp_path):
     old = tmp_path / "old.jsonl"
     old.write_text(json.dumps({"key": "k", "kind": "score", "result": 1}) + "\n")
-    with pytest.raises(EndpointError, match="has no fingerprint"):
+    with pytest.raises(EndpointError, match="tied to no check of the server's fingerprint .written by an older"):
         ResultCache(old, FINGERPRINT)
     no_canaries = tmp_path / "no-canaries.jsonl"
     ResultCache(no_canaries, FINGERPRINT).put("k", "score", 1)
@@ -110,11 +110,11 @@ def test_a_torn_last_line_is_cut_and_a_whole_one_completed(tmp_path):
         f"results cache {path}: cut a torn last line (35 bytes, a write cut off by a crash); its request will be "
         "sent again"
     )
-    path.write_bytes(whole + b'{"key": "k2", "kind": "score", "result": 2}')
+    path.write_bytes(whole + b'{"key": "k2", "kind": "score", "result": 2, "check": 0}')
     completed = ResultCache(path, FINGERPRINT, CANARIES)
-    assert completed.get("k2") == 2 and path.read_bytes().endswith(b"2}\n") and "lacked its newline" in completed.notice
+    assert completed.get("k2") == 2 and path.read_bytes().endswith(b"0}\n") and "lacked its newline" in completed.notice
     assert ResultCache(path, FINGERPRINT, CANARIES).notice is None
-    path.write_bytes(whole + b"garbage\n" + b'{"key": "k3", "kind": "score", "result": 3}\n')
+    path.write_bytes(whole + b"garbage\n" + b'{"key": "k3", "kind": "score", "result": 3, "check": 0}\n')
     with pytest.raises(EndpointError, match="line 3 is unreadable"):
         ResultCache(path)
     for line in (b"[1, 2]", b'"key and result"', b"\xff\xfe"):  # JSON but no record, and not UTF-8
@@ -158,3 +158,23 @@ def test_canary_difference_on_hand_made_top_lists():
     assert canary_difference(a, {"prompts": [[1]], "top": a["top"][:1]}) == math.inf
     assert canary_difference(a, {"prompts": a["prompts"], "top": a["top"][:1]}) == math.inf
     assert canary_difference(a, {"prompts": a["prompts"], "top": [[], a["top"][1]]}) == math.inf
+
+
+def test_answers_are_tied_to_the_check_they_were_accepted_after_and_can_be_dropped(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    cache = ResultCache(path, FINGERPRINT, CANARIES)
+    cache.put("k1", "score", 1)
+    cache.passed(CANARIES, 0.0)  # written with the first answer tied to it, not before
+    assert len(path.read_text().splitlines()) == 2
+    cache.put("k2", "score", 2)
+    cache.put("k3", "score", 3)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[2] == {"check": 1, "canaries": CANARIES, "canary_difference": 0.0}
+    assert [line["check"] for line in lines[1:] if "key" in line] == [0, 1, 1]
+    cache.discard({"k2", "k3"})  # possibly another model's: gone from memory and file
+    assert cache.get("k2") is None and len(ResultCache(path, FINGERPRINT, CANARIES)) == 1
+    resumed = ResultCache(path)
+    assert resumed.last_check == 1
+    path.write_text(path.read_text() + json.dumps({"key": "k4", "kind": "score", "result": 4, "check": 7}) + "\n")
+    with pytest.raises(EndpointError, match="tied to check 7, which no earlier line records"):
+        ResultCache(path)

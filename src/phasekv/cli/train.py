@@ -89,6 +89,8 @@ def train_command(
     options = {name: ctx.params[name] for name in RUN_OPTIONS}
     with one_line_errors("train", (ConfigError, CheckpointError, FileNotFoundError, ValueError)):
         check_output(out, directory=True)  # a bad path fails now, not after the data and model are built
+        if resume and not (out / RUN_FILE).is_file():  # `python -m phasekv.train --resume` (the runner's) starts one
+            raise ValueError(f"--resume: {out} holds no run ({RUN_FILE} is missing); drop --resume to start a new run")
         if config is not None:
             run = load_run_config(config)
         elif resume and not typed and (out / RUN_FILE).is_file():

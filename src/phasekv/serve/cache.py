@@ -1,15 +1,20 @@
-"""The on-disk results cache of an endpoint audit: a fingerprint header, then one JSON line per answer.
+"""The on-disk results cache of an endpoint audit: a fingerprint header, then one JSON line per answer or check.
 
 The first line is `{"fingerprint": {...}, "fingerprint_id": ..., "canaries": {...}}`: what answers the
 requests (the endpoint URL, the served model name, the server's model card, the tokenizer's hash, the
 request options that change answers) and how it answered the canary prompts (see `canary`: the card
 alone cannot tell other weights behind the same card). A cache is only ever used for the fingerprint
 it was written for, by a server whose canaries agree with the stored ones within the tolerance: else
-`claim` refuses (never mixes two models' answers). Every further line is
-`{"key": ..., "kind": ..., "result": ...}`, appended and flushed as soon as the answer arrives, so
-an interrupted audit resumes without re-sending anything answered. A last line cut off mid-write
-(a crash) is cut from the file on loading, and `notice` says so; any other unreadable line is an
-error naming it.
+`claim` refuses (never mixes two models' answers).
+
+The header is check 0. Every later check of the server's fingerprint that passed (the start of each
+audit, after every failed request, see `client`) is a line `{"check": n, "canaries": {...},
+"canary_difference": ...}`, and every answer is a line `{"key": ..., "kind": ..., "result": ...,
+"check": n}` tied to the last check that passed before it was accepted, appended and flushed as soon
+as the answer arrives, so an interrupted audit resumes without re-sending anything answered. Answers
+found to be possibly another model's are removed again (`discard`, the file rewritten atomically).
+A last line cut off mid-write (a crash) is cut from the file on loading, and `notice` says so; any
+other unreadable line, or an answer tied to no check (written by an older phasekv), is an error.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import threading
 from pathlib import Path
 
+from ..files import write_atomic
 from .canary import DEFAULT_TOLERANCE, canary_difference
 from .errors import EndpointError
 
@@ -48,6 +54,8 @@ class ResultCache:
         self.fingerprint: dict | None = None  # the header's, once read or claimed
         self.canaries: dict | None = None  # the header's canary answers, once read or claimed
         self.notice: str | None = None  # what loading repaired, for the user
+        self.last_check = 0  # the last check that passed: what the answers put now are tied to
+        self._unwritten_check: dict | None = None  # its line, until an answer tied to it is written
         self._results: dict[str, object] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.is_file():
@@ -73,13 +81,27 @@ class ResultCache:
                         "crash); its request will be sent again"
                     )
         lines = complete.decode(errors="replace").splitlines()
+        checks = {0}
         for number, line in enumerate(lines, 1):
             record = self._parse(line.encode())
             if number == 1 and record is not None and "fingerprint" in record:
                 self.fingerprint = record["fingerprint"]
                 self.canaries = record.get("canaries")
             elif record is not None and "key" in record and "result" in record:
+                if "check" not in record:
+                    raise EndpointError(
+                        f"results cache {path} holds answers tied to no check of the server's fingerprint (written "
+                        f"by an older phasekv, which could mix two models' answers after a restart); {START_FRESH}"
+                    )
+                if record["check"] not in checks:
+                    raise EndpointError(
+                        f"results cache {path} line {number} is tied to check {record['check']!r}, which no earlier "
+                        f"line records: the file was edited or mixed with another; {START_FRESH}"
+                    )
                 self._results[record["key"]] = record["result"]
+            elif number > 1 and record is not None and isinstance(record.get("check"), int) and "canaries" in record:
+                checks.add(record["check"])
+                self.last_check = max(self.last_check, record["check"])
             else:
                 raise EndpointError(
                     f"results cache {path} line {number} is unreadable (only a last line can be torn by a crash): "
@@ -132,6 +154,7 @@ class ResultCache:
                         f"card did not change); {START_FRESH}, or raise --canary-tolerance for a nondeterministic "
                         "server"
                     )
+                self.passed(canaries, difference)
                 return difference
         self.fingerprint, self.canaries = fingerprint, canaries
         if self.path is not None:
@@ -143,6 +166,26 @@ class ResultCache:
             self.path.write_text(json.dumps(header) + "\n")
         return 0.0
 
+    def passed(self, canaries: dict, difference: float) -> None:
+        """Record a check of the fingerprint that passed (the server's canary answers now, their largest
+        difference from the header's): the answers put from now on are tied to it. Its line is written with
+        the first of them, so a run that sends nothing leaves the file as it was."""
+        with self._lock:
+            self.last_check += 1
+            self._unwritten_check = {"check": self.last_check, "canaries": canaries, "canary_difference": difference}
+
+    def discard(self, keys: set[str]) -> None:
+        """Forget the answers of `keys` (possibly another model's) and rewrite the file without them, atomically:
+        an interruption leaves either the old file or the new one."""
+        with self._lock:
+            for key in keys:
+                self._results.pop(key, None)
+            if self.path is None or not keys:
+                return
+            kept = [line for line in self.path.read_text().splitlines(keepends=True)
+                    if (self._parse(line.encode()) or {}).get("key") not in keys]  # fmt: skip
+            write_atomic(self.path, lambda tmp: Path(tmp).write_text("".join(kept)))
+
     def __len__(self) -> int:
         return len(self._results)
 
@@ -151,11 +194,15 @@ class ResultCache:
         return self._results.get(key)
 
     def put(self, key: str, kind: str, result: object) -> None:
-        """Record an answer (and append it to the file at once)."""
+        """Record an answer, tied to the last check that passed (and append it to the file at once)."""
         with self._lock:
             self._results[key] = result
             if self.path is not None:
-                self._append(json.dumps({"key": key, "kind": kind, "result": result}) + "\n")
+                line = json.dumps({"key": key, "kind": kind, "result": result, "check": self.last_check}) + "\n"
+                if self._unwritten_check is not None:
+                    line = json.dumps(self._unwritten_check) + "\n" + line
+                    self._unwritten_check = None
+                self._append(line)
 
     def _append(self, line: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,10 @@ A model card says what a server calls its model, not which weights answer: a fol
 place, a `checkpoints/final` link moved to a later step, or a third-party server (vLLM, llama.cpp)
 whose card never changes, all keep the card. The canaries are a small fixed set of token-id prompts
 drawn (with a fixed seed) from the tokenizer's vocabulary; the top CANARY_TOP next-token log-probs
-after each are asked for at the start of every audit and stored with the results cache. A cache
-whose canaries disagree with the server's now by more than the tolerance (in nats) is refused.
+after each are asked for at the start of every audit and stored with the results cache, and asked again
+after any failed request and before a result is recorded (see `client`). A cache whose canaries disagree
+with the server's now by more than the tolerance (in nats) is refused, and so is every further answer of
+an audit during which they came to disagree.
 
 What this guarantees: changed weights that move any canary's top log-probs by more than the
 tolerance are detected, whatever the card says. What it does not: a change that leaves those

@@ -25,7 +25,13 @@ tokenizer only where the mapping is unique. Requests run `concurrency` at a time
 appended to the results cache as it arrives (see `cache`), which is keyed on a fingerprint of what
 answers (`fingerprint`) and on the server's answers to a few canary prompts, asked anew at the start
 of every audit (see `canary`), so other weights behind an unchanged model card are not mistaken for
-the ones that wrote the cache. Ctrl-C cancels what has not started, keeps what arrived, and raises
+the ones that wrote the cache. A server can also be restarted with other weights during an audit:
+after any failed attempt (a dropped or refused connection, a 5xx, a timeout: what a restart looks
+like) the card and the canaries are checked again before any further answer is accepted, and once
+more when the result is recorded (`describe`, if anything was sent since the last check); each cached
+answer is tied to the check it was accepted after. A change raises `ModelChanged`, after dropping the
+answers accepted since the last check that passed (the change may have come any time after it).
+Ctrl-C cancels what has not started, keeps what arrived, and raises
 `AuditInterrupted`. An answer holding a NaN or +inf log-prob raises `NonFiniteOutput` (the position, the served
 model) as it arrives, before it is cached; of several failed requests the earliest is raised.
 """
@@ -44,8 +50,8 @@ import torch
 
 from ..scoring import AnswerScores, NonFiniteOutput, ScorerError
 from .cache import ResultCache, fingerprint_id, request_key
-from .canary import CANARY_TOP, DEFAULT_TOLERANCE, canary_prompts
-from .errors import AuditInterrupted, EchoIgnored, EndpointError
+from .canary import CANARY_TOP, DEFAULT_TOLERANCE, canary_difference, canary_prompts
+from .errors import AuditInterrupted, EchoIgnored, EndpointError, ModelChanged
 from .local import load_tokenizer, local_stride, text_prompt, tokenizer_hash
 from .transport import Transport
 from .wire import API_KEY_VARIABLES, COMPLETIONS_PATH, MODELS_PATH, parse_token_key
@@ -114,6 +120,11 @@ class EndpointScorer:
         self.canary_tolerance = canary_tolerance
         self.canaries = self._canaries()
         self.canary_difference = self.cache.claim(self.fingerprint, self.canaries, canary_tolerance)
+        self.checks = 1  # checks of the fingerprint that passed in this session
+        self._check_lock = threading.Lock()  # one check at a time; answers are accepted only between checks
+        self._checked_failures = self.transport.failures  # the transport's failure count at the last check
+        self._unchecked: set[str] = set()  # keys accepted since the last check: dropped if the next one fails
+        self._changed: ModelChanged | None = None  # once the model changed, every later answer is refused
         self._sent: set[str] = set()  # keys of the requests this session sent
         self._from_cache: set[str] = set()  # keys of the requests this session found in the cache
         self.logprobs_outside_top_k = 0
@@ -166,7 +177,10 @@ class EndpointScorer:
 
     def describe(self) -> dict:
         """JSON-ready record: endpoint, served model, tokenizer, prompt form, the server's model card,
-        how answers were asked for, and how many came from the cache and how many were sent."""
+        how answers were asked for, and how many came from the cache and how many were sent. Called when
+        a result is recorded, so the fingerprint is checked once more first (when anything was sent since
+        the last check): a result is never recorded for a server that no longer answers as it did."""
+        self._confirm(end=True)
         return {
             "kind": "endpoint",
             "endpoint": self.transport.url,
@@ -189,6 +203,7 @@ class EndpointScorer:
                 "prompts": len(self.canaries["prompts"]),
                 "largest_difference_nats": self.canary_difference,
                 "tolerance_nats": self.canary_tolerance,
+                "checks": self.checks,
             },
             "answers": self.answers,
             "server_model": self.card,
@@ -253,7 +268,7 @@ class EndpointScorer:
                 known = True
             except EchoIgnored:
                 known = False
-            self.cache.put(key, "echoes", known)
+            self._accept(key, "echoes", known)
         return known
 
     def _answers_without_echo(self, requests: list[tuple[list[int], int]]) -> list[dict]:
@@ -310,8 +325,7 @@ class EndpointScorer:
             progress(len(set(keys)) - len(todo))  # answered from the cache
 
         def answer(key: str, request: tuple) -> None:
-            result = send(*request)
-            self.cache.put(key, kind, result)
+            self._accept(key, kind, send(*request))
             with self._counts_lock:
                 self._sent.add(key)
 
@@ -328,12 +342,71 @@ class EndpointScorer:
             raise AuditInterrupted(self._interrupted_message()) from None
         except Exception:
             pool.shutdown(wait=True, cancel_futures=True)
+            if self._changed is not None:  # whatever else failed, the audit's answers are no longer one model's
+                raise self._changed from None
             # the earliest request's failure, not the first to arrive: requests start in order, so every one before
             # it has finished, and where a prompt's positions are separate requests it is the first failing position
             raise next(f.exception() for f in futures if not f.cancelled() and f.exception() is not None) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return [self.cache.get(key) for key in keys]
+
+    def _accept(self, key: str, kind: str, result: object) -> None:
+        """Cache an answer, after checking the fingerprint again if any attempt failed since the last check."""
+        with self._check_lock:
+            self._confirm_locked(end=False)
+            self.cache.put(key, kind, result)
+            self._unchecked.add(key)
+
+    def _confirm(self, *, end: bool) -> None:
+        with self._check_lock:
+            self._confirm_locked(end=end)
+
+    def _confirm_locked(self, *, end: bool) -> None:
+        """Check the card and the canaries again when an attempt failed since the last check began (a restart
+        looks like that) or, with `end`, when answers were accepted since it. One check that starts after an
+        answer arrived vouches for it, whatever fails meanwhile: failures during the check make the next
+        answer wait for another one. Raises `ModelChanged` (see `_changed_to`)."""
+        if self._changed is not None:
+            raise self._changed
+        seen = self.transport.failures
+        if seen != self._checked_failures or (end and self._unchecked):
+            self._check_now()
+            self._checked_failures = seen
+
+    def _check_now(self) -> None:
+        """Ask for the card and the canaries now and compare them with the cache's; record the check or fail."""
+        card = {k: v for k, v in self._model_card().items() if k not in VOLATILE_CARD_FIELDS}
+        stored = self.fingerprint["server_model"]
+        differ = sorted(k for k in card.keys() | stored.keys() if card.get(k) != stored.get(k))
+        if differ:
+            self._changed_to(f"its model card differs in {', '.join(differ)}")
+        canaries = self._canaries()
+        difference = canary_difference(self.cache.canaries, canaries)
+        if not difference <= self.canary_tolerance:
+            self._changed_to(
+                f"it answers the canary prompts differently by {difference:.3g} nats "
+                f"(tolerance {self.canary_tolerance:g})"
+            )
+        self.cache.passed(canaries, difference)
+        self.canary_difference = max(self.canary_difference, difference)
+        self.checks += 1
+        self._unchecked.clear()
+
+    def _changed_to(self, how: str) -> None:
+        """Drop the answers accepted since the last check that passed, refuse every later one, raise."""
+        dropped = len(self._unchecked)
+        self.cache.discard(self._unchecked)
+        with self._counts_lock:
+            self._sent -= self._unchecked
+        self._unchecked.clear()
+        self._changed = ModelChanged(
+            f"the model behind {self.transport.url} ({self.served_model}) changed during the audit: {how}; "
+            f"stopped, nothing of the new model kept ({dropped} answers since the last of {self.checks} passed "
+            "checks dropped, the earlier ones stay cached). Serve the audited model again and rerun the same "
+            "command to resume, or audit the model served now with --cache NEW_FILE (or --no-cache)"
+        )
+        raise self._changed
 
     def _interrupted_message(self) -> str:
         if self.cache.path is None:

@@ -11,6 +11,11 @@ class EchoIgnored(EndpointError):
     """The server answered an `echo` request without the prompt's tokens (llama.cpp's server and others)."""
 
 
+class ModelChanged(EndpointError):
+    """The server's fingerprint changed during an audit (a restart with other weights): the audit stops, and
+    the answers accepted since the last check that passed are dropped from the results cache."""
+
+
 class AuditInterrupted(KeyboardInterrupt):
     """Ctrl-C during an endpoint audit, after the answers that arrived were cached; the message says how many."""
 

@@ -6,6 +6,9 @@ message is passed on), a TLS handshake with a server that speaks plain HTTP, and
 not an object.
 Attempt i (from 0) that fails waits `backoff * 2**i` seconds (at most MAX_WAIT_S, or the
 server's Retry-After) before the next; after `retries` retries the last failure is raised.
+`failures` counts the failed attempts that were retried or given up on: a server that dropped or refused
+connections may have been restarted with other weights, so the client checks its fingerprint again
+whenever this count moved (see `client`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ class Transport:
         self.backoff = backoff
         self.api_key = api_key
         self._stopped = threading.Event()
+        self._failures = 0
+        self._failures_lock = threading.Lock()
+
+    @property
+    def failures(self) -> int:
+        """Failed attempts so far (of every thread) that could mean the server was restarted."""
+        return self._failures
 
     def stop(self) -> None:
         """Make no more attempts (Ctrl-C): a request in flight ends with its current attempt."""
@@ -90,6 +100,8 @@ class Transport:
                         f"{request.full_url}: TLS failed ({reason}); if the server speaks plain HTTP, use http://"
                     ) from None
                 failure = f"timed out after {self.timeout} s" if isinstance(reason, TimeoutError) else str(reason)
+            with self._failures_lock:
+                self._failures += 1
             if attempt < self.retries and self._stopped.wait(min(wait, MAX_WAIT_S)):
                 break
         raise EndpointError(f"{request.full_url}: gave up after {attempt + 1} attempts; last: {failure}")

@@ -77,7 +77,8 @@ class OptimConfig:
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.lr <= 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_fraction <= 1 or self.grad_clip <= 0:
+        # written as `not ... > 0` so that NaN, which compares false to everything, is refused too
+        if not self.lr > 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_fraction <= 1 or not self.grad_clip > 0:
             raise RunConfigError(
                 f"need lr > 0, warmup_steps >= 0, 0 <= min_lr_fraction <= 1 and grad_clip > 0; got {self}"
             )
