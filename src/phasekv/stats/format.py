@@ -221,7 +221,13 @@ def format_headline(summary: ResidueSummary, verdict: dict | None) -> str:
     its interval, then the phase verdict (`format_verdict`) when the result has one."""
     intervals = summary.stat_intervals or {}
     mean = f"mean {100 * summary.mean:.1f}%"
-    if "mean" in intervals:
+    # the verdict's own interval of the mean (distinct prompts, resampled by unit) is the one its chance rule reads:
+    # printing another beside a verdict would let a reader judge the chance rule on numbers it never saw
+    judged = ((verdict or {}).get("test") or {}).get("mean_ci")
+    if judged:
+        mean = f"mean {100 * (verdict['test'].get('mean', summary.mean)):.1f}%"
+        mean += " [{:.1f}, {:.1f}]".format(*(100 * v for v in judged))
+    elif "mean" in intervals:
         mean += " [{:.1f}, {:.1f}]".format(*(100 * v for v in intervals["mean"]))
     gap = f"gap {summary.gap_points:.1f} points"
     if "gap_points" in intervals:
