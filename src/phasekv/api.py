@@ -12,8 +12,8 @@
 One call for every probe, `phasekv.probe(model, PROBE, **options)`, each returning its study's typed result:
 
 * "lookup", "needle": `ProbeResult`; options: the fields of `LookupOptions` / `NeedleOptions` and the run's
-  `stride`, `n_resamples`, `grid_shift`, `min_effect`, `max_mde` (as `phasekv eval lookup|needle`). `like=` re-measures an
-  earlier result with its recorded options (`phasekv.probe(like="runs/quick/runs/w8s8-1kv-s42")`).
+  `stride`, `n_resamples`, `grid_shift`, `min_effect`, `max_mde` (as `phasekv eval lookup|needle`). `like=`
+  re-measures an earlier result with its recorded options (`phasekv.probe(like="runs/quick/runs/w8s8-1kv-s42")`).
 * "flip": `FlipResult`; options: the fields of `FlipOptions` (as `phasekv eval flip`). Its verdict is the
   period its rankings follow ("period 8 detected" or "no period detected").
 * "knockout": `KnockoutResult`; options: the fields of the lookup prompts (`LookupOptions`, starting from the

@@ -392,7 +392,9 @@ def test_the_grid_phase_amplitude_interval_matches_a_plain_loop():
             p = p - 0.5 * ((units[None, :] == 0) & ((positions[None, :] - offsets[:, None]) % 4 == 3))
         outcomes = (rng.random((4, 120)) < np.clip(p, 0, 1)).astype(float)
         result = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=10, units=units)
-        expected = _reference_amplitude_interval(positions, outcomes, offsets, 4, [np.arange(120), units], [np.inf, 4.0])
+        expected = _reference_amplitude_interval(
+            positions, outcomes, offsets, 4, [np.arange(120), units], [np.inf, 4.0]
+        )
         assert result.amplitude_ci == pytest.approx(expected, abs=1e-9)
     alone = grid_shift_test(positions, outcomes, offsets, 4, n_shuffles=10)
     assert alone.amplitude_ci == pytest.approx(

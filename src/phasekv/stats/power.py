@@ -161,9 +161,10 @@ def grid_shift_detection_rate(
     chance: float | None = None,
 ) -> float:
     """Share of simulated grid-shift runs that the verdict calls phase-sensitive (the pattern moves with the grid,
-    repeats along the grid coordinate, and the grid-phase amplitude's lower bound clears ``min_effect``) when one grid phase (drawn per run) loses
-    ``drop_points``. Each run starts from the run's own cell outcomes [O, C] with the offsets shuffled per
-    distinct prompt (a draw from the null: every prompt keeps its outcomes, the grid matters to none), then
+    repeats along the grid coordinate, and the grid-phase amplitude's lower bound clears ``min_effect``) when one
+    grid phase (drawn per run) loses ``drop_points``. Each run starts from the run's own cell outcomes [O, C]
+    with the offsets shuffled per distinct prompt (a draw from the null: every prompt keeps its outcomes, the grid
+    matters to none), then
     every outcome at the weak grid phase is lost with the probability that takes ``drop_points`` off that
     phase's accuracy. With ``chance``, a run is judged only when its mean accuracy's interval lies above it, as
     the verdict's chance rule asks. With ``power``, the runs stop once the rate's side of ``power`` is decided
