@@ -240,9 +240,10 @@ def test_a_budget_is_spent_not_left_on_a_coarse_grid_of_designs():
         assert 0.9 * left <= plan.eta_s <= left, (mappings, plan.eta_s, left)
         assert 2 < candidate.options.n_mappings < 16  # neither of the grid's: the count between them
     # with a target MDE that a smaller design already reaches, the rest of the budget is not burnt
-    target = AuditOptions(budget_s=600, mde_points=100, **{**SMALL, "mappings": (2, 16)})
+    # (two mappings reach no drop at all; six reach about 50 points)
+    target = AuditOptions(budget_s=600, mde_points=100, **{**SMALL, "mappings": (6, 16)})
     plan, candidate = _sized(target, 13.7 * per_mapping)
-    assert candidate.options.n_mappings == 2 and plan.planned_mde["points"] <= 100
+    assert candidate.options.n_mappings == 6 and plan.planned_mde["points"] <= 100
 
 
 @pytest.mark.slow
@@ -261,7 +262,7 @@ def test_the_bound_is_the_verdicts_and_a_budget_that_cannot_reach_it_stops_befor
         echo=lines.append,
         progress=False,
     )
-    assert anyway.verdict.startswith("inconclusive: could miss a weak phase of up to")
+    assert anyway.verdict.startswith("inconclusive: could miss a weak phase of")  # up to X points, or any size
     assert anyway.probe_result().phase_test["max_mde_points"] == 1
     assert any(line.startswith("warning: no lookup design within the budget") for line in lines)
     # a looser bound with a budget: passed to the probe as its verdict's bound
