@@ -24,9 +24,9 @@ def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise typer.BadParameter(f"--chunk-sizes takes integers separated by commas, got {text!r}") from None
+        raise typer.BadParameter(f"sizes are integers separated by commas, got {text!r}") from None
     if not sizes or min(sizes) < 1:
-        raise typer.BadParameter(f"--chunk-sizes must be positive integers, got {text!r}")
+        raise typer.BadParameter(f"sizes must be positive integers, got {text!r}")
     return sizes
 
 
@@ -57,6 +57,15 @@ DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` se
                 help="chunk sizes, e.g. 3,4,5,7,61 (default: S-1,S,S+1,odd,large)",
             ),
         ),
+        ubatch_sizes=(
+            str,
+            typer.Option(
+                DEFAULTS.ubatch_sizes,
+                "--ubatch-sizes",
+                help="llama.cpp (MODEL.gguf): the ubatch sizes of its `ubatch u` modes, each at every starting "
+                "offset (default: 1 to its largest compression ratio)",
+            ),
+        ),
         modes=(
             str,
             typer.Option(
@@ -65,7 +74,7 @@ DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` se
         ),
         dtype=(str, typer.Option(DEFAULTS.dtype, "--dtype", help="float32, float64 or bfloat16 (local models)")),
     ),
-    parsers=dict(chunk_sizes=_sizes, modes=comma_list),
+    parsers=dict(chunk_sizes=_sizes, ubatch_sizes=_sizes, modes=comma_list),
 )
 
 
@@ -73,8 +82,9 @@ DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` se
 def conformance_command(
     model: str = typer.Argument(
         None,
-        help="the candidate: a phasekv checkpoint, an HF model directory, or preset:NAME (a tiny preset with random "
-        "weights from --seed); with --endpoint, the reference (a local copy of the served model)",
+        help="the candidate: a phasekv checkpoint, an HF model directory, preset:NAME (a tiny preset with random "
+        "weights from --seed) or a GGUF file (run by the pinned llama.cpp: scripts/build_llama_cpp.sh); with "
+        "--endpoint, the reference (a local copy of the served model)",
     ),
     reference: str = typer.Option(
         None, "--reference", help="compare against this model's parallel forward (default: the candidate's own)"
