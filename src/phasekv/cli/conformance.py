@@ -100,6 +100,13 @@ def conformance_command(
     index_topk: int = typer.Option(
         None, "--index-topk", min=1, help="with --layers-vs-transformers dsv4-csa: the indexer's top-k (default 3)"
     ),
+    tiny_dsv4: Path = typer.Option(
+        None,
+        "--tiny-dsv4",
+        help="instead of MODEL: write a tiny random DeepSeek-V4 (ratios 0/4/128, float32, seed --seed) into this "
+        "folder (deepseek/, hf/, model.gguf by llama.cpp's converter) and audit llama.cpp running model.gguf against "
+        "transformers' DeepseekV4ForCausalLM with the same weights (needs scripts/build_llama_cpp.sh)",
+    ),
     endpoint: dict = ENDPOINT,
     out: Path = typer.Option(Path("conformance"), "--out", help="directory for the JSON and PNG"),
     name: str = typer.Option("conformance", "--name", help="file stem of the JSON and PNG"),
@@ -128,6 +135,16 @@ def conformance_command(
                 top_k=index_topk or DEFAULT_TOP_K,
             )
             runs = [(ours, theirs, f"{name}-phasekv"), (theirs, ours, f"{name}-transformers")]
+        elif tiny_dsv4 is not None:
+            if model is not None or reference is not None or endpoint["url"] is not None:
+                raise ValueError("--tiny-dsv4 writes both sides: give no MODEL, --reference or --endpoint")
+            from phasekv.studies.conformance.tiny_dsv4 import write_gguf, write_tiny_dsv4
+
+            paths = write_tiny_dsv4(tiny_dsv4, seed=options.seed)
+            gguf_path = write_gguf(paths["deepseek"], tiny_dsv4 / "model.gguf")
+            typer.echo(f"wrote {paths['deepseek']}, {paths['hf']} and {gguf_path}")
+            candidate = load_runner(str(gguf_path), options.dtype, options.seed)
+            runs = [(candidate, load_runner(str(paths["hf"]), options.dtype, options.seed), name)]
         elif index_topk is not None:
             raise ValueError("--index-topk applies to --layers-vs-transformers dsv4-csa only")
         elif endpoint["url"] is not None:

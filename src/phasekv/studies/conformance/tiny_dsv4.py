@@ -38,13 +38,13 @@ CONFIG = {
     "compress_ratios": [0, 4, 128],  # one sliding, one CSA, one HCA layer
     "num_attention_heads": 4,
     "num_key_value_heads": 1,
-    "head_dim": 32,
+    "head_dim": 64,
     "qk_rope_head_dim": 16,
     "q_lora_rank": 32,
     "o_groups": 2,
     "o_lora_rank": 16,
     "index_n_heads": 2,
-    "index_head_dim": 16,
+    "index_head_dim": 64,  # llama.cpp ropes its last qk_rope_head_dim dims and rotates it by a Hadamard matrix of a power of 2 >= 64
     # at least the number of CSA entries a few-hundred-token prompt has: the indexer keeps every entry, so no
     # top-k choice among tied scores (sums of ReLUs are often exactly 0) can make two implementations differ
     "index_topk": 128,
