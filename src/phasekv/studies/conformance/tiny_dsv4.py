@@ -158,13 +158,15 @@ def _dense(name: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Ten
     return 0.5 * noise
 
 
-def _mxfp4(shape: tuple[int, int], gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random MXFP4 weights [rows, cols]: (packed uint8 [rows, cols/2], element 2i in the low nibble; E8M0 scale
-    uint8 [rows, cols/32]; the float32 values they encode)."""
+def _mxfp4(
+    shape: tuple[int, int], gen: torch.Generator, zero: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random MXFP4 weights [rows, cols] (all 0 with `zero`): (packed uint8 [rows, cols/2], element 2i in the low
+    nibble; E8M0 scale uint8 [rows, cols/32]; the float32 values they encode)."""
     rows, cols = shape
     if cols % MXFP4_GROUP:
         raise ValueError(f"MXFP4 rows hold multiples of {MXFP4_GROUP} values, not {cols}")
-    codes = torch.randint(0, 16, (rows, cols), generator=gen, dtype=torch.uint8)
+    codes = torch.randint(0, 16, (rows, cols), generator=gen, dtype=torch.uint8) * (not zero)
     # exponents around 2^-3 / sqrt-ish of the fan-in: code values reach 6, so products stay below ~1
     exponents = torch.randint(-6, -3, (rows, cols // MXFP4_GROUP), generator=gen)
     scale = (exponents + 127).to(torch.uint8)
@@ -173,8 +175,10 @@ def _mxfp4(shape: tuple[int, int], gen: torch.Generator) -> tuple[torch.Tensor, 
     return packed, scale, values
 
 
-def tiny_dsv4_weights(seed: int = 0, config: dict | None = None) -> tuple[dict, dict, dict]:
-    """(config, DeepSeek-form tensors with MXFP4 experts, the same with float32 experts)."""
+def tiny_dsv4_weights(seed: int = 0, config: dict | None = None, zero_experts: bool = False) -> tuple[dict, dict, dict]:
+    """(config, DeepSeek-form tensors with MXFP4 experts, the same with float32 experts). `zero_experts`: routed
+    experts that output exactly 0 (a diagnostic: llama.cpp multiplies MXFP4 weights by activations it first
+    rounds to 8 bits, which no float32 reference does)."""
     from safetensors.torch import save_file  # noqa: F401  (fail here, before any work, if safetensors is missing)
 
     config = dict(CONFIG if config is None else config)
@@ -187,18 +191,18 @@ def tiny_dsv4_weights(seed: int = 0, config: dict | None = None) -> tuple[dict, 
         ).to(torch.int32)
     packed, floats = dict(dense), dict(dense)
     for name, shape in _expert_shapes(config).items():
-        codes, scale, values = _mxfp4(shape, gen)
+        codes, scale, values = _mxfp4(shape, gen, zero_experts)
         packed[name + ".weight"], packed[name + ".scale"] = codes, scale
         floats[name + ".weight"] = values
     return config, packed, floats
 
 
-def write_tiny_dsv4(directory: Path | str, seed: int = 0) -> dict[str, Path]:
+def write_tiny_dsv4(directory: Path | str, seed: int = 0, zero_experts: bool = False) -> dict[str, Path]:
     """Write `deepseek/` (the converter's input) and `hf/` (transformers') under `directory` -> their paths."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
-    config, packed, floats = tiny_dsv4_weights(seed)
+    config, packed, floats = tiny_dsv4_weights(seed, zero_experts=zero_experts)
     paths = {"deepseek": directory / "deepseek", "hf": directory / "hf"}
     for key, tensors in (("deepseek", packed), ("hf", floats)):
         paths[key].mkdir(parents=True, exist_ok=True)
