@@ -64,9 +64,12 @@ class LlamaCppRunner(LocalRunner):
         "one batch of prompts of different lengths, a sequence id each)"
     )
 
-    def __init__(self, gguf_path: Path | str, threads: int = 1, root: Path | None = None):
+    def __init__(self, gguf_path: Path | str, threads: int = 1, root: Path | None = None, flash_attn: int = 0):
         self.lib = lib = load_binding(root)
-        self.path, self.threads = Path(gguf_path), threads
+        # flash attention off by default: on CPU (llama.cpp's default "auto" turns it on) it moves log-probs by
+        # ~1e-3 with the batch's shape from position 0 (measured: decode vs one batch 8e-3, 5e-6 without it),
+        # which would hide any phase error of the compressed cache under rounding; -1 auto, 0 off, 1 on
+        self.path, self.threads, self.flash_attn = Path(gguf_path), threads, flash_attn
         self.name = f"llama.cpp {self.path.name}"
         self._quiet = lib.llama_log_callback(lambda level, text, data: None)  # kept: C holds the pointer
         lib.llama_log_set(self._quiet, None)
@@ -99,6 +102,7 @@ class LlamaCppRunner(LocalRunner):
             p.n_seq_max = n_seq
             p.n_threads = p.n_threads_batch = self.threads
             p.type_k = p.type_v = GGML_TYPE_F32
+            p.flash_attn_type = self.flash_attn
             p.kv_unified = False  # DeepSeek-V4: one compressed stream per sequence
             ctx = lib.llama_init_from_model(self.model, p)
             if not ctx:
