@@ -88,3 +88,31 @@ def test_the_converter_writes_every_weight_unchanged(tmp_path):
             assert np.array_equal(dequantize(t.data, t.tensor_type), expected.numpy())
     tid2eid = floats["layers.0.ffn.gate.tid2eid"].numpy()
     assert np.array_equal(np.asarray(tensors["blk.0.ffn_gate_tid2eid.weight"].data), tid2eid)
+
+
+def _built() -> bool:
+    return ROOT is not None and any((ROOT / "build" / "bin").glob("libllama.*"))
+
+
+needs_build = pytest.mark.skipif(not _built(), reason="llama.cpp is not built: scripts/build_llama_cpp.sh")
+
+
+@needs_build
+def test_llama_cpp_conforms_to_transformers_with_the_experts_at_zero(tmp_path):
+    """The audit end to end at a small size: llama.cpp's modes (its cache carried between calls, a copied
+    sequence, a saved and restored state, ubatch splits at every offset) against transformers' parallel
+    forward. With the routed experts at zero the two agree to float32 rounding (llama.cpp rounds the activations
+    of MXFP4 experts to 8 bits; see docs/results/conformance.md)."""
+    from phasekv.studies.conformance.llama_cpp import LlamaCppRunner
+    from phasekv.studies.conformance.run import ConformanceOptions, HFRunner, run_conformance
+
+    paths = write_tiny_dsv4(tmp_path, zero_experts=True)
+    candidate = LlamaCppRunner(write_gguf(paths["deepseek"], tmp_path / "model.gguf"))
+    reference = HFRunner(load_reference(paths["hf"]))
+    options = ConformanceOptions(
+        length=40, modes=("parallel", "decode", "split@1", "fork", "state", "ubatch 5"), ubatch_sizes=(5,)
+    )
+    result = run_conformance(candidate, options, reference=reference)
+    assert result["ratios"] == [4, 128]
+    assert result["conforms"], result["failing_modes"]
+    assert len(result["modes"]) == 6

@@ -10,9 +10,9 @@ state carried between calls, as between ubatches), one sequence id per prompt in
 - `state`: the prefix (ending inside a window) decoded, each sequence's state saved (`llama_state_seq_get_data`),
   the prompt's rest decoded, the sequence removed, its state restored (`llama_state_seq_set_data`) and other
   tokens decoded from there;
-- `truncate`: the prefix and a few other tokens decoded, the sequence cut back to the prefix
-  (`llama_memory_seq_rm`, which for DeepSeek-V4 is a bounded, single-use rollback) and the prompt's rest
-  decoded.
+- `truncate`: the prefix and a few other tokens decoded in one call, the sequence cut back to the prefix
+  (`llama_memory_seq_rm`, which for DeepSeek-V4 is a rollback of at most `n_rs_seq` tokens, single-use: the
+  context keeps that many snapshots of the compressor state) and the prompt's rest decoded.
 llama.cpp batches sequences of different lengths without padding: "right-padded" is that batch (each prompt cut
 to its own length, one sequence id each); "left-padded" is not defined.
 """
@@ -52,8 +52,8 @@ def load_binding(root: Path | None = None):
 class _Sequences:
     """A llama.cpp context holding `n_seq` sequences (one stream each) and the next position of each."""
 
-    def __init__(self, runner, n_seq: int, n_ubatch: int | None = None):
-        self.runner, self.ctx = runner, runner.context(n_seq, n_ubatch)
+    def __init__(self, runner, n_seq: int, n_ubatch: int | None = None, n_rs_seq: int = 0):
+        self.runner, self.ctx = runner, runner.context(n_seq, n_ubatch, n_rs_seq)
         self.pos = [0] * n_seq
 
 
@@ -92,14 +92,17 @@ class LlamaCppRunner(LocalRunner):
         field = gguf.GGUFReader(self.path).fields.get(key)
         return [] if field is None else [int(v) for v in field.contents()]
 
-    def context(self, n_seq: int, n_ubatch: int | None):
-        """A context for n_seq sequences (cleared), one per (n_seq, n_ubatch): making one per call would be slow."""
-        lib, key = self.lib, (n_seq, n_ubatch)
+    def context(self, n_seq: int, n_ubatch: int | None, n_rs_seq: int = 0):
+        """A context for n_seq sequences (cleared), one per (n_seq, n_ubatch, n_rs_seq): making one per call would
+        be slow. n_rs_seq: how many of the last decoded tokens a sequence can be cut back by (DeepSeek-V4's
+        compressor state is recurrent: it keeps that many snapshots)."""
+        lib, key = self.lib, (n_seq, n_ubatch, n_rs_seq)
         if key not in self._contexts:
             p = lib.llama_context_default_params()
             p.n_ctx = p.n_batch = n_seq * self.n_ctx_seq
             p.n_ubatch = n_ubatch or p.n_batch
             p.n_seq_max = n_seq
+            p.n_rs_seq = n_rs_seq
             p.n_threads = p.n_threads_batch = self.threads
             p.type_k = p.type_v = GGML_TYPE_F32
             p.flash_attn_type = self.flash_attn
@@ -199,14 +202,15 @@ class LlamaCppRunner(LocalRunner):
                     rows.append(Row(s, 0, self.readout(torch.cat(parts))))
             return ModeOutcome(rows)
         n = len(ids)
-        seqs = _Sequences(self, n)
+        seqs = _Sequences(self, n, n_rs_seq=TRUNCATED if mode == "truncate" else 0)
         memory = self.lib.llama_get_memory(seqs.ctx)
         if mode == "truncate":
             self.decode(seqs, {b: s[:prefix] + o[:TRUNCATED] for b, (s, o) in enumerate(zip(seqs_, others.tolist()))})
             for b in range(n):
                 if not self.lib.llama_memory_seq_rm(memory, b, prefix, -1):
                     return ModeOutcome(
-                        undefined=f"llama_memory_seq_rm refused to cut a sequence back by {TRUNCATED} tokens"
+                        undefined=f"llama_memory_seq_rm refused to cut a sequence back by {TRUNCATED} tokens "
+                        f"(n_rs_seq {TRUNCATED})"
                     )
                 seqs.pos[b] = prefix
             out = self.decode(seqs, {b: s[prefix:] for b, s in enumerate(seqs_)})
