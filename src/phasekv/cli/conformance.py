@@ -107,6 +107,12 @@ def conformance_command(
         "folder (deepseek/, hf/, model.gguf by llama.cpp's converter) and audit llama.cpp running model.gguf against "
         "transformers' DeepseekV4ForCausalLM with the same weights (needs scripts/build_llama_cpp.sh)",
     ),
+    zero_experts: bool = typer.Option(
+        False,
+        "--zero-experts",
+        help="with --tiny-dsv4: routed experts that output exactly 0, so the comparison is of attention, "
+        "hyper-connections and shared experts (llama.cpp rounds the MXFP4 experts' activations to 8 bits)",
+    ),
     endpoint: dict = ENDPOINT,
     out: Path = typer.Option(Path("conformance"), "--out", help="directory for the JSON and PNG"),
     name: str = typer.Option("conformance", "--name", help="file stem of the JSON and PNG"),
@@ -140,11 +146,13 @@ def conformance_command(
                 raise ValueError("--tiny-dsv4 writes both sides: give no MODEL, --reference or --endpoint")
             from phasekv.studies.conformance.tiny_dsv4 import write_gguf, write_tiny_dsv4
 
-            paths = write_tiny_dsv4(tiny_dsv4, seed=options.seed)
+            paths = write_tiny_dsv4(tiny_dsv4, seed=options.seed, zero_experts=zero_experts)
             gguf_path = write_gguf(paths["deepseek"], tiny_dsv4 / "model.gguf")
             typer.echo(f"wrote {paths['deepseek']}, {paths['hf']} and {gguf_path}")
             candidate = load_runner(str(gguf_path), options.dtype, options.seed)
             runs = [(candidate, load_runner(str(paths["hf"]), options.dtype, options.seed), name)]
+        elif zero_experts:
+            raise ValueError("--zero-experts applies to --tiny-dsv4 only")
         elif index_topk is not None:
             raise ValueError("--index-topk applies to --layers-vs-transformers dsv4-csa only")
         elif endpoint["url"] is not None:
