@@ -7,7 +7,7 @@ import sys
 import torch
 from phasekv.studies.conformance.llama_cpp import LlamaCppRunner
 from phasekv.studies.conformance.tiny_dsv4 import load_reference
-import sys
+
 d = sys.argv[1] if len(sys.argv) > 1 else 'runs/tiny-dsv4'
 r = LlamaCppRunner(f'{d}/model.gguf'); ref = load_reference(f'{d}/hf')
 ids = torch.randint(0,256,(2,160), generator=torch.Generator().manual_seed(0))
