@@ -24,9 +24,9 @@ def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise typer.BadParameter(f"--chunk-sizes takes integers separated by commas, got {text!r}") from None
+        raise typer.BadParameter(f"sizes are integers separated by commas, got {text!r}") from None
     if not sizes or min(sizes) < 1:
-        raise typer.BadParameter(f"--chunk-sizes must be positive integers, got {text!r}")
+        raise typer.BadParameter(f"sizes must be positive integers, got {text!r}")
     return sizes
 
 
@@ -57,6 +57,15 @@ DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` se
                 help="chunk sizes, e.g. 3,4,5,7,61 (default: S-1,S,S+1,odd,large)",
             ),
         ),
+        ubatch_sizes=(
+            str,
+            typer.Option(
+                DEFAULTS.ubatch_sizes,
+                "--ubatch-sizes",
+                help="llama.cpp (MODEL.gguf): the ubatch sizes of its `ubatch u` modes, each at every starting "
+                "offset (default: 1 to its largest compression ratio)",
+            ),
+        ),
         modes=(
             str,
             typer.Option(
@@ -65,7 +74,7 @@ DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` se
         ),
         dtype=(str, typer.Option(DEFAULTS.dtype, "--dtype", help="float32, float64 or bfloat16 (local models)")),
     ),
-    parsers=dict(chunk_sizes=_sizes, modes=comma_list),
+    parsers=dict(chunk_sizes=_sizes, ubatch_sizes=_sizes, modes=comma_list),
 )
 
 
@@ -73,8 +82,9 @@ DESIGN = FieldGroup(  # the `ConformanceOptions` fields `phasekv conformance` se
 def conformance_command(
     model: str = typer.Argument(
         None,
-        help="the candidate: a phasekv checkpoint, an HF model directory, or preset:NAME (a tiny preset with random "
-        "weights from --seed); with --endpoint, the reference (a local copy of the served model)",
+        help="the candidate: a phasekv checkpoint, an HF model directory, preset:NAME (a tiny preset with random "
+        "weights from --seed) or a GGUF file (run by the pinned llama.cpp: scripts/build_llama_cpp.sh); with "
+        "--endpoint, the reference (a local copy of the served model)",
     ),
     reference: str = typer.Option(
         None, "--reference", help="compare against this model's parallel forward (default: the candidate's own)"
@@ -89,6 +99,19 @@ def conformance_command(
     ),
     index_topk: int = typer.Option(
         None, "--index-topk", min=1, help="with --layers-vs-transformers dsv4-csa: the indexer's top-k (default 3)"
+    ),
+    tiny_dsv4: Path = typer.Option(
+        None,
+        "--tiny-dsv4",
+        help="instead of MODEL: write a tiny random DeepSeek-V4 (ratios 0/4/128, float32, seed --seed) into this "
+        "folder (deepseek/, hf/, model.gguf by llama.cpp's converter) and audit llama.cpp running model.gguf against "
+        "transformers' DeepseekV4ForCausalLM with the same weights (needs scripts/build_llama_cpp.sh)",
+    ),
+    zero_experts: bool = typer.Option(
+        False,
+        "--zero-experts",
+        help="with --tiny-dsv4: routed experts that output exactly 0, so the comparison is of attention, "
+        "hyper-connections and shared experts (llama.cpp rounds the MXFP4 experts' activations to 8 bits)",
     ),
     endpoint: dict = ENDPOINT,
     out: Path = typer.Option(Path("conformance"), "--out", help="directory for the JSON and PNG"),
@@ -118,6 +141,18 @@ def conformance_command(
                 top_k=index_topk or DEFAULT_TOP_K,
             )
             runs = [(ours, theirs, f"{name}-phasekv"), (theirs, ours, f"{name}-transformers")]
+        elif tiny_dsv4 is not None:
+            if model is not None or reference is not None or endpoint["url"] is not None:
+                raise ValueError("--tiny-dsv4 writes both sides: give no MODEL, --reference or --endpoint")
+            from phasekv.studies.conformance.tiny_dsv4 import write_gguf, write_tiny_dsv4
+
+            paths = write_tiny_dsv4(tiny_dsv4, seed=options.seed, zero_experts=zero_experts)
+            gguf_path = write_gguf(paths["deepseek"], tiny_dsv4 / "model.gguf")
+            typer.echo(f"wrote {paths['deepseek']}, {paths['hf']} and {gguf_path}")
+            candidate = load_runner(str(gguf_path), options.dtype, options.seed)
+            runs = [(candidate, load_runner(str(paths["hf"]), options.dtype, options.seed), name)]
+        elif zero_experts:
+            raise ValueError("--zero-experts applies to --tiny-dsv4 only")
         elif index_topk is not None:
             raise ValueError("--index-topk applies to --layers-vs-transformers dsv4-csa only")
         elif endpoint["url"] is not None:

@@ -28,4 +28,5 @@ class ConformanceOptions:
     pad_shortening: int = 5  # padded batches: prompt i is cut by i * pad_shortening + 3 tokens
     fork_at: float = 0.4  # fork: the shared prefix is this fraction of the prompt
     modes: tuple[str, ...] | None = None
+    ubatch_sizes: tuple[int, ...] | None = None  # llama.cpp's `ubatch u` modes; None: 1 .. its largest ratio
     dtype: str = "float32"

@@ -320,6 +320,8 @@ def mode_names(runner, options: ConformanceOptions, stride: int) -> list[str]:
         names = ["parallel", "decode", *(f"split@{o}" for o in range(stride))]
         names += [f"chunk {c}" for c in chunk_sizes(options, stride)]
         names += ["right-padded", "left-padded", "fork"]
+        if hasattr(runner, "extra_modes"):  # an engine's own modes (llama.cpp: ubatch sizes, saved state)
+            names += runner.extra_modes(options)
     if options.modes is not None:
         unknown = [m for m in options.modes if m not in names]
         if unknown:
@@ -357,12 +359,14 @@ def run_mode(runner, mode: str, ids: torch.Tensor, options: ConformanceOptions, 
             rows[-1] = rows[-1][:-1]
         scored = runner.padded(rows, side)
         return ModeOutcome([Row(s, 0, lp[: len(r)]) for s, r, lp in zip(seqs, rows, scored, strict=True)])
+    prefix = round(length * options.fork_at)
+    prefix += prefix % stride == 0  # end the shared prefix inside a window: a fork at a window edge tests less
+    prefix = max(1, min(length - 1, prefix))
+    gen = torch.Generator().manual_seed(options.seed + 1)
+    others = torch.randint(0, runner.vocab_size, (n, length - prefix), generator=gen)
+    if hasattr(runner, "run_extra") and mode in runner.extra_modes(options):
+        return runner.run_extra(mode, ids, prefix, others)
     if mode == "fork":
-        prefix = round(length * options.fork_at)
-        prefix += prefix % stride == 0  # end the shared prefix inside a window: a fork at a window edge tests less
-        prefix = max(1, min(length - 1, prefix))
-        gen = torch.Generator().manual_seed(options.seed + 1)
-        others = torch.randint(0, runner.vocab_size, (n, length - prefix), generator=gen)
         own, other = runner.forked(ids, prefix, others)
         rows = [Row(s, prefix, lp) for s, lp in zip(seqs, own, strict=True)]
         other_ids = torch.cat([ids[:, :prefix], others], dim=1).tolist()
@@ -667,8 +671,14 @@ def format_conformance(result: dict) -> str:
 
 def load_runner(spec: str, dtype: str = "float32", seed: int = 0):
     """A runner for `spec`: `preset:NAME` (a tiny phasekv preset with random weights from `seed`), a
-    phasekv checkpoint directory, or a Hugging Face model directory."""
+    phasekv checkpoint directory, a Hugging Face model directory, or a GGUF file (run by the pinned llama.cpp
+    build, `scripts/build_llama_cpp.sh`; float32 whatever `dtype` says)."""
     from pathlib import Path
+
+    if spec.endswith(".gguf"):
+        from .llama_cpp import LlamaCppRunner
+
+        return LlamaCppRunner(spec)
 
     dtypes = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
     if dtype not in dtypes:
