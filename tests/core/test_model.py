@@ -127,3 +127,18 @@ def test_bad_checkpoints_raise_clear_errors(tmp_path):
     (ckpt / "config.json").write_text('{"model_type": "qwen3"}')
     with pytest.raises(CheckpointError, match="Hugging Face"):
         load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_the_float64_naive_twin_computes_the_model_for_every_preset(name):
+    """The twin `phasekv conformance` compares against: every attention layer from its definitions, equal to the
+    fast paths in float64 (windows, visibility, top-k picks, sinks); a cache is not its business."""
+    from phasekv.model.reference import reference_twin
+
+    model = randomize(PhaseKVModel(preset_config(name, vocab_size=50)), seed=1, std=0.1).double().eval()
+    ids = torch.randint(0, 50, (2, 41), generator=torch.Generator().manual_seed(3))
+    twin = reference_twin(model)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids), model(ids), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="whole sequences from position 0, without a cache"):
+        twin.layers[0].self_attn(torch.zeros(1, 1, model.config.hidden_size, dtype=torch.float64), start=3)

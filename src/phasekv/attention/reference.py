@@ -1,7 +1,8 @@
 """Plain, obviously correct attention: one query at a time, written from the definitions.
 
 Slow (Python loops); used by tests to check the fast paths: the compressed-attention kernels (`dispatch.py`),
-DeepSeek-V4's gathered attention and top-k picks, full attention, and a whole compressed layer.
+DeepSeek-V4's gathered attention and top-k picks, full attention, and whole layers (`reference_attention_layer`),
+which `phasekv.model.reference` assembles into a model's float64 twin for `phasekv conformance`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import torch
 
 from ..compress.reference import reference_entries
 from .dsv4_indexer import NO_ENTRY
+from .dsv4_layer import DSV4Attention, unit_rms
+from .layer import Attention
 from .state import KVView
 
 
@@ -42,17 +45,17 @@ def _reference_attention(q, q_start, kv: KVView, entries_of) -> torch.Tensor:
     for b in range(batch):
         for step in range(length):
             t = q_start + step
-            entries = entries_of(b, step, t)
-            local = [p - kv.exact_start for p in range(max(0, t - kv.local_window + 1), t + 1)]
+            entries = torch.tensor(entries_of(b, step, t), dtype=torch.long)
+            local = torch.arange(max(0, t - kv.local_window + 1), t + 1) - kv.exact_start
             for h in range(heads):
                 kvh = h // group
-                keys = [kv.entry_k[b, j, kvh] for j in entries] + [kv.exact_k[b, r, kvh] for r in local]
-                values = [kv.entry_v[b, j, kvh] for j in entries] + [kv.exact_v[b, r, kvh] for r in local]
-                logits = torch.stack([q[b, step, h] @ k for k in keys]) / dim**0.5
+                keys = torch.cat([kv.entry_k[b, entries, kvh], kv.exact_k[b, local, kvh]])  # [n, hd]
+                values = torch.cat([kv.entry_v[b, entries, kvh], kv.exact_v[b, local, kvh]])
+                logits = keys @ q[b, step, h] / dim**0.5
                 if kv.sink is not None:
-                    logits = torch.cat([logits, kv.sink[h].reshape(1)])
+                    logits = torch.cat([logits, kv.sink[h].reshape(1).to(logits.dtype)])
                 weights = torch.softmax(logits.double(), dim=0)[: len(keys)].to(q.dtype)
-                z[b, step, h] = sum(w * v for w, v in zip(weights, values, strict=True))
+                z[b, step, h] = weights @ values
     return z
 
 
@@ -85,25 +88,68 @@ def reference_full_attention(q, k, v, q_start, k_start) -> torch.Tensor:
     return z
 
 
-def reference_layer(attn, x: torch.Tensor) -> torch.Tensor:
-    """A compressed `Attention` layer's output for x [B, T, d_model] (positions 0..T-1), from the
-    definitions: entries from `reference_entries`; window j starts at o+j*S (o: the layer's offset),
+def reference_attention_layer(attn: Attention | DSV4Attention, x: torch.Tensor) -> torch.Tensor:
+    """Any attention layer's output for x [B, T, d_model] at positions 0..T-1, from the definitions."""
+    return reference_dsv4_layer(attn, x) if isinstance(attn, DSV4Attention) else reference_layer(attn, x)
+
+
+def reference_layer(attn: Attention, x: torch.Tensor) -> torch.Tensor:
+    """An `Attention` layer's output for x [B, T, d_model] (positions 0..T-1), from the definitions: full
+    attention, or entries from `reference_entries`; window j starts at o+j*S (o: the layer's offset),
     is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on."""
 
     cfg, comp = attn.cfg, attn.compressor
-    geometry = comp.geometry
     batch, length, _ = x.shape
     positions = torch.arange(length)
     q = attn._rope(attn.q_norm(attn.q_proj(x).view(batch, length, cfg.num_heads, cfg.head_dim)), positions)
     k = attn._rope(attn.k_norm(attn.k_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
     v = attn.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
+    if comp is None:
+        return attn.o_proj(reference_full_attention(q, k, v, 0, 0).reshape(batch, length, -1))
     entry_k, entry_v = reference_entries(comp, x)  # [B, n, kv, hd]
-    starts = geometry.offset + geometry.stride * torch.arange(
-        geometry.first_index, geometry.first_index + entry_k.shape[1]
-    )
-    rope_at = starts if geometry.entry_position == "window_start" else starts + geometry.window - geometry.stride
+    rope_at, ends = _entry_positions(comp.geometry, entry_k.shape[1])
     entry_k = attn._rope(entry_k if comp.normalizes_entries else attn.k_norm(entry_k), rope_at)
-    ends = starts + geometry.window - 1
     kv = KVView(entry_k, entry_v, ends, k, v, 0, comp.cfg.local_window, attn.sink)
     z = reference_compressed_attention(q, 0, kv)
     return attn.o_proj(z.reshape(batch, length, -1))
+
+
+def reference_dsv4_layer(attn: DSV4Attention, x: torch.Tensor) -> torch.Tensor:
+    """A DeepSeek-V4 layer's output for x [B, T, d_model] (positions 0..T-1), from the definitions: the
+    entries and the indexer's keys from `reference_entries` (window j RoPE'd at its entry position, visible
+    from its last token on), each CSA query's picks from `reference_select_top_k` over the visible entries'
+    scores (every visible entry: an HCA layer, or a CSA layer reading densely), the attention one query at
+    a time over [picks || exact tokens t-L+1..t] with the sink, the output's rope slice rotated back."""
+    cfg = attn.cfg
+    batch, length, _ = x.shape
+    positions = torch.arange(length)
+    q_residual = attn.q_a_norm(attn.q_a_proj(x))
+    q = attn.q_b_proj(q_residual).view(batch, length, cfg.num_heads, cfg.head_dim)
+    q = attn.rotary(unit_rms(q, cfg.rms_norm_eps), positions)
+    kv = attn.rotary(attn.kv_norm(attn.kv_proj(x)).view(batch, length, 1, cfg.head_dim), positions)  # K = V
+    entry_k, ends = kv[:, :0], torch.zeros(0, dtype=torch.long)
+    if attn.compressor is not None:
+        entry_k, _ = reference_entries(attn.compressor, x)  # [B, n, 1, hd]
+        rope_at, ends = _entry_positions(attn.compressor.geometry, entry_k.shape[1])
+        entry_k = attn.rotary(entry_k, rope_at)
+    visible = ends[None, :] <= positions[:, None]  # [T, n]
+    if attn.indexer is not None and not attn.dense:
+        indexer = attn.indexer
+        keys, _ = reference_entries(indexer.compressor, x)  # [B, n, 1, dI]
+        keys = indexer.rotary(keys, _entry_positions(indexer.compressor.geometry, keys.shape[1])[0])
+        scores = indexer.scores(x, q_residual, positions, keys[:, :, 0])
+        reads = reference_select_top_k(scores, visible[None], indexer.top_k)  # [b][t]: a set of entry rows
+    else:
+        reads = [[{j for j in range(len(ends)) if visible[t, j]} for t in range(length)]] * batch
+    view = KVView(entry_k, entry_k, ends, kv, kv, 0, attn.local_window, attn.sinks)
+    z = _reference_attention(q, 0, view, lambda b, step, t: sorted(reads[b][step]))
+    z = attn.rotary(z, -positions)
+    return attn.o_b_proj(attn.o_a_proj(z.reshape(batch, length, attn.o_a_proj.groups, -1)).flatten(2))
+
+
+def _entry_positions(geometry, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the first n written windows' entries are RoPE'd and from which position each is visible: window
+    j starts at o+j*S, is RoPE'd there (or W-S later with "last_stride_start") and ends at o+j*S+W-1."""
+    starts = geometry.offset + geometry.stride * torch.arange(geometry.first_index, geometry.first_index + n)
+    rope_at = starts if geometry.entry_position == "window_start" else starts + geometry.window - geometry.stride
+    return rope_at, starts + geometry.window - 1

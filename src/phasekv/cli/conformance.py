@@ -87,7 +87,16 @@ def conformance_command(
         "--endpoint, the reference (a local copy of the served model)",
     ),
     reference: str = typer.Option(
-        None, "--reference", help="compare against this model's parallel forward (default: the candidate's own)"
+        None,
+        "--reference",
+        help="compare against this model's parallel forward (default: a phasekv model's float64 naive twin, "
+        "else the candidate's own)",
+    ),
+    no_twin: bool = typer.Option(
+        False,
+        "--no-twin",
+        help="compare a phasekv model with its own parallel forward (with --endpoint: the local model's), not "
+        "its float64 naive twin: faster at long lengths, blind to a bug that every mode shares",
     ),
     design: dict = DESIGN,
     layers_vs_transformers: str = typer.Option(
@@ -122,7 +131,16 @@ def conformance_command(
     Exit 0: conforms; 1: does not; 3: not judged (the reference's parallel forward, run twice, disagreed)."""
     from phasekv.results.record import write_results
     from phasekv.studies.conformance.figure import plot_conformance
-    from phasekv.studies.conformance.run import EndpointRunner, format_conformance, load_runner, run_conformance
+    from phasekv.studies.conformance.run import (
+        EndpointRunner,
+        format_conformance,
+        independent_reference,
+        load_runner,
+        run_conformance,
+    )
+
+    def independent_or(runner):  # the float64 naive twin of a phasekv model, unless --no-twin
+        return runner if no_twin else independent_reference(runner) or runner
 
     with one_line_errors("conformance"):
         from phasekv.files import check_output
@@ -168,14 +186,16 @@ def conformance_command(
             candidate = EndpointRunner(
                 endpoint_scorer_from_options(**{**endpoint, "tokenizer": tokenizer, "no_cache": no_cache})
             )
-            runs = [(candidate, load_runner(ref_spec, options.dtype, options.seed), name)]
+            runs = [(candidate, independent_or(load_runner(ref_spec, options.dtype, options.seed)), name)]
         else:
             if model is None:
                 raise ValueError("give MODEL (the candidate), --endpoint URL or --layers-vs-transformers LAYER")
             candidate = load_runner(model, options.dtype, options.seed)
-            runs = [
-                (candidate, None if reference is None else load_runner(reference, options.dtype, options.seed), name)
-            ]
+            if reference is not None:
+                ref = load_runner(reference, options.dtype, options.seed)
+            else:
+                ref = None if no_twin else independent_reference(candidate)
+            runs = [(candidate, ref, name)]
         verdicts = []
         for candidate, ref, stem in runs:
             result = run_conformance(candidate, options, reference=ref)

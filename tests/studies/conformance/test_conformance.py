@@ -399,7 +399,8 @@ def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_3_when_not_judg
     unsure = runner.invoke(app, [*args, "--out", str(tmp_path / "results"), "--name", "unreproducible"])
     monkeypatch.undo()
     assert unsure.exit_code == 3, unsure.output
-    assert "not judged: the reference (preset:w8s8-1kv) is not reproducible in this process" in unsure.output
+    why = "not judged: the reference (preset:w8s8-1kv, float64 naive twin) is not reproducible in this process"
+    assert why in unsure.output
     written = json.loads((tmp_path / "results" / "unreproducible.json").read_text())
     assert written["verdict"] == "not judged" and written["modes"] == {}
     assert (tmp_path / "results" / "unreproducible.png").is_file()
@@ -409,7 +410,7 @@ def test_the_command_exits_0_when_it_conforms_1_on_a_planted_bug_3_when_not_judg
     assert report.exit_code == 0, report.output
     html = page.read_text()
     assert "sec-conformance" in html and "decode: from position 7 (phase 7)" in html
-    assert "not judged: the reference (preset:w8s8-1kv) is not reproducible" in html
+    assert "not judged: the reference (preset:w8s8-1kv, float64 naive twin) is not reproducible" in html
 
 
 @needs_dsv4
@@ -488,3 +489,42 @@ def test_transformers_deepseek_v4_pools_a_left_padded_rows_windows_from_the_padd
     m = result["modes"]["left-padded"]
     assert m["first_failure"] == 3 and m["first_failure_phase"] == 3 and m["concentration"]["from_first_window"]
     assert result["modes"]["right-padded"]["max_abs_delta"] < 1e-5
+
+
+def test_a_bug_every_mode_shares_is_found_against_the_float64_twin_and_the_result_says_what_it_rests_on(
+    tmp_path, monkeypatch
+):
+    """A first HCA entry that misses its last token, in the compressor every execution mode calls: against the
+    candidate's own parallel forward every mode agrees with it (the blind comparison `--no-twin` makes, and says
+    so); against the default reference, the model's float64 naive twin, the parallel forward itself fails from
+    the position the entry becomes visible (W - 1 = 15, phase 15 of the HCA ratio 16)."""
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+    from phasekv.compress import dsv4
+
+    cut = dsv4.cut_windows
+
+    def first_window_short(x, geometry, start, emit_from):
+        windows = cut(x, geometry, start, emit_from)
+        windows.valid[windows.index == 0, -1] = False  # window 0's last slot left out of its entry
+        return windows
+
+    monkeypatch.setattr(dsv4, "cut_windows", first_window_short)
+    runner = CliRunner()
+    args = ["conformance", "preset:dsv4-hca", "--length", "40", "--prompts", "1", "--modes", "parallel,decode,split@3"]
+    blind = runner.invoke(app, [*args, "--no-twin", "--out", str(tmp_path), "--name", "self"])
+    assert blind.exit_code == 0, blind.output
+    assert "compared: each mode against preset:dsv4-hca's own parallel forward: a bug that every mode" in blind.output
+    seen = runner.invoke(app, [*args, "--out", str(tmp_path), "--name", "twin"])
+    assert seen.exit_code == 1, seen.output
+    result = ConformanceResult.model_validate_json((tmp_path / "twin.json").read_text())
+    assert result.comparison.against == "independent" and "float64 naive twin" in result.comparison.text
+    assert set(result.failing_modes) == {"parallel", "decode", "split@3"}
+    parallel = result.modes["parallel"]
+    assert parallel.first_failure == 15 and parallel.by_ratio[0].ratio == 16
+    assert parallel.by_ratio[0].first_failure_phase == 15
+    monkeypatch.undo()
+    correct = runner.invoke(app, [*args, "--out", str(tmp_path), "--name", "correct"])
+    assert correct.exit_code == 0, correct.output
+    assert json.loads((tmp_path / "correct.json").read_text())["comparison"]["against"] == "independent"

@@ -205,7 +205,10 @@ class LlamaCppRunner(LocalRunner):
         seqs = _Sequences(self, n, n_rs_seq=TRUNCATED if mode == "truncate" else 0)
         memory = self.lib.llama_get_memory(seqs.ctx)
         if mode == "truncate":
-            self.decode(seqs, {b: s[:prefix] + o[:TRUNCATED] for b, (s, o) in enumerate(zip(seqs_, others.tolist()))})
+            self.decode(
+                seqs,
+                {b: s[:prefix] + o[:TRUNCATED] for b, (s, o) in enumerate(zip(seqs_, others.tolist(), strict=True))},
+            )
             for b in range(n):
                 if not self.lib.llama_memory_seq_rm(memory, b, prefix, -1):
                     return ModeOutcome(
@@ -232,7 +235,7 @@ class LlamaCppRunner(LocalRunner):
                     raise RuntimeError(f"llama_state_seq_set_data did not restore sequence {b}")
                 seqs.pos[b] = prefix
             other = self.decode(seqs, {b: o for b, o in enumerate(others.tolist())})
-            full = [s[:prefix] + o for s, o in zip(seqs_, others.tolist())]
+            full = [s[:prefix] + o for s, o in zip(seqs_, others.tolist(), strict=True)]
             return ModeOutcome(rows + [Row(f, prefix, self.readout(other[b])) for b, f in enumerate(full)])
         raise ValueError(f"unknown mode {mode!r}")
 

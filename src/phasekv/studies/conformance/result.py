@@ -50,6 +50,14 @@ class ModeErrors(Errors):
     concentration: Concentration
 
 
+class Comparison(Typed):
+    """What the verdict rests on: an independent implementation, a reference the user gave, or the
+    candidate's own parallel forward (a bug every mode shares is then invisible)."""
+
+    against: Literal["independent", "given", "self"]
+    text: str
+
+
 class StrideSource(Typed):
     value: int
     source: str
@@ -62,6 +70,7 @@ class ConformanceResult(TypedResult):
 
     label: str
     reference_mode: str
+    comparison: Comparison | None = None  # results written before the field have none
     stride: StrideSource
     ratios: list[int] = []  # every compression ratio of the layers (candidate's and reference's)
     tolerance: NonNegative

@@ -8,7 +8,11 @@ A *runner* wraps one implementation. `PhaseKVRunner` (a `PhaseKVModel` and its `
 `HFRunner` (a transformers causal LM and its `DynamicCache`) have every local mode; `EndpointRunner`
 (a served model, through `EndpointScorer`) has one, "served": the log-prob of every prompt token and the
 top-1 at its position, from one echo request per prompt (or one request per position where the server
-ignores echo). The reference is the candidate's own parallel forward unless another runner is given.
+ignores echo). The reference is the candidate's own parallel forward unless another runner is given; a bug
+that every mode shares (a window laid one token off in the compressor every path calls) is invisible against
+it, so `independent_reference` gives, where phasekv has one, an implementation that shares none of the
+candidate's phase-sensitive code: a phasekv model's float64 naive twin (`phasekv.model.reference`). The
+result's `comparison` says which of the three each verdict rests on.
 
 Before any mode runs, the reference's parallel forward is run a second time on the same prompts and compared
 with the first, as a mode would be ("reference_repeat"). Where the two disagree beyond the tolerance, the
@@ -101,6 +105,7 @@ class LocalRunner:
 
     kind = "local"
     name = "model"
+    independent = ""  # where the runner is an independent implementation of its candidate: of what kind
     stride: int | None = None
     ratios: tuple[int, ...] = ()  # every compression ratio among the layers, ascending
     left_padding: str | None = "not defined"
@@ -537,6 +542,40 @@ def prompts(options: ConformanceOptions, vocab_size: int) -> torch.Tensor:
     return torch.randint(0, vocab_size, (options.prompts, options.length), generator=gen)
 
 
+def independent_reference(candidate) -> LocalRunner | None:
+    """An implementation of the candidate's function that shares none of its phase-sensitive code, where
+    phasekv has one: a phasekv model's float64 naive twin (its attention layers from their definitions).
+    None for other candidates (a served model is compared with its local reference, given separately)."""
+    if not isinstance(candidate, PhaseKVRunner):
+        return None
+    from phasekv.model.reference import reference_twin
+
+    twin = PhaseKVRunner(reference_twin(candidate.model), name=f"{candidate.name}, float64 naive twin")
+    twin.independent = "its float64 naive twin: attention from the definitions, no fast path"
+    return twin
+
+
+def comparison(candidate, reference) -> dict:
+    """What a verdict rests on: `against` "independent" (a reference sharing none of the candidate's
+    phase-sensitive code), "given" (a reference the user named: independent only if it is) or "self" (the
+    candidate's own parallel forward), with a sentence that says so."""
+    if reference is None:
+        text = (
+            f"each mode against {candidate.name}'s own parallel forward: a bug that every mode shares, the "
+            "parallel forward included, is invisible (phasekv has no independent implementation of this model; "
+            "give --reference)"
+        )
+        return {"against": "self", "text": text}
+    if reference.independent:
+        text = (
+            f"each mode, the parallel forward included, against {reference.independent}: a bug that every mode "
+            "of the candidate shares is visible"
+        )
+        return {"against": "independent", "text": text}
+    text = f"each mode, the parallel forward included, against {reference.name}'s parallel forward (--reference)"
+    return {"against": "given", "text": text}
+
+
 def resolve_stride(options: ConformanceOptions, candidate, reference) -> tuple[int, str]:
     if options.period is not None:
         return options.period, "--period"
@@ -595,6 +634,7 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         "candidate": candidate.describe() | {"label": candidate.name},
         "reference": None if reference is None else reference.describe() | {"label": reference.name},
         "reference_mode": f"{'the candidate' if reference is None else 'the reference'}'s parallel forward",
+        "comparison": comparison(candidate, reference),
         "label": candidate.name if reference is None else f"{candidate.name} vs {reference.name}",
         "stride": {"value": stride, "source": stride_source},
         "ratios": ratios,
@@ -634,6 +674,7 @@ def format_conformance(result: dict) -> str:
     lines = [
         f"conformance of {result['label']} (reference: {result['reference_mode']}; S = {stride} from "
         f"{result['stride']['source']}; tolerance {result['tolerance']:g})",
+        *([f"compared: {result['comparison']['text']}"] if result.get("comparison") else []),
         f"{'mode':<14} {'max|dlp|':>9} {'mean|dlp|':>9} {'max KL':>9} {'top-1':>6} {'first':>5}  verdict",
     ]
     if result.get("compared") == HIDDEN:

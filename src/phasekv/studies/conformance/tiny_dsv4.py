@@ -44,7 +44,8 @@ CONFIG = {
     "o_groups": 2,
     "o_lora_rank": 16,
     "index_n_heads": 2,
-    "index_head_dim": 64,  # llama.cpp ropes its last qk_rope_head_dim dims and rotates it by a Hadamard matrix of a power of 2 >= 64
+    # llama.cpp ropes its last qk_rope_head_dim dims and rotates it by a Hadamard matrix of a power of 2 >= 64
+    "index_head_dim": 64,
     # at least the number of CSA entries a few-hundred-token prompt has: the indexer keeps every entry, so no
     # top-k choice among tied scores (sums of ReLUs are often exactly 0) can make two implementations differ
     "index_topk": 128,
