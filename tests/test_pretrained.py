@@ -219,39 +219,6 @@ def test_models_group_lists_presets_and_get_reports_errors(tmp_path):
     assert result.exit_code == 2 and "not a wheel" in result.output
 
 
-def test_directory_fingerprint_follows_file_contents(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "model.safetensors").write_bytes(b"weights")
-    (tmp_path / "sub").mkdir()
-    before = pretrained.directory_fingerprint(tmp_path)
-    assert sorted(before) == ["config.json", "model.safetensors"]
-    (tmp_path / "model.safetensors").write_bytes(b"other weights")
-    assert pretrained.directory_fingerprint(tmp_path)["model.safetensors"] != before["model.safetensors"]
-    assert pretrained.directory_fingerprint(tmp_path)["config.json"] == before["config.json"]
-
-
-def test_the_weights_fingerprint_follows_the_tensors_not_the_files(tmp_path):
-    import torch
-    from safetensors.torch import save_file
-
-    a, b = torch.arange(6.0).reshape(2, 3), torch.ones(4)
-    one, two, split, changed = (tmp_path / name for name in ("one", "two", "split", "changed"))
-    for folder in (one, two, split, changed):
-        folder.mkdir()
-    save_file({"a": a, "b": b}, one / "model.safetensors")
-    save_file({"b": b, "a": a}, two / "model.safetensors", metadata={"format": "pt", "writer": "another version"})
-    save_file({"a": a}, split / "model-00001.safetensors")
-    save_file({"b": b}, split / "model-00002.safetensors")
-    save_file({"a": a, "b": b + 1e-6}, changed / "model.safetensors")
-    (two / "PROVENANCE.json").write_text("{}")  # other files do not count
-    assert (one / "model.safetensors").read_bytes() != (two / "model.safetensors").read_bytes()
-    fingerprint = pretrained.weights_fingerprint(one)
-    assert pretrained.weights_fingerprint(two) == fingerprint == pretrained.weights_fingerprint(split)
-    assert pretrained.weights_fingerprint(changed) != fingerprint
-    with pytest.raises(pretrained.FetchError, match="no \\*.safetensors"):
-        pretrained.weights_fingerprint(tmp_path)
-
-
 def test_a_run_from_a_source_tree_records_the_code_version(monkeypatch):
     from importlib import metadata
 

@@ -2,7 +2,7 @@
 
 Every tensor an analysis needs (per-head attention outputs, gate scores, compressed entries) flows
 through a `HookPoint`, an identity module. Its dotted name in the model (for example
-``layers.3.attn.hook_z``) is the handle: analyses attach functions to names and never thread flags
+``layers.3.self_attn.hook_z``) is the handle: analyses attach functions to names and never thread flags
 through the model.
 """
 

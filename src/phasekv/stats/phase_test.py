@@ -58,7 +58,8 @@ VARIANCE_FLOOR = 0.01  # fitted accuracies are kept in [0.01, 0.99] for the Bern
 N_BOOTSTRAP = 1000
 NUMERICAL_ZERO = 1e-9  # a Wald statistic below this is rounding error
 METHOD = (
-    "phase frequencies against their neighbours: unit effects, a cubic in position and sinusoids at k/P and at "
+    "phase frequencies against their neighbours: each unit's level and smooth curve (cubic B-splines of position) "
+    "and sinusoids at k/P and at "
     "neighbouring frequencies fitted to distinct prompts; F = (Wald of the phase terms / (P-1)) / (Wald of the "
     "neighbours / df), Bernoulli variance (phasekv.stats.phase_test)"
 )
