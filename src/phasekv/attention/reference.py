@@ -88,22 +88,34 @@ def reference_full_attention(q, k, v, q_start, k_start) -> torch.Tensor:
 def reference_layer(attn, x: torch.Tensor) -> torch.Tensor:
     """A compressed `Attention` layer's output for x [B, T, d_model] (positions 0..T-1), from the
     definitions: entries from `reference_entries`; window j starts at o+j*S (o: the layer's offset),
-    is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on."""
+    is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on. In a
+    head-staggered layer (stagger="kv_head") KV head h's windows start at (o + o_h) mod S + j*S, and its
+    query heads see its entries alone."""
 
     cfg, comp = attn.cfg, attn.compressor
-    geometry = comp.geometry
     batch, length, _ = x.shape
     positions = torch.arange(length)
     q = attn._rope(attn.q_norm(attn.q_proj(x).view(batch, length, cfg.num_heads, cfg.head_dim)), positions)
     k = attn._rope(attn.k_norm(attn.k_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)), positions)
     v = attn.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
-    entry_k, entry_v = reference_entries(comp, x)  # [B, n, kv, hd]
-    starts = geometry.offset + geometry.stride * torch.arange(
-        geometry.first_index, geometry.first_index + entry_k.shape[1]
-    )
-    rope_at = starts if geometry.entry_position == "window_start" else starts + geometry.window - geometry.stride
-    entry_k = attn._rope(entry_k if comp.normalizes_entries else attn.k_norm(entry_k), rope_at)
-    ends = starts + geometry.window - 1
-    kv = KVView(entry_k, entry_v, ends, k, v, 0, comp.cfg.local_window, attn.sink)
-    z = reference_compressed_attention(q, 0, kv)
+    group = cfg.num_heads // cfg.num_kv_heads
+    # (KV heads, query heads) that share one grid: all of them, or each KV head with its group when staggered
+    parts = [(slice(None), slice(None), None)]
+    if cfg.compression.stagger == "kv_head":
+        parts = [(slice(h, h + 1), slice(h * group, (h + 1) * group), h) for h in range(cfg.num_kv_heads)]
+    z = torch.zeros_like(q)
+    for kv_heads, q_heads, head in parts:
+        entry_k, entry_v = reference_entries(comp, x, head)  # [B, n, kv, hd]
+        offset = comp.geometry.offset
+        if head is not None:
+            offset = (offset + head * comp.geometry.stride // cfg.num_kv_heads) % comp.geometry.stride
+        geometry = comp.geometry
+        first = -((geometry.window - 1 + offset) // geometry.stride) if geometry.pad_first else 0
+        starts = offset + geometry.stride * torch.arange(first, first + entry_k.shape[1])
+        rope_at = starts if geometry.entry_position == "window_start" else starts + geometry.window - geometry.stride
+        entry_k = attn._rope(entry_k if comp.normalizes_entries else attn.k_norm(entry_k), rope_at)
+        ends = starts + geometry.window - 1
+        sink = None if attn.sink is None else attn.sink[q_heads]
+        kv = KVView(entry_k, entry_v, ends, k[:, :, kv_heads], v[:, :, kv_heads], 0, comp.cfg.local_window, sink)
+        z[:, :, q_heads] = reference_compressed_attention(q[:, :, q_heads], 0, kv)
     return attn.o_proj(z.reshape(batch, length, -1))
