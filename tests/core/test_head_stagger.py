@@ -43,7 +43,8 @@ def test_kv_head_h_of_n_starts_its_windows_at_h_s_over_n():
     comp = _model("w8s8-4kv-head-stagger").layers[0].self_attn.compressor
     last_slots = [int(comp.head_geometry(h).window_end(0)) % 8 for h in range(4)]
     assert last_slots == [7, 1, 3, 5]
-    with_layer_offsets = _model("w8s8-4kv-head-stagger", compression=CompressionConfig(8, 8, stagger="kv_head", offsets=(3, 0)))
+    moved = CompressionConfig(8, 8, stagger="kv_head", offsets=(3, 0))
+    with_layer_offsets = _model("w8s8-4kv-head-stagger", compression=moved)
     assert _head_offsets(with_layer_offsets) == [[3, 5, 7, 1], [0, 2, 4, 6]]
 
 
