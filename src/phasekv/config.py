@@ -14,7 +14,7 @@ GATE_NORMS = ("softmax", "sigmoid")
 COMPRESSOR_KINDS = ("paper", "dsv4")
 ENTRY_POSITIONS = ("window_start", "last_stride_start")
 ROPE_STYLES = ("half", "interleaved")
-STAGGERS = ("none", "layer")
+STAGGERS = ("none", "layer", "kv_head")
 DSV4_LAYER_TYPES = ("sliding", "csa", "hca")
 
 
@@ -61,12 +61,18 @@ class CompressionConfig:
     pad_first_window: also write the windows that start before position 0, their missing slots
                      given gate weight 0 (DeepSeek-V4 does this; off by default).
     attention_sink:  a learned per-head logit in every softmax denominator (DeepSeek-V4).
-    stagger:         window offsets per layer: "none" (every layer at offset 0, or `offsets`) or "layer"
+    stagger:         window offsets per layer or KV head: "none" (every layer at offset 0, or `offsets`) or "layer"
                      (layer l of n at offset l*stride//n). With offset o, window j covers
                      o+j*stride .. o+j*stride+window-1, is visible from its last position on, and RoPE
                      places it at its start (incl. o). Tokens before o belong to no complete window;
                      with pad_first_window they fall in window -1, whose slots before 0 get weight 0.
-    offsets:         explicit per-layer offsets (one per layer, each in [0, stride)); needs stagger="none".
+                     "kv_head": every layer at offset 0 (or `offsets`), and KV head h of n_kv writes its
+                     windows at o_h = h*stride//n_kv on top of the layer's offset (mod stride): with 4 KV
+                     heads at S=8, heads 0-3 cut at 0, 2, 4, 6 (`head_offsets`), so each phase is the last
+                     slot of a window for only some heads. One entry per head per S tokens, as unstaggered:
+                     the same parameters and cache bytes. Paper-style compressors only.
+    offsets:         explicit per-layer offsets (one per layer, each in [0, stride)); needs stagger="none" or
+                     "kv_head".
     token_shift:     gates and payload maps read [h_p ; h_{p-1}] (h_{-1} = 0) instead of h_p, so a key
                      in a window's last slot and its value in the next window's first slot are both
                      readable at one offset. Entry count, visibility and cache bytes are unchanged.
@@ -133,7 +139,7 @@ class CompressionConfig:
             f"offsets must be integers in [0, stride={self.stride}), got {self.offsets}",
         )
         _require(
-            not (self.offsets and self.stagger != "none"),
+            not (self.offsets and self.stagger == "layer"),
             f"give either explicit offsets or stagger={self.stagger!r}, not both",
         )
         _require(isinstance(self.token_shift, bool), f"token_shift must be True or False, got {self.token_shift!r}")
@@ -160,6 +166,8 @@ class CompressionConfig:
             )
             if on
         ]
+        if self.stagger == "kv_head":
+            changed.append("stagger='kv_head'")
         _require(
             not changed or self.kind == "paper",
             f"{', '.join(changed)} apply to paper-style compressors only, not kind={self.kind!r}",
@@ -190,6 +198,12 @@ class CompressionConfig:
         if self.offsets:
             return self.offsets[layer]
         return layer * self.stride // num_layers if self.stagger == "layer" else 0
+
+    def head_offsets(self, kv_heads: int) -> tuple[int, ...]:
+        """Each KV head's window offset relative to its layer's (all 0 unless stagger="kv_head")."""
+        if self.stagger != "kv_head":
+            return (0,) * kv_heads
+        return tuple(h * self.stride // kv_heads for h in range(kv_heads))
 
 
 @dataclass(frozen=True)

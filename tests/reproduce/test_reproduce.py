@@ -372,6 +372,65 @@ def test_a_third_round_result_reads_its_overlap_gates_and_renders_in_the_report(
     assert "W9/S8 · tied overlap gate" in page and "No candidate design met the target (4 tried)." in page
 
 
+def test_fourth_round_stages_kv_head_grids_beside_the_same_kv_heads_at_the_cpu_recipe(tmp_path):
+    from phasekv.model.presets import preset_config
+    from phasekv.studies.designs.run import cache_bytes_per_token
+
+    round4, cpu = get_profile("round4"), get_profile("cpu")
+    by_design: dict[str, list[int]] = {}
+    for run in round4.runs:
+        by_design.setdefault(run.design_name, []).append(run.seed)
+    assert set(by_design) == {
+        f"{kind} · {kv} KV{suffix}"
+        for kv in (4, 8)
+        for kind, suffix in (("Full attention", ""), ("W8/S8", ""), ("W8/S8", " · grids staggered across KV heads"))
+    }
+    assert all(seeds == [42, 43, 44, 45] for seeds in by_design.values())
+    assert [r.seed for r in round4.runs] == sorted(r.seed for r in round4.runs) and round4.jobs == 1
+    assert round4.grid_shift and round4.analyses == ()
+    reference = cpu.run_config(cpu.runs[4]).to_dict()
+    recipe = ("data", "optim", "steps", "batch_size", "seq_len", "checkpoint_every")
+    bytes_per_token = {}
+    for run in round4.runs:
+        config = round4.run_config(run)
+        assert {k: config.to_dict()[k] for k in recipe} == {k: reference[k] for k in recipe}
+        model = preset_config(config.model.preset, **config.model.overrides)
+        kv = int(run.design_name.split(" · ")[1].split()[0])
+        assert model.num_kv_heads == kv and model.num_heads == max(4, kv)
+        assert (model.compression is not None and model.compression.stagger == "kv_head") == (
+            "staggered" in run.name + run.design_name
+        )
+        bytes_per_token.setdefault((kv, run.is_control), set()).add(cache_bytes_per_token(model))
+    # a staggered model's cache grows like the unstaggered one's (measured in tests/core/test_head_stagger.py)
+    assert bytes_per_token[(4, False)] == {256.0} and bytes_per_token[(8, False)] == {512.0}
+    assert {t[0] for t in round4.seed_comparisons} >= {d for d in by_design if "staggered" in d}
+    assert {t[4] for t in round4.seed_comparisons if len(t) == 5} == {"mean"}
+    long = get_profile("round4-long")
+    assert [(r.preset, r.seed, r.steps) for r in long.runs] == [
+        (preset, seed, 3 * 2600) for seed in (42, 43) for preset in ("w8s8-1kv", "w9s8-1kv-offset-shared")
+    ]
+    assert long.run_config(long.runs[0]).checkpoint_every == 1950 and long.jobs == 1  # resumable every quarter
+    plan = write_plan(long, tmp_path / "round4-long")
+    assert "(1 one-thread processes)" in plan and "w9s8-1kv-offset-shared-long-s43 " in plan
+
+
+def test_a_kv_head_staggered_run_trains_and_takes_the_grid_shift_test(tmp_path):
+    runs = (
+        RunSpec(
+            "w8s8-4kv-head-stagger",
+            "w8s8-4kv-head-stagger",
+            "W8/S8 · 4 KV · grids staggered across KV heads",
+            steps=2,
+        ),
+    )
+    summary = reproduce(_mini("staggered", runs, grid_shift=True), tmp_path, progress=False)
+    result = json.loads((tmp_path / "results" / "w8s8-4kv-head-stagger.json").read_text())
+    assert result["phase_test"]["grid_shift"]["offsets"] == list(range(8))
+    snapshot = json.loads((tmp_path / "runs" / "w8s8-4kv-head-stagger" / "gates" / "step_000002.json").read_text())
+    assert len(snapshot["layers"][0]["key"]["static_effective"]) == 4  # one per KV head, joined from 4 calls
+    assert "grid shift p " in next(line for line in summary["table"].splitlines() if line.startswith("| W8/S8"))
+
+
 def test_second_round_designs_match_w8s8_cache_and_the_quick_recipe():
     from phasekv.model.presets import preset_config
     from phasekv.reproduce.profiles import DESIGN_SEEDS, get_profile

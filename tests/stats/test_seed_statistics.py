@@ -1,6 +1,8 @@
 """Cross-seed statistics: summaries, tests across seeds, and the CPU profile's table on fabricated seeds."""
 
 import math
+from dataclasses import replace
+from statistics import fmean
 
 import numpy as np
 import pytest
@@ -109,9 +111,28 @@ def test_cpu_profile_table_pools_seeds_and_tests_the_papers_two_claims():
     tests = {t["claim"]: t for t in seed_table.comparisons(cpu, table)}
     assert tests["W8/S4 gap < W8/S8 gap (overlap shrinks the gap)"] == {
         "claim": "W8/S4 gap < W8/S8 gap (overlap shrinks the gap)", "a": "W8/S4 · 1 KV", "b": "W8/S8 · 1 KV",
-        "testable": False, "n": [1, 4],
+        "metric": "gap", "testable": False, "n": [1, 4],
     }  # fmt: skip
     assert "| - | not testable: 1 + 4 learned seeds |" in seed_table.markdown(table, list(tests.values()))
+
+
+def test_round_four_tests_gaps_on_learned_seeds_and_means_on_every_seed():
+    round4 = get_profile("round4")
+    staggered, plain = "W8/S8 · 4 KV · grids staggered across KV heads", "W8/S8 · 4 KV"
+    gaps = {staggered: [40.0, 30.0, None, 35.0], plain: [100.0, 100.0, 96.0, 98.0]}
+    table = seed_table.design_rows(round4, _fabricated_rows(round4, gaps))
+    by = {row["design"]: row for row in table}
+    assert by[staggered]["means"] == [80.0, 85.0, 100.0, 82.5]  # the seed at chance counts in the mean
+    tests = {t["claim"]: t for t in seed_table.comparisons(round4, table)}
+    gap = tests["4 KV: staggered gap < unstaggered gap"]
+    assert gap["metric"] == "gap" and gap["n"] == [3, 4] and gap["permutation_p"] == pytest.approx(1 / 35)
+    mean = tests["4 KV: staggered mean > unstaggered mean"]
+    assert mean["metric"] == "mean" and mean["n"] == [4, 4] and mean["permutation_splits"] == 70
+    assert mean["difference"] == pytest.approx(fmean([80.0, 85.0, 100.0, 82.5]) - fmean([50.0, 50.0, 52.0, 51.0]))
+    text = seed_table.markdown(table, list(tests.values()))
+    assert "| Claim (gap or mean, across seeds) |" in text and "where the claim says mean" in text
+    with pytest.raises(ValueError, match="unknown metric 'median'"):
+        seed_table.comparisons(replace(round4, seed_comparisons=((staggered, plain, "less", "x", "median"),)), table)
 
 
 def test_cpu_plan_lists_its_runs_and_an_estimate_under_two_hours(tmp_path):

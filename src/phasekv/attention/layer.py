@@ -53,12 +53,26 @@ class Attention(nn.Module):
         mem = self._memory(x, start, state)
         if self.compressor is None:
             z = full_attention(q, mem.exact_k, mem.exact_v, start, mem.exact_start)
+        elif mem.heads:
+            z = self._staggered_attention(q, start, mem)
         else:
             z = compressed_attention(q, start, KVView.of(mem, self.compressor.cfg.local_window, self.sink))
         if state is not None:
             vars(state).update(vars(self._trim(mem)))
         z = self.hook_z(z)
         return self.o_proj(z.reshape(batch, length, -1))
+
+    def _staggered_attention(self, q: torch.Tensor, start: int, mem: LayerState) -> torch.Tensor:
+        """A head-staggered layer's z: each KV head's entries end at its own positions, so each KV head and its
+        group of query heads attend on their own (the same kernels, one call per KV head)."""
+        group = q.shape[2] // len(mem.heads)
+        parts = []
+        for head in range(len(mem.heads)):
+            rows = slice(head * group, (head + 1) * group)
+            sink = None if self.sink is None else self.sink[rows]
+            view = KVView.of_head(mem, head, self.compressor.cfg.local_window, sink)
+            parts.append(compressed_attention(q[:, :, rows].contiguous(), start, view))
+        return torch.cat(parts, dim=2)
 
     def prefill_state(self, x: torch.Tensor) -> LayerState:
         """The state a cached call on x (positions 0..T-1) would leave, without its queries or outputs."""
@@ -83,12 +97,31 @@ class Attention(nn.Module):
         if comp is None:
             return mem
         mem.extend_hidden(past, x, start)
-        entries = comp(mem.hidden, mem.hidden_start, emit_from=start)  # windows completed inside x
-        entry_k = entries.key if comp.normalizes_entries else self.k_norm(entries.key)
-        mem.entry_k = append_rows(past.entry_k, self._rope(entry_k, comp.geometry.rope_position(entries.index)))
-        mem.entry_v = append_rows(past.entry_v, entries.value)
-        mem.entry_end = append_rows(past.entry_end.to(x.device), comp.geometry.window_end(entries.index), dim=0)
+        if not comp.staggered:
+            self._add_entries(mem, past, start)
+            return mem
+        pasts = past.heads or tuple(LayerState() for _ in range(cfg.num_kv_heads))
+        mem.heads = tuple(LayerState() for _ in pasts)
+        for head, (own, before) in enumerate(zip(mem.heads, pasts, strict=True)):
+            self._add_entries(own, before, start, mem, head)
         return mem
+
+    def _add_entries(
+        self, into: LayerState, past: LayerState, start: int, mem: LayerState | None = None, head: int | None = None
+    ) -> None:
+        """`past`'s entries followed by those of the windows completed at positions start.. (of every KV head,
+        or of `head` on its own grid), keys normalised and RoPE'd, into `into`; the compressor reads the
+        hidden states of `mem` (default: `into`)."""
+        comp = self.compressor
+        mem = into if mem is None else mem
+        extra = {} if head is None else {"head": head}
+        entries = comp(mem.hidden, mem.hidden_start, emit_from=start, **extra)  # windows completed since `start`
+        geometry = comp.head_geometry(head)
+        entry_k = entries.key if comp.normalizes_entries else self.k_norm(entries.key)
+        into.entry_k = append_rows(past.entry_k, self._rope(entry_k, geometry.rope_position(entries.index)))
+        into.entry_v = append_rows(past.entry_v, entries.value)
+        device = entries.index.device
+        into.entry_end = append_rows(past.entry_end.to(device), geometry.window_end(entries.index), dim=0)
 
     def _trim(self, mem: LayerState) -> LayerState:
         """Drop what no later query can reach: exact tokens beyond the last L-1, hidden states of
@@ -102,5 +135,5 @@ class Attention(nn.Module):
         return LayerState(
             exact_k=exact_k, exact_v=exact_v, exact_start=mem.exact_start + dropped,
             entry_k=mem.entry_k, entry_v=mem.entry_v, entry_end=mem.entry_end,
-            hidden=hidden, hidden_start=mem.hidden_start + hidden_dropped,
+            hidden=hidden, hidden_start=mem.hidden_start + hidden_dropped, heads=mem.heads,
         )  # fmt: skip

@@ -7,6 +7,8 @@ which `phasekv.model.reference` assembles into a model's float64 twin for `phase
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..compress.reference import reference_entries
@@ -96,7 +98,9 @@ def reference_attention_layer(attn: Attention | DSV4Attention, x: torch.Tensor) 
 def reference_layer(attn: Attention, x: torch.Tensor) -> torch.Tensor:
     """An `Attention` layer's output for x [B, T, d_model] (positions 0..T-1), from the definitions: full
     attention, or entries from `reference_entries`; window j starts at o+j*S (o: the layer's offset),
-    is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on."""
+    is RoPE'd there (or S-W later with "last_stride_start") and is visible from o+j*S+W-1 on. In a
+    head-staggered layer (stagger="kv_head") KV head h's windows start at (o + o_h) mod S + j*S, and its
+    query heads see its entries alone."""
 
     cfg, comp = attn.cfg, attn.compressor
     batch, length, _ = x.shape
@@ -106,11 +110,23 @@ def reference_layer(attn: Attention, x: torch.Tensor) -> torch.Tensor:
     v = attn.v_proj(x).view(batch, length, cfg.num_kv_heads, cfg.head_dim)
     if comp is None:
         return attn.o_proj(reference_full_attention(q, k, v, 0, 0).reshape(batch, length, -1))
-    entry_k, entry_v = reference_entries(comp, x)  # [B, n, kv, hd]
-    rope_at, ends = _entry_positions(comp.geometry, entry_k.shape[1])
-    entry_k = attn._rope(entry_k if comp.normalizes_entries else attn.k_norm(entry_k), rope_at)
-    kv = KVView(entry_k, entry_v, ends, k, v, 0, comp.cfg.local_window, attn.sink)
-    z = reference_compressed_attention(q, 0, kv)
+    group = cfg.num_heads // cfg.num_kv_heads
+    # (KV heads, query heads) that share one grid: all of them, or each KV head with its group when staggered
+    parts = [(slice(None), slice(None), None)]
+    if cfg.compression.stagger == "kv_head":
+        parts = [(slice(h, h + 1), slice(h * group, (h + 1) * group), h) for h in range(cfg.num_kv_heads)]
+    z = torch.zeros_like(q)
+    for kv_heads, q_heads, head in parts:
+        entry_k, entry_v = reference_entries(comp, x, head)  # [B, n, kv, hd]
+        geometry = comp.geometry
+        if head is not None:
+            stride = geometry.stride
+            geometry = replace(geometry, offset=(geometry.offset + head * stride // cfg.num_kv_heads) % stride)
+        rope_at, ends = _entry_positions(geometry, entry_k.shape[1])
+        entry_k = attn._rope(entry_k if comp.normalizes_entries else attn.k_norm(entry_k), rope_at)
+        sink = None if attn.sink is None else attn.sink[q_heads]
+        kv = KVView(entry_k, entry_v, ends, k[:, :, kv_heads], v[:, :, kv_heads], 0, comp.cfg.local_window, sink)
+        z[:, :, q_heads] = reference_compressed_attention(q[:, :, q_heads], 0, kv)
     return attn.o_proj(z.reshape(batch, length, -1))
 
 

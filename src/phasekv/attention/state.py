@@ -18,6 +18,9 @@ class LayerState:
     entry_end:        [N] position from which each entry is visible.
     hidden:           compressor inputs of the last W-1 positions (the unfinished windows).
     index_k:          [B, n, index_head_dim] the lightning indexer's keys of the entries (DeepSeek-V4 CSA).
+    heads:            head-staggered layers (stagger="kv_head"): one state per KV head holding only that head's
+                      entries (entry_k, entry_v [B, n_h, 1, head_dim], entry_end [n_h]: each head's windows end
+                      at different positions); the layer's own entry fields stay empty.
     """
 
     exact_k: torch.Tensor | None = None
@@ -29,10 +32,12 @@ class LayerState:
     hidden: torch.Tensor | None = None
     hidden_start: int = 0
     index_k: torch.Tensor | None = None
+    heads: tuple[LayerState, ...] = ()
 
     @property
     def num_entries(self) -> int:
-        return self.entry_end.numel()
+        """Entries held (of every KV head's grid, for a head-staggered layer)."""
+        return self.entry_end.numel() + sum(head.num_entries for head in self.heads)
 
     def extend_hidden(self, past: LayerState, x: torch.Tensor, start: int) -> None:
         """Take `past`'s compressor inputs followed by the rows of x (positions start..) as this state's."""
@@ -42,7 +47,8 @@ class LayerState:
     def nbytes(self) -> int:
         """Bytes of key/value memory held (exact tokens and entries; not the compressor's hidden buffer)."""
         tensors = (self.exact_k, self.exact_v, self.entry_k, self.entry_v, self.index_k)
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        own = sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        return own + sum(head.nbytes() for head in self.heads)
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,18 @@ class KVView:
         entry_k = state.exact_k[:, :0] if state.entry_k is None else state.entry_k
         entry_v = entry_k if state.entry_v is None else state.entry_v
         return cls(entry_k, entry_v, state.entry_end, state.exact_k, exact_v, state.exact_start, local_window, sink)
+
+    @classmethod
+    def of_head(cls, state: LayerState, head: int, local_window: int, sink: torch.Tensor | None = None) -> KVView:
+        """The view of KV head `head` of a head-staggered layer's memory: its own entries (`state.heads`) and its
+        exact tokens; `sink` is the sink of its query heads."""
+        entries = state.heads[head]
+        exact_k = state.exact_k[:, :, head : head + 1]
+        exact_v = state.exact_v[:, :, head : head + 1]
+        entry_k = exact_k[:, :0] if entries.entry_k is None else entries.entry_k
+        entry_v = entry_k if entries.entry_v is None else entries.entry_v
+        end = entries.entry_end
+        return cls(entry_k, entry_v, end, exact_k, exact_v, state.exact_start, local_window, sink)
 
     def requires_grad(self) -> bool:
         """Whether a tensor of the view needs gradients."""

@@ -160,7 +160,9 @@ def reproduce(
         "quick",
         help="quick (CPU, minutes), mitigations and designs (designs against the weak spots at W8/S8's cache size, "
         "first and second round; reuse runs/quick), designs3 (third round: offset-shared, sigmoid and tied gates at "
-        "the cpu recipe, 4 seeds; reuses runs/cpu), control (the control trained longer), cpu (the paper's table at "
+        "the cpu recipe, 4 seeds; reuses runs/cpu), round4 (grids staggered across KV heads at 4 and 8 KV beside "
+        "W8/S8 and full attention with the same KV heads, 4 seeds), round4-long (offset-shared W9/S8 and W8/S8 at "
+        "3x the cpu recipe's steps, 2 seeds), control (the control trained longer), cpu (the paper's table at "
         "tiny size, matched steps, 4 seeds), dsv4, paper, presses (training-free KV-cache compression of a "
         "pretrained HF model: --model; grid presses also take the grid-shift test) or presses-large (the same, "
         "sized to see a 10-point weak phase: a GPU's job)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import numerics  # noqa: F401  (imported for its effect: MKL's math kernels settled before any model runs)
 from ..config import CompressionConfig
-from .base import Compressor, Entries, cut_windows
+from .base import Compressor, Entries, cut_windows, join_head_calls
 from .dsv4 import DSV4Compressor
 from .paper import PaperCompressor
 from .windows import WindowGeometry
@@ -27,4 +27,5 @@ __all__ = [
     "WindowGeometry",
     "build_compressor",
     "cut_windows",
+    "join_head_calls",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -76,12 +76,26 @@ def cut_windows(x: torch.Tensor, geometry: WindowGeometry, start: int, emit_from
     return Windows(windows.transpose(2, 3), positions >= 0, index)
 
 
+def join_head_calls(calls: list[torch.Tensor]) -> torch.Tensor:
+    """One forward's tensors at a gate or entry hook as one [B, n, ..., kv_heads, g] tensor: the only call of an
+    unstaggered compressor, or a head-staggered compressor's calls (one per KV head, kv_heads = 1 each, in head
+    order) cut to their common number of windows n (heads with later grids complete a window fewer) and
+    joined along the KV-head axis (the second-to-last)."""
+    if len(calls) == 1:
+        return calls[0]
+    n = min(c.shape[1] for c in calls)
+    return torch.cat([c[:, :n] for c in calls], dim=-2)
+
+
 class Compressor(nn.Module):
     """What the compressors share: config, window geometry, and the per-token features they read.
 
     in_features: width of those features (2*d_model with token_shift: [h_p ; h_{p-1}]).
     context:     hidden states before a call's new tokens that the call needs (the unfinished
                  windows, plus the token before them with token_shift); the decode cache keeps them.
+    head_offsets: each KV head's window offset relative to `geometry`'s (stagger="kv_head"; else all 0).
+                 A staggered compressor writes each KV head's entries on its own grid (`head_geometry`),
+                 one head per call (`forward(..., head=h)`).
     """
 
     def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, offset: int = 0):
@@ -91,6 +105,21 @@ class Compressor(nn.Module):
         self.kv_heads, self.head_dim = kv_heads, head_dim
         self.in_features = hidden_size * (2 if cfg.token_shift else 1)
         self.context = cfg.window - 1 + int(cfg.token_shift)
+        self.head_offsets = cfg.head_offsets(kv_heads)
+
+    @property
+    def staggered(self) -> bool:
+        """Whether the KV heads' windows lie on different grids."""
+        return any(self.head_offsets)
+
+    def head_geometry(self, head: int | None) -> WindowGeometry:
+        """The windows of KV head `head` (None: the layer's, which every head uses unless staggered): the
+        layer's grid moved by the head's offset, mod S, so that moving the layer's grid (`window_offset`)
+        moves every head's with it."""
+        if head is None or not self.head_offsets[head]:
+            return self.geometry
+        g = self.geometry
+        return replace(g, offset=(g.offset + self.head_offsets[head]) % g.stride)
 
     def features(self, h: torch.Tensor, start: int) -> tuple[torch.Tensor, int]:
         """h: [B, T, d_model] at positions start.. -> (features [B, T', in_features], their first position).

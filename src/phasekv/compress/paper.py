@@ -6,6 +6,9 @@ per KV head, with separate key and value branches unless K=V is shared. A scalar
 score per offset, a vector gate one per channel, a uniform gate alpha = 1/W with no parameters.
 With token_shift, h_{j,i} is [h_p ; h_{p-1}] for the window's i-th position p.
 
+With stagger="kv_head" KV head h's windows start o_h later (`Compressor.head_geometry`): the same weights, each
+head's columns pooled over its own windows, one head per call.
+
 Which stored (Z, b) and C slot i reads is `slot_rows`: its own (the paper's), one for every slot
 (offset_sharing), or, with tie_overlap_gate, the gate of slot i mod S. gate_norm="sigmoid" replaces the
 softmax by alpha_{j,i} = sigmoid(s_{j,i}) / W (offsets do not compete for weight).
@@ -39,7 +42,8 @@ def slot_rows(cfg: CompressionConfig) -> tuple[tuple[int, ...], tuple[int, ...]]
 class PaperCompressor(Compressor):
     """Hook points: hook_gate_key / hook_gate_value: alpha [B, n, W, kv_heads, g] (g = 1 for scalar and
     uniform gates, head_dim for vector gates; hook_gate_value does not fire when K=V is shared);
-    hook_entry_key / hook_entry_value: entries [B, n, kv_heads, head_dim]."""
+    hook_entry_key / hook_entry_value: entries [B, n, kv_heads, head_dim]. A head-staggered compressor fires
+    each once per KV head and call, with kv_heads = 1 (`join_head_calls` puts one forward's calls together)."""
 
     normalizes_entries = False
 
@@ -67,19 +71,23 @@ class PaperCompressor(Compressor):
             nn.init.normal_(self.gate_weight, std=std)
             nn.init.zeros_(self.gate_bias)
 
-    def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0) -> Entries:
+    def forward(self, h: torch.Tensor, start: int = 0, emit_from: int = 0, head: int | None = None) -> Entries:
         """h: [B, T, d_model] hidden states of positions start..start+T-1 -> entries of the windows
-        ending in [emit_from, start+T)."""
+        ending in [emit_from, start+T), of every KV head, or of KV head `head` alone ([B, n, 1, hd]) on its
+        own grid (`head_geometry`; a staggered compressor takes one head per call)."""
+        if head is None and self.staggered:
+            raise ValueError("the KV heads of a head-staggered compressor have different windows: pass head=")
+        geometry = self.head_geometry(head)
         x, first = self.features(h, start)
-        js, first_row = window_rows(self.geometry, x.shape[1], first, emit_from)
+        js, first_row = window_rows(geometry, x.shape[1], first, emit_from)
         if POOLING == "fused" and len(js) and self._records_gradients(x) and not self._gates_hooked():
             layout = SlotLayout(
-                first_row, len(js), self.cfg.stride, self.cfg.window, self._groups(), self.cfg.gate_norm
+                first_row, len(js), self.cfg.stride, self.cfg.window, self._groups(head), self.cfg.gate_norm
             )
-            pooled = gated_pooling(x, *self._slot_weights(), layout)  # [B, n, br, kv, hd]
+            pooled = gated_pooling(x, *self._slot_weights(head), layout)  # [B, n, br, kv, hd]
             index = torch.arange(js.start, js.stop, device=x.device)
         else:
-            pooled, index = self._pool_plain(x, first, emit_from)
+            pooled, index = self._pool_plain(x, first, emit_from, head)
         key = self.hook_entry_key(pooled[:, :, 0])  # [B, n, kv, hd]
         value = key if self.branches == 1 else self.hook_entry_value(pooled[:, :, 1])
         return Entries(key, value, index)
@@ -92,21 +100,30 @@ class PaperCompressor(Compressor):
         """A hook on the gate scores may replace them: only the plain path routes alpha through its hook."""
         return self.hook_gate_key.has_hooks or self.hook_gate_value.has_hooks
 
-    def _groups(self) -> tuple[int, int, int, int]:
+    def _groups(self, head: int | None = None) -> tuple[int, int, int, int]:
         gate_width = 0 if self.cfg.gate == "uniform" else self.gate_width
-        return self.branches, self.kv_heads, self.head_dim, gate_width
+        return self.branches, self.kv_heads if head is None else 1, self.head_dim, gate_width
 
-    def _slot_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-slot [C_i | Z_i] as one matrix [W, d_in, cols] (one matmul per slot) and b_i (None: uniform)."""
-        payload = self._per_slot(self.payload, self.payload_rows)
+    def _slot_weights(self, head: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-slot [C_i | Z_i] as one matrix [W, d_in, cols] (one matmul per slot) and b_i (None: uniform),
+        of every KV head or of `head` alone."""
+        payload = self._head_columns(self._per_slot(self.payload, self.payload_rows), self.head_dim, head)
         if self.cfg.gate == "uniform":
             return payload, None
-        gate_weight, gate_bias = self._gates()
+        gate_weight, gate_bias = self._gates(head)
         return torch.cat([payload, gate_weight], dim=2), gate_bias
 
-    def _gates(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Z_i [W, d_in, gate cols] and b_i [W, gate cols] of every slot."""
-        return self._per_slot(self.gate_weight, self.gate_rows), self._per_slot(self.gate_bias, self.gate_rows)
+    def _gates(self, head: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Z_i [W, d_in, gate cols] and b_i [W, gate cols] of every slot (of every KV head, or of `head`)."""
+        weight = self._per_slot(self.gate_weight, self.gate_rows)
+        bias = self._per_slot(self.gate_bias, self.gate_rows)
+        return self._head_columns(weight, self.gate_width, head), self._head_columns(bias, self.gate_width, head)
+
+    def _head_columns(self, param: torch.Tensor, width: int, head: int | None) -> torch.Tensor:
+        """The columns of KV head `head` (None: all) of a per-slot parameter [..., branches * kv_heads * width]."""
+        if head is None:
+            return param
+        return param.unflatten(-1, (self.branches, self.kv_heads, width))[..., head, :].flatten(-2)
 
     @staticmethod
     def _per_slot(param: torch.Tensor, rows: tuple[int, ...]) -> torch.Tensor:
@@ -116,18 +133,22 @@ class PaperCompressor(Compressor):
             return param
         return param[list(rows)]  # a gather: gradients of slots that share a row add up
 
-    def _pool_plain(self, x: torch.Tensor, first: int, emit_from: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pool_plain(
+        self, x: torch.Tensor, first: int, emit_from: int, head: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Windows cut as a slot-first copy, one batched matmul, autograd throughout; the gate hooks fire
-        here. -> (pooled entries [B, n, br, kv, hd], window indices [n])."""
-        win = cut_windows(x, self.geometry, first, emit_from)
+        here (once per call: once per KV head for a staggered compressor).
+        -> (pooled entries [B, n, br, kv, hd], window indices [n]); kv = 1 for one `head`."""
+        win = cut_windows(x, self.head_geometry(head), first, emit_from)
         batch, n, w, d = win.x.shape
-        shape = (w, batch, n, self.branches, self.kv_heads)
+        shape = (w, batch, n, self.branches, self.kv_heads if head is None else 1)
         x = win.x.permute(2, 0, 1, 3).reshape(w, batch * n, d)  # offsets first: one matmul per C_i
-        payload = torch.bmm(x, self._per_slot(self.payload, self.payload_rows)).view(*shape, self.head_dim)
+        payload_weight = self._head_columns(self._per_slot(self.payload, self.payload_rows), self.head_dim, head)
+        payload = torch.bmm(x, payload_weight).view(*shape, self.head_dim)
         if self.cfg.gate == "uniform":
             logits = x.new_zeros(*shape, 1)
         else:
-            gate_weight, gate_bias = self._gates()
+            gate_weight, gate_bias = self._gates(head)
             logits = (torch.bmm(x, gate_weight) + gate_bias[:, None, :]).view(*shape, self.gate_width)
         logits = logits.masked_fill(~win.valid.T[:, None, :, None, None, None], float("-inf"))
         # over the W offsets

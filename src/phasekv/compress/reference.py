@@ -15,19 +15,28 @@ import torch
 
 from .dsv4 import DSV4Compressor
 from .paper import PaperCompressor, slot_rows
+from .windows import WindowGeometry
 
 
-def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """h: [B, T, d] from position 0 -> (key, value), each [B, n, kv_heads, head_dim], for every written window."""
+def reference_entries(
+    comp: PaperCompressor | DSV4Compressor, h: torch.Tensor, head: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """h: [B, T, d] from position 0 -> (key, value), each [B, n, kv_heads, head_dim], for every written window;
+    with `head`, KV head `head` alone ([B, n, 1, head_dim]) on its own grid: window j starts at
+    ((o + o_head) mod S) + j*S, o_head = the head's offset (stagger="kv_head")."""
     geometry = comp.geometry
+    if head is not None and comp.head_offsets[head]:
+        start = (geometry.offset + comp.head_offsets[head]) % geometry.stride
+        geometry = WindowGeometry(geometry.window, geometry.stride, geometry.pad_first, geometry.entry_position, start)
     window = geometry.window
     branches = 1 if isinstance(comp, DSV4Compressor) else comp.branches
+    heads = range(comp.kv_heads) if head is None else [head]
     batch, length, _ = h.shape
-    out = torch.zeros(branches, batch, geometry.num_complete(length), comp.kv_heads, comp.head_dim, dtype=h.dtype)
+    out = torch.zeros(branches, batch, geometry.num_complete(length), len(heads), comp.head_dim, dtype=h.dtype)
     for n, j in enumerate(range(geometry.first_index, geometry.last_complete(length) + 1)):
         slots = [(i, geometry.window_start(j) + i) for i in range(window) if geometry.window_start(j) + i >= 0]
         for branch in range(branches):
-            for head in range(comp.kv_heads):
+            for column, head in enumerate(heads):
                 logits, payloads = [], []
                 for i, t in slots:
                     s, c = _offset_terms(comp, _token(comp, h, t), i, branch, head)
@@ -40,7 +49,7 @@ def reference_entries(comp: PaperCompressor | DSV4Compressor, h: torch.Tensor) -
                 entry = sum(a * c for a, c in zip(alpha, payloads, strict=True))
                 if isinstance(comp, DSV4Compressor):
                     entry = comp.kv_norm(entry)
-                out[branch, :, n, head] = entry
+                out[branch, :, n, column] = entry
     return out[0], out[-1]
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import torch
 
+from phasekv.compress import join_head_calls
 from phasekv.hooks import capture
 from phasekv.internals.concentration import effective_numbers, gate_shares, pool_phases
 
@@ -32,7 +33,8 @@ def gate_hook_names(model) -> dict[tuple[int, str], str]:
 
 
 def collect_gates(model, batches: Iterable[torch.Tensor]) -> dict[tuple[int, str], torch.Tensor]:
-    """Gate scores of every window of every batch: (layer, branch) -> alpha [windows, W, kv_heads, g]."""
+    """Gate scores of every window of every batch: (layer, branch) -> alpha [windows, W, kv_heads, g] (a
+    head-staggered layer's windows cut to the count that every KV head completes, `join_head_calls`)."""
     with torch.no_grad():  # not a decorator: mutmut leaves decorated functions unmutated
         names = gate_hook_names(model)
         if not names:
@@ -44,7 +46,8 @@ def collect_gates(model, batches: Iterable[torch.Tensor]) -> dict[tuple[int, str
             with capture(model, list(names.values())) as seen:
                 model(ids)
             for key, name in names.items():
-                alpha = gate_shares(seen[name][0], 2, _gate_norm(model, key[0]))  # [B, n, W, kv, g]
+                # [B, n, W, kv, g]; a head-staggered layer's hook fires once per KV head
+                alpha = gate_shares(join_head_calls(seen[name]), 2, _gate_norm(model, key[0]))
                 collected[key].append(alpha.reshape(-1, *alpha.shape[2:]))
         return {key: torch.cat(parts) for key, parts in collected.items()}
 

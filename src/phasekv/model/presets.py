@@ -3,7 +3,8 @@
 `tiny` fits a laptop CPU (2 layers, width 128); `paper` is the Qwen3-0.6B backbone (28 layers,
 width 1024, 16 query heads of dim 128). Names read like the paper's: w8s8-1kv is W8/S8 with one KV
 head; suffixes say what else differs (-nope: no RoPE; -uniform/-vector: gate kind; -shared: K=V;
--stagger: layer l's windows start at offset l*S/n_layers; -shift: token shift). Candidates
+-stagger: layer l's windows start at offset l*S/n_layers; -head-stagger: KV head h's at h*S/n_kv_heads;
+-shift: token shift). Candidates
 without periodic weak spots at W8/S8's cache size: w8s8-1kv-stagger, w16s8-1kv, w8s8-1kv-shift, and the minimal
 overlaps w9s8-1kv and w10s8-1kv (the boundary token shares a window with the next one; -vector: per-channel gates).
 Designs that take away what the gates use to prefer offsets: -offset-shared (one gate and one payload map
@@ -100,6 +101,12 @@ PRESETS: dict[str, Preset] = {
     ),
     "w8s8-1kv-stagger": Preset(
         "W8/S8, 1 KV head, windows of layer l offset by l*S/n_layers", 1, _paper_style(8, 8, stagger="layer")
+    ),
+    "w8s8-4kv-head-stagger": Preset(
+        "W8/S8, 4 KV heads, KV head h's windows offset by h*S/4 (0, 2, 4, 6)", 4, _paper_style(8, 8, stagger="kv_head")
+    ),
+    "w8s8-8kv-head-stagger": Preset(
+        "W8/S8, 8 KV heads, KV head h's windows offset by h*S/8 (0, 1, .., 7)", 8, _paper_style(8, 8, stagger="kv_head")
     ),
     "w16s8-1kv": Preset("W16/S8 (overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(16, 8)),
     "w9s8-1kv": Preset("W9/S8 (one token of overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(9, 8)),

@@ -36,7 +36,7 @@ def reproduce(profile: Profile | str, out: str | Path, jobs: int | None = None, 
     started = time.perf_counter()
     train_seconds = train_all(profile, out, jobs, progress)
     trained = time.perf_counter()
-    results = evaluate_all(profile, out, progress)
+    results = evaluate_all(profile, out, progress, threads=jobs)  # as many cores as training used
     evaluated = time.perf_counter()
     if progress:
         tqdm.write(f"stage train: {trained - started:.0f} s wall\nstage evaluate: {evaluated - trained:.0f} s wall")

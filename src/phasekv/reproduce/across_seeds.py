@@ -24,6 +24,7 @@ def design_rows(profile: Profile, rows: list[dict]) -> list[dict]:
                 "design": design,
                 "seeds": [seed for seed, _ in members],
                 "learned": sum(bool(row["learned"]) for row in rows_of_design) / len(members),
+                "means": [row["mean"] for row in rows_of_design],
                 **pooled(rows_of_design),
             }
         )
@@ -31,19 +32,28 @@ def design_rows(profile: Profile, rows: list[dict]) -> list[dict]:
 
 
 def comparisons(profile: Profile, table: list[dict]) -> list[dict]:
-    """The profile's tests across seeds on the gap of the learned seeds (exact permutation test, Welch's t
-    beside it); a test with fewer than 2 learned seeds on a side is reported as not testable."""
-    gaps = {row["design"]: row["gaps"] for row in table}
+    """The profile's tests across seeds (exact permutation test, Welch's t beside it), on the gap of the learned
+    seeds or, where a comparison names the metric "mean", on the mean accuracy of every seed; a test with fewer
+    than 2 seeds on a side is reported as not testable."""
+    values = {
+        "gap": {row["design"]: row["gaps"] for row in table},
+        "mean": {row["design"]: row["means"] for row in table},
+    }
     found = []
-    for a, b, alternative, claim in profile.seed_comparisons:
-        missing = [d for d in (a, b) if d not in gaps]
+    for a, b, alternative, claim, *rest in profile.seed_comparisons:
+        metric = rest[0] if rest else "gap"
+        if metric not in values:
+            raise ValueError(f"seed comparison {claim!r}: unknown metric {metric!r}; choose gap or mean")
+        by_design = values[metric]
+        missing = [d for d in (a, b) if d not in by_design]
         if missing:
             raise ValueError(f"seed comparison {claim!r} names designs the profile lacks: {missing}")
-        n = [len(gaps[a]), len(gaps[b])]
+        n = [len(by_design[a]), len(by_design[b])]
+        head = {"claim": claim, "a": a, "b": b, "metric": metric}
         if min(n) < 2:
-            found.append({"claim": claim, "a": a, "b": b, "testable": False, "n": n})
+            found.append({**head, "testable": False, "n": n})
             continue
-        found.append({"claim": claim, "a": a, "b": b, "testable": True, **compare_seeds(gaps[a], gaps[b], alternative)})
+        found.append({**head, "testable": True, **compare_seeds(by_design[a], by_design[b], alternative)})
     return found
 
 
@@ -73,14 +83,17 @@ def markdown(table: list[dict], tests: list[dict]) -> str:
         "above chance; the gap is taken over the learned seeds only (a model at chance is flat for the wrong reason)."
     )
     if tests:
+        on_means = any(t.get("metric") == "mean" for t in tests)
         lines += [
             "",
-            "| Claim (gap, across seeds) | difference (Welch 95% CI) | p (exact permutation) | p (Welch) | Hedges' g |",
+            f"| Claim ({'gap or mean' if on_means else 'gap'}, across seeds) | difference (Welch 95% CI) | "
+            "p (exact permutation) | p (Welch) | Hedges' g |",
             "|---|---:|---:|---:|---:|",
         ]
         for t in tests:
             if not t["testable"]:
-                lines.append(f"| {t['claim']} | - | not testable: {t['n'][0]} + {t['n'][1]} learned seeds | - | - |")
+                seeds = "seeds" if t.get("metric") == "mean" else "learned seeds"
+                lines.append(f"| {t['claim']} | - | not testable: {t['n'][0]} + {t['n'][1]} {seeds} | - | - |")
                 continue
             ci = t["difference_ci"]
             diff = f"{t['difference']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
@@ -89,10 +102,17 @@ def markdown(table: list[dict], tests: list[dict]) -> str:
                 f"{_number(t['welch_p'], '.3g')} | {_number(t['hedges_g'], '.2f')} |"
             )
         lines.append(
-            "\nOne-sided tests on the learned seeds' gaps, seeds as units: the exact permutation test over every "
+            (
+                "\nOne-sided tests on the learned seeds' gaps (and, where the claim says mean, on every seed's mean "
+                "accuracy), "
+                if on_means
+                else "\nOne-sided tests on the learned seeds' gaps, "
+            )
+            + "seeds as units: the exact permutation test over every "
             "split of the pooled "
             "seeds is the test of record (its smallest possible p is 1 / the number of splits: 1/70 = 0.014 with "
-            "4 + 4 seeds, 1/20 = 0.05 with 3 + 3); Welch's t test and Hedges' g (small-sample corrected "
+            "4 + 4 seeds, 1/20 = 0.05 with 3 + 3, 1/6 = 0.17 with 2 + 2); Welch's t test and Hedges' g (small-sample "
+            "corrected "
             "standardised difference) beside it."
         )
     return "\n".join(lines)

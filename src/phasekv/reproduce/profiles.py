@@ -86,8 +86,9 @@ class Profile:
     text_fraction: float = 0.0
     tokens_dir: str | None = None
     budget_note: str = ""  # how the training budget relates to the paper's (shown by --plan)
-    # tests across seeds: (design A, design B, "greater" | "less", the claim "gap of A > gap of B" in words)
-    seed_comparisons: tuple[tuple[str, str, str, str], ...] = ()
+    # tests across seeds: (design A, design B, "greater" | "less", the claim "gap of A > gap of B" in words), on
+    # the learned seeds' gaps; a fifth element "mean" tests every seed's mean accuracy instead
+    seed_comparisons: tuple[tuple[str, ...], ...] = ()
     # the causal test too: every run whose compression grid can move is also scored with the grid at each offset
     grid_shift: bool = False
 
@@ -382,6 +383,116 @@ DESIGNS3 = _register(
         analyses=(),
         seed_comparisons=tuple(
             (design, "W8/S8 · 1 KV", "less", f"{design} gap < W8/S8 gap") for _, design, _, _ in _ROUND_THREE
+        ),
+        grid_shift=True,
+    )
+)
+
+# The fourth round asks whether the grid has to be the same for every KV head: with several KV heads, KV head h of
+# n cuts its windows h*S/n later (stagger="kv_head"), so each phase ends a window for only some heads and a query
+# head group can read every phase from some head. At the same cache bytes and parameters as the unstaggered model,
+# four seeds each at the matched CPU recipe, beside the unstaggered W8/S8 and full attention with the same KV heads.
+# 4 KV heads share the CPU recipe's 4 query heads; 8 KV heads need 8 query heads (the tiny size's own count).
+# Runs are ordered seed by seed, so that an interrupted round has every design at its first seeds.
+ROUND4_SEEDS = CPU_SEEDS
+EIGHT_HEADS = {"num_heads": 8}
+_ROUND_FOUR = (  # (run name, design, preset, model overrides)
+    ("full-4kv", "Full attention · 4 KV", "full-4kv", {}),
+    ("w8s8-4kv", "W8/S8 · 4 KV", "w8s8-8kv", {"num_kv_heads": 4}),
+    ("w8s8-4kv-head-stagger", "W8/S8 · 4 KV · grids staggered across KV heads", "w8s8-4kv-head-stagger", {}),
+    ("full-8kv", "Full attention · 8 KV", "full-8kv", EIGHT_HEADS),
+    ("w8s8-8kv", "W8/S8 · 8 KV", "w8s8-8kv", EIGHT_HEADS),
+    ("w8s8-8kv-head-stagger", "W8/S8 · 8 KV · grids staggered across KV heads", "w8s8-8kv-head-stagger", EIGHT_HEADS),
+)
+
+
+def _kv_comparisons(kv: int) -> tuple[tuple[str, ...], ...]:
+    """Round four's tests at `kv` KV heads: does staggering shrink the gap, does a gap remain beside full
+    attention's, and does staggering cost mean accuracy (either way)?"""
+    staggered = f"W8/S8 · {kv} KV · grids staggered across KV heads"
+    plain, full = f"W8/S8 · {kv} KV", f"Full attention · {kv} KV"
+    return (
+        (staggered, plain, "less", f"{kv} KV: staggered gap < unstaggered gap"),
+        (staggered, full, "greater", f"{kv} KV: staggered gap > full-attention gap"),
+        (plain, full, "greater", f"{kv} KV: unstaggered gap > full-attention gap"),
+        (staggered, plain, "less", f"{kv} KV: staggered mean < unstaggered mean", "mean"),
+        (staggered, plain, "greater", f"{kv} KV: staggered mean > unstaggered mean", "mean"),
+    )
+
+
+ROUND4 = _register(
+    replace(
+        CPU,
+        name="round4",
+        description="fourth-round designs: W8/S8 with grids staggered across KV heads (KV head h of n at offset "
+        "h*S/n) at 4 and 8 KV heads, beside the unstaggered W8/S8 and full attention with the same KV heads, four "
+        "seeds each at the matched CPU recipe",
+        runs=tuple(
+            sorted(
+                (
+                    RunSpec(
+                        f"{name}-s{seed}",
+                        preset,
+                        f"{design} · seed {seed}",
+                        seed=seed,
+                        steps=CPU_STEPS,
+                        design=design,
+                        model=model,
+                    )  # fmt: skip
+                    for name, design, preset, model in _ROUND_FOUR
+                    for seed in ROUND4_SEEDS
+                ),
+                key=lambda run: run.seed,
+            )
+        ),
+        jobs=1,
+        analyses=(),
+        seed_comparisons=_kv_comparisons(4) + _kv_comparisons(8),
+        grid_shift=True,
+    )
+)
+
+# Is the offset-shared W9/S8 design's lower mean a matter of training time? It and the W8/S8 baseline trained 3x
+# the matched CPU recipe's steps (the same data, optimiser and schedule shape), two seeds each.
+LONG_STEPS = 3 * CPU_STEPS
+ROUND4_LONG = _register(
+    replace(
+        CPU,
+        name="round4-long",
+        description=f"W9/S8 with an offset-shared compressor beside W8/S8 · 1 KV, trained {LONG_STEPS} steps (3x "
+        "the matched CPU recipe), two seeds each",
+        runs=tuple(
+            RunSpec(
+                f"{name}-long-s{seed}",
+                preset,
+                f"{design} · {LONG_STEPS} steps · seed {seed}",
+                seed=seed,
+                steps=LONG_STEPS,
+                design=f"{design} · {LONG_STEPS} steps",
+            )  # fmt: skip
+            for seed in (42, 43)
+            for name, design, preset in (
+                ("w8s8-1kv", "W8/S8 · 1 KV", "w8s8-1kv"),
+                ("w9s8-1kv-offset-shared", "W9/S8 · offset-shared compressor", "w9s8-1kv-offset-shared"),
+            )
+        ),
+        jobs=1,
+        analyses=(),
+        budget_note=f"every model {LONG_STEPS} steps, 3x the matched CPU profile's",
+        seed_comparisons=(
+            (
+                f"W9/S8 · offset-shared compressor · {LONG_STEPS} steps",
+                f"W8/S8 · 1 KV · {LONG_STEPS} steps",
+                "less",
+                f"offset-shared W9/S8 gap < W8/S8 gap at {LONG_STEPS} steps",
+            ),
+            (
+                f"W9/S8 · offset-shared compressor · {LONG_STEPS} steps",
+                f"W8/S8 · 1 KV · {LONG_STEPS} steps",
+                "less",
+                f"offset-shared W9/S8 mean < W8/S8 mean at {LONG_STEPS} steps",
+                "mean",
+            ),
         ),
         grid_shift=True,
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from phasekv.compress import join_head_calls
 from phasekv.config import CompressionConfig
 from phasekv.files import write_atomic
 from phasekv.hooks import capture, hook_names
@@ -65,7 +66,8 @@ def gate_snapshot(model: nn.Module, compression: CompressionConfig, inputs: torc
         if not store[name]:
             continue
         layer, branch = _GATE.match(name).groups()
-        layers.setdefault(int(layer), {})[branch] = _summary(store[name][0], comp.window, comp.stride, comp.gate_norm)
+        alpha = join_head_calls(store[name])  # one call, or one per KV head of a head-staggered layer
+        layers.setdefault(int(layer), {})[branch] = _summary(alpha, comp.window, comp.stride, comp.gate_norm)
     return {
         "step": step,
         "window": comp.window,

@@ -47,10 +47,13 @@ def capture_gates(model: nn.Module) -> Iterator[list[GateCapture]]:
     """Every gate hook's weights that fire in the block, with the window geometry they came from
     (`phasekv.hooks.capture` detaches; these keep the graph). `model` is the plain (unwrapped) model."""
     store: list[GateCapture] = []
+    calls: dict[str, int] = {}
 
     def keep(alpha: torch.Tensor, name: str) -> None:
         compressor = model.get_submodule(name.rsplit(".", 1)[0])
-        store.append(GateCapture(alpha, compressor.geometry))
+        calls[name] = calls.get(name, -1) + 1  # a head-staggered compressor fires once per KV head, in order
+        head = calls[name] % compressor.kv_heads if compressor.staggered else None
+        store.append(GateCapture(alpha, compressor.head_geometry(head)))
 
     with hooks(model, {name: keep for name in gate_hooks(model)}):
         yield store
