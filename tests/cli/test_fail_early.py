@@ -93,3 +93,19 @@ def test_train_refuses_nan_lr_and_resume_of_no_run_before_writing(tmp_path):
     missing = CliRunner().invoke(app, ["train", "--out", str(out), "--resume", "--steps", "1"])
     assert missing.exit_code == 2 and "holds no run" in missing.output and not out.exists(), missing.output
     assert len(missing.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["gates", "{model}", "--source", "nosuch", "--out", "{tmp}/g"], "unknown --source 'nosuch'"),
+        (["gates", "{model}", "--source", "snapshots", "--out", "{tmp}/g"], "applies to a training run directory"),
+        (["reproduce", "--jobs", "-3", "--out", "{tmp}/r", "--plan"], "--jobs"),
+    ],
+)
+def test_options_out_of_range_are_refused_before_any_work(command, message, phasekv_dir, tmp_path, monkeypatch):
+    """Issue 53: `gates --source nosuch` on a checkpoint and `reproduce --jobs -3` were accepted silently."""
+    monkeypatch.setattr("phasekv.scoring.load_scorer", _no_model)
+    run = CliRunner().invoke(app, [arg.format(model=phasekv_dir, tmp=tmp_path) for arg in command])
+    assert run.exit_code == 2 and message in run.output, run.output
+    assert not (tmp_path / "g").exists() and not (tmp_path / "r").exists()

@@ -186,7 +186,7 @@ def gates_command(
     """Gate concentration (static and per-window effective numbers, phase shares); trajectories for a run dir."""
     from phasekv.internals.topk import format_topk_hits
     from phasekv.studies.gates.figure import plot_gate_trajectory, plot_gates
-    from phasekv.studies.gates.run import format_gates, is_run_dir, run_gate_trajectory, run_gates
+    from phasekv.studies.gates.run import SOURCES, format_gates, is_run_dir, run_gate_trajectory, run_gates
 
     def trajectory_text(trajectory: dict) -> str:
         last = trajectory["steps"][-1]
@@ -205,6 +205,8 @@ def gates_command(
     with one_line_errors("gates"):
         _check_out(output)
         lookup = replace(ANALYSIS_LOOKUP, **prompts)
+        if source not in SOURCES:  # checked for a checkpoint too, where it has no use, so a typo never passes
+            raise ValueError(f"unknown --source {source!r}; choose one of {', '.join(SOURCES)}")
         if is_run_dir(model):
             _run(
                 "gate_trajectory",
@@ -214,6 +216,8 @@ def gates_command(
                 plot_gate_trajectory,
             )
             return
+        if source != "auto":
+            raise ValueError(f"--source {source} applies to a training run directory; {model} is a checkpoint")
         scorer = _scorer(model, scoring)
         _run(
             "gates",
