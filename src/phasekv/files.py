@@ -9,7 +9,8 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -50,6 +51,15 @@ def write_atomic(path: Path, write: Callable[[str], object]) -> None:
         if isinstance(err, OSError):
             raise _write_error(path, err) from None
         raise
+
+
+@contextmanager
+def disk_errors(path: Path) -> Iterator[None]:
+    """Turn a full or read-only disk met while writing `path` in place (an append) into one WriteError."""
+    try:
+        yield
+    except OSError as err:
+        raise _write_error(Path(path), err) from None
 
 
 def _write_error(path: Path, err: OSError) -> OSError:

@@ -109,3 +109,34 @@ def test_options_out_of_range_are_refused_before_any_work(command, message, phas
     run = CliRunner().invoke(app, [arg.format(model=phasekv_dir, tmp=tmp_path) for arg in command])
     assert run.exit_code == 2 and message in run.output, run.output
     assert not (tmp_path / "g").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "lookup", "{model}", "--records", "4"],
+        ["eval", "needle", "{model}"],
+        ["audit", "{model}", "--out", "{tmp}/audit"],
+    ],
+)
+@pytest.mark.parametrize(
+    ("cache", "message"), [("{tmp}", "is a folder: give a file name"), ("{file}/c.jsonl", "is a file")]
+)
+def test_a_cache_that_cannot_be_written_is_one_line_before_anything_is_sent(
+    command, cache, message, phasekv_dir, a_file, tmp_path
+):
+    """Issue 53: `--cache` naming a folder, or a place that cannot be written, ended in a traceback."""
+    endpoint = ["--endpoint", "http://127.0.0.1:9", "--served-model", "m", "--cache", cache]  # nothing listens
+    args = [arg.format(model=phasekv_dir, tmp=tmp_path, file=a_file) for arg in [*command, *endpoint]]
+    run = CliRunner().invoke(app, args)
+    assert run.exit_code == 2 and f"--cache {args[-1]}" in run.output and message in run.output, run.output
+    assert len(run.output.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_cache_in_a_read_only_folder_is_one_line(phasekv_dir, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    args = ["eval", "lookup", str(phasekv_dir), "--endpoint", "http://127.0.0.1:9", "--served-model", "m"]
+    run = CliRunner().invoke(app, [*args, "--cache", str(locked / "c.jsonl")])
+    assert run.exit_code == 2 and "is not writable" in run.output, run.output

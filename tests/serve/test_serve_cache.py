@@ -52,9 +52,10 @@ def test_a_cache_is_resumed_only_for_its_own_fingerprint_and_canaries(tmp_path):
     header = json.loads(path.read_text().splitlines()[0])
     assert header == {"fingerprint": FINGERPRINT, "fingerprint_id": fingerprint_id(FINGERPRINT), "canaries": CANARIES}
     cache.put("k1", "score", [1.5, True])
-    cache.put("k2", "top", {"a": 1})
+    cache.put("k2", "other", {"a": 1})  # a kind the client never writes: any form
     assert cache.get("k1") == [1.5, True] and len(cache) == 2
-    assert json.loads(path.read_text().splitlines()[-1]) == {"key": "k2", "kind": "top", "result": {"a": 1}, "check": 0}
+    last = {"key": "k2", "kind": "other", "result": {"a": 1}, "check": 0}
+    assert json.loads(path.read_text().splitlines()[-1]) == last
     resumed = ResultCache(path, FINGERPRINT, CANARIES)
     assert len(resumed) == 2 and resumed.get("k1") == [1.5, True] and resumed.get("k2") == {"a": 1}
     assert resumed.get("k3") is None and resumed.fingerprint == FINGERPRINT and resumed.canaries == CANARIES
@@ -178,3 +179,50 @@ def test_answers_are_tied_to_the_check_they_were_accepted_after_and_can_be_dropp
     path.write_text(path.read_text() + json.dumps({"key": "k4", "kind": "score", "result": 4, "check": 7}) + "\n")
     with pytest.raises(EndpointError, match="tied to check 7, which no earlier line records"):
         ResultCache(path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "result", "problem"),
+    [
+        ("answer", {"logprobs": "x", "top_ids": 5}, "expected an object with the lists"),
+        ("answer", {"logprobs": [-1.0], "top_ids": [3, 4], "top_logprobs": [-1.0]}, "its lists differ in length"),
+        ("answer", {"logprobs": ["-1"], "top_ids": [3], "top_logprobs": [-1.0]}, "not a number"),
+        ("answer", [1, 2], "expected an object"),
+        ("top", {"a": 1}, "list of \\[token id, log-prob\\] pairs"),
+        ("next", [-1.0, None], "list of log-probs"),
+        ("echoes", "false", "expected true or false"),
+    ],
+)
+def test_a_cached_answer_of_the_wrong_form_is_refused_naming_its_line(tmp_path, kind, result, problem):
+    """Issue 53: a cache line of valid JSON with a wrong-typed result failed later with a TypeError."""
+    path = tmp_path / "cache.jsonl"
+    cache = ResultCache(path, FINGERPRINT, CANARIES)
+    cache.put("good", "answer", {"logprobs": [-1.0], "top_ids": [3], "top_logprobs": [-0.5]})
+    cache.put("bad", kind, result)
+    lines = len(path.read_text().splitlines())
+    wrong = f"line {lines}: its answer .kind '{kind}'. has the wrong form .[^)]*{problem}"
+    with pytest.raises(EndpointError, match=wrong):
+        ResultCache(path, FINGERPRINT, CANARIES)
+
+
+def test_a_full_disk_while_caching_is_one_write_error_and_keeps_every_earlier_answer(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    from phasekv.files import WriteError
+
+    path = tmp_path / "cache.jsonl"
+    cache = ResultCache(path, FINGERPRINT, CANARIES)
+    cache.put("k1", "score", 1)
+    real_open = Path.open
+
+    def full(file, mode="r", *args, **kwargs):
+        if file == path and "a" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full)
+    with pytest.raises(WriteError, match="cannot write .*cache.jsonl: No space left on device .free space"):
+        cache.put("k2", "score", 2)
+    monkeypatch.undo()
+    assert ResultCache(path, FINGERPRINT, CANARIES).get("k1") == 1

@@ -171,9 +171,7 @@ def reproduce(
         None, help="presses profile: the HF model directory (default models/smollm2-135m, `phasekv models get`)"
     ),
     out: str = typer.Option(None, help="output directory (default runs/PROFILE); finished runs in it are reused"),
-    jobs: int = typer.Option(
-        0, min=0, help="training processes (presses: cells) at a time (0: the profile's default)"
-    ),
+    jobs: int = typer.Option(0, min=0, help="training processes (presses: cells) at a time (0: the profile's default)"),
     methods: str = typer.Option(
         None,
         help="presses profiles: only these methods, comma-separated (e.g. full,knorm); a later run of the "

@@ -159,6 +159,10 @@ def endpoint_scorer_from_options(
         raise ScorerError("--endpoint needs --tokenizer DIR (or MODEL): the served model's tokenizer, locally")
     if no_cache and cache is not None:
         raise ScorerError("give --cache FILE or --no-cache, not both")
+    if cache is not None:  # a folder or an unwritable place fails now, not at the first answer
+        from phasekv.files import check_output
+
+        check_output(cache, option="--cache")
     scorer = EndpointScorer(
         url,
         served_model,

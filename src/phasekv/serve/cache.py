@@ -24,7 +24,7 @@ import json
 import threading
 from pathlib import Path
 
-from ..files import write_atomic
+from ..files import disk_errors, write_atomic, write_text_atomic
 from .canary import DEFAULT_TOLERANCE, canary_difference
 from .errors import EndpointError
 
@@ -98,6 +98,13 @@ class ResultCache:
                         f"results cache {path} line {number} is tied to check {record['check']!r}, which no earlier "
                         f"line records: the file was edited or mixed with another; {START_FRESH}"
                     )
+                problem = result_problem(record.get("kind"), record["result"])
+                if problem is not None:
+                    raise EndpointError(
+                        f"results cache {path} line {number}: its answer (kind {record.get('kind')!r}) has the wrong "
+                        f"form ({problem}): the file was edited or written by another program; delete that line (its "
+                        f"request is then sent again), or {START_FRESH}"
+                    )
                 self._results[record["key"]] = record["result"]
             elif number > 1 and record is not None and isinstance(record.get("check"), int) and "canaries" in record:
                 checks.add(record["check"])
@@ -162,8 +169,7 @@ class ResultCache:
             if canaries is not None:
                 header["canaries"] = canaries
             # the file holds no answers here (else it was refused or returned above): a header alone is rewritten
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(header) + "\n")
+            write_text_atomic(self.path, json.dumps(header) + "\n")
         return 0.0
 
     def passed(self, canaries: dict, difference: float) -> None:
@@ -205,7 +211,43 @@ class ResultCache:
                 self._append(line)
 
     def _append(self, line: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(line)
-            f.flush()
+        # a full disk is one line; a line it cut short is cut again on loading, every answer before it kept
+        with disk_errors(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(line)
+                f.flush()
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def result_problem(kind: object, result: object) -> str | None:
+    """What is wrong with a cached `result` of a request of `kind` (as `client` stores it), or None: a line
+    of valid JSON holding something else would fail later, far from its cause."""
+    if kind == "echoes":
+        return None if isinstance(result, bool) else "expected true or false"
+    if kind == "answer":
+        fields = ("logprobs", "top_ids", "top_logprobs")
+        if not isinstance(result, dict) or not all(isinstance(result.get(f), list) for f in fields):
+            return f"expected an object with the lists {', '.join(fields)}"
+        if len({len(result[f]) for f in fields}) != 1:
+            return "its lists differ in length"
+        if not all(_number(v) for f in ("logprobs", "top_logprobs") for v in result[f]):
+            return "a log-prob that is not a number"
+        return None if all(map(_token, result["top_ids"])) else "a top id that is not an integer"
+    if kind == "top":
+        pairs = isinstance(result, list) and result
+        if pairs and all(isinstance(p, list) and len(p) == 2 and _token(p[0]) and _number(p[1]) for p in result):
+            return None
+        return "expected a non-empty list of [token id, log-prob] pairs"
+    if kind == "next":
+        if isinstance(result, list) and result and all(map(_number, result)):
+            return None
+        return "expected a non-empty list of log-probs"
+    return None  # not a kind `client` writes: its form is its writer's
