@@ -3,7 +3,10 @@ and the faults a real audit meets (server stopped, 5xx, malformed bodies, slowne
 missing tokenizers) end in a resumed run or a clear error."""
 
 import json
+import socket
+import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from phasekv.scoring import ScorerError, load_scorer, score_answers
 from phasekv.serve import EndpointError, EndpointScorer
 from phasekv.serve.local import text_prompt
+from phasekv.serve.transport import Transport
 from phasekv.studies.probe.run import run_lookup, run_needle
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
@@ -120,7 +124,7 @@ def test_slow_server_times_out(scorers):
     with serving(scorer, counting_handler(delay=1.5)) as server:
         endpoint = EndpointScorer(server.url, "tiny", directory, timeout=0.2, retries=1, backoff=0.01)
         start = time.perf_counter()
-        with pytest.raises(EndpointError, match="gave up after 2 attempts; last: timed out after 0.2 s"):
+        with pytest.raises(EndpointError, match=r"gave up after 2 attempts in \d+ s; last: timed out after 0.2 s"):
             endpoint.score_answers([[3, 4]], [[5]])
         assert time.perf_counter() - start < 1.2
 
@@ -202,3 +206,81 @@ def test_eval_command_audits_an_endpoint_like_a_local_model(scorers, tmp_path):
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "remote"))
     assert a["summary"] == b["summary"] and a["position_stats"] == b["position_stats"]
     assert b["model"]["kind"] == "endpoint"
+
+
+@contextmanager
+def raw_server(answer):
+    """A socket server on 127.0.0.1 that reads each request's first bytes, then calls `answer(connection)`."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop, connections = threading.Event(), []
+
+    def run():
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            connections.append(connection)
+            connection.recv(65536)
+            threading.Thread(target=answer, args=(connection, stop), daemon=True).start()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in connections:
+            connection.close()
+        listener.close()
+
+
+def test_a_server_that_never_answers_is_given_up_on_at_the_total_wait_with_each_attempt_told():
+    """Issue 53: an endpoint that never answered took 616 s (5 timeouts of 120 s and the backoff) in silence."""
+    told = []
+    with raw_server(lambda connection, stop: stop.wait()) as url:
+        transport = Transport(
+            url, timeout=0.3, retries=50, backoff=0.01, api_key=None, max_wait=1.0, notify=told.append
+        )
+        start = time.perf_counter()
+        with pytest.raises(EndpointError, match=r"gave up after \d+ attempts in 1 s \(the most one request may take: "):
+            transport.get("/v1/models")
+        assert time.perf_counter() - start < 1.5
+    assert told and all("failed (timed out after 0.3 s); retrying in" in line for line in told[:2])
+    assert "attempt 1 of 51 failed" in told[0] and "of at most 1 s spent on it" in told[0]
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_a_response_over_the_size_limit_is_refused_without_reading_it_all(announced):
+    """Issue 53: the client read a body of any size (300 MB took 951 MB of memory)."""
+    sent = []
+
+    def flood(connection, stop):
+        head = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+        connection.sendall(head + (b"Content-Length: 1000000000\r\n" if announced else b"") + b"\r\n")
+        try:
+            while not stop.is_set() and sum(sent) < 10**9:
+                sent.append(connection.send(b"[" * 65536))
+        except OSError:  # the client closed the connection
+            pass
+
+    with raw_server(flood) as url:
+        transport = Transport(url, timeout=5, retries=3, backoff=0.01, api_key=None, max_response_bytes=100_000)
+        with pytest.raises(EndpointError, match=r"larger than 0.0954 MiB \(--max-response-mb\): refused"):
+            transport.get("/v1/models")
+    assert sum(sent) < 50 * 2**20  # the client stopped reading (what is sent is at most the socket buffers ahead)
+    assert transport.failures == 0  # refused at once: the same request would get the same answer
+
+
+def test_the_commands_state_the_clients_limits():
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+    from phasekv.cli.scoring import MAX_RESPONSE_MB, MAX_WAIT_S
+    from phasekv.serve.transport import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_WAIT_S
+
+    assert (MAX_WAIT_S, MAX_RESPONSE_MB * 2**20) == (DEFAULT_MAX_WAIT_S, DEFAULT_MAX_RESPONSE_BYTES)
+    help_text = " ".join(CliRunner().invoke(app, ["eval", "lookup", "--help"], terminal_width=200).output.split())
+    assert "--max-wait" in help_text and "300.0" in help_text and "--max-response-mb" in help_text

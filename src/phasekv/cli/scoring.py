@@ -2,7 +2,8 @@
 
 `LOADING` and `SCORING` are `OptionGroup`s of `load_scorer`'s keyword arguments; `ENDPOINT` points `phasekv
 eval` at an OpenAI-compatible server (--endpoint (key "url"), --served-model, --tokenizer, --concurrency,
---timeout, --retries, --backoff, --cache, --no-cache, --text-prompts, --echo/--no-echo, --top-k, --canary-tolerance);
+--timeout, --retries, --backoff, --max-wait, --max-response-mb, --cache, --no-cache, --text-prompts, --echo/--no-echo,
+--top-k, --canary-tolerance);
 `scorer_from_options` builds the scorer an eval command runs on: an `EndpointScorer` when --endpoint is given,
 else the local model directory.
 """
@@ -16,6 +17,11 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.options import FieldGroup, OptionGroup
+
+# phasekv.serve.transport's DEFAULT_MAX_WAIT_S and DEFAULT_MAX_RESPONSE_BYTES (in MiB), here so that --help loads no
+# torch (importing phasekv.serve does); a test keeps them equal
+MAX_WAIT_S = 300.0
+MAX_RESPONSE_MB = 256.0
 
 
 def _batch_size(default: int):
@@ -88,6 +94,25 @@ ENDPOINT = OptionGroup(
     timeout=(float, typer.Option(120.0, "--timeout", min=0.001, help="seconds per request before it is retried")),
     retries=(int, typer.Option(4, "--retries", min=0, help="retries on 429/5xx, timeouts and connection errors")),
     backoff=(float, typer.Option(0.5, "--backoff", min=0.0, help="seconds before the first retry (doubling)")),
+    max_wait=(
+        float,
+        typer.Option(
+            MAX_WAIT_S,
+            "--max-wait",
+            min=0.001,
+            help="seconds one request may take in all, its retries and their waits included; each failed attempt "
+            "is printed as it happens",
+        ),
+    ),
+    max_response_mb=(
+        float,
+        typer.Option(
+            MAX_RESPONSE_MB,
+            "--max-response-mb",
+            min=0.001,
+            help="the largest response body read (MiB); a larger one is refused",
+        ),
+    ),
     cache=(
         Path,
         typer.Option(
@@ -141,6 +166,8 @@ def endpoint_scorer_from_options(
     timeout: float = 120.0,
     retries: int = 4,
     backoff: float = 0.5,
+    max_wait: float = MAX_WAIT_S,
+    max_response_mb: float = MAX_RESPONSE_MB,
     cache: Path | None = None,
     no_cache: bool = False,
     text_prompts: bool = False,
@@ -171,6 +198,9 @@ def endpoint_scorer_from_options(
         timeout=timeout,
         retries=retries,
         backoff=backoff,
+        max_wait=max_wait,
+        max_response_bytes=max(1, round(max_response_mb * 2**20)),
+        notify=lambda line: typer.echo(line, err=True),
         cache=None if no_cache else cache or default_cache_path,
         text_prompts=text_prompts,
         echo=echo,

@@ -53,7 +53,7 @@ from .cache import ResultCache, fingerprint_id, request_key
 from .canary import CANARY_TOP, DEFAULT_TOLERANCE, canary_difference, canary_prompts
 from .errors import AuditInterrupted, EchoIgnored, EndpointError, ModelChanged
 from .local import load_tokenizer, local_stride, text_prompt, tokenizer_hash
-from .transport import Transport
+from .transport import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_WAIT_S, Transport
 from .wire import API_KEY_VARIABLES, COMPLETIONS_PATH, MODELS_PATH, parse_token_key
 
 # One position of a response: (token id or None, its log-prob or None, top entries [(id or None, log-prob)]).
@@ -73,6 +73,7 @@ class EndpointScorer:
     its config.json, when present, gives the compression stride unless the server reports one.
     `cache` is a JSONL path, a ResultCache, a function (served model, fingerprint id) -> path, or
     None (answers kept in memory only). `echo`: None decides from the server, False never asks for it.
+    `max_wait`, `max_response_bytes` and `notify` (told of each failed attempt) bound each request: see `transport`.
     """
 
     def __init__(
@@ -91,6 +92,9 @@ class EndpointScorer:
         echo: bool | None = None,
         top_k: int = 20,
         canary_tolerance: float = DEFAULT_TOLERANCE,
+        max_wait: float = DEFAULT_MAX_WAIT_S,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        notify: Callable[[str], None] | None = None,
     ):
         if concurrency < 1 or top_k < 1:
             raise ScorerError(f"concurrency and top_k must be >= 1, got {concurrency} and {top_k}")
@@ -98,7 +102,10 @@ class EndpointScorer:
             raise ScorerError(f"canary_tolerance must be >= 0 nats, got {canary_tolerance}")
         self.tokenizer = load_tokenizer(tokenizer_dir)
         key = api_key if api_key is not None else api_key_from_environment()
-        self.transport = Transport(url, timeout=timeout, retries=retries, backoff=backoff, api_key=key)
+        self.transport = Transport(
+            url, timeout=timeout, retries=retries, backoff=backoff, api_key=key, max_wait=max_wait,
+            max_response_bytes=max_response_bytes, notify=notify,
+        )  # fmt: skip
         self.served_model = served_model
         self.tokenizer_dir = str(tokenizer_dir)
         self.concurrency = self.batch_size = concurrency
@@ -197,6 +204,7 @@ class EndpointScorer:
             "concurrency": self.concurrency,
             "timeout_s": self.transport.timeout,
             "retries": self.transport.retries,
+            "max_wait_s": self.transport.max_wait,
             "cache": None if self.cache.path is None else str(self.cache.path),
             "fingerprint_id": fingerprint_id(self.fingerprint),
             "canaries": {

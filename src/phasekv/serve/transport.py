@@ -5,7 +5,11 @@ cut off or not JSON (a proxy's page). Not retried, as no retry can heal them: ot
 message is passed on), a TLS handshake with a server that speaks plain HTTP, and a JSON body that is
 not an object.
 Attempt i (from 0) that fails waits `backoff * 2**i` seconds (at most MAX_WAIT_S, or the
-server's Retry-After) before the next; after `retries` retries the last failure is raised.
+server's Retry-After) before the next; after `retries` retries the last failure is raised. One request,
+its retries and their waits included, takes at most `max_wait` seconds (DEFAULT_MAX_WAIT_S): a server that
+never answers is given up on then, not after `retries + 1` whole timeouts; each failed attempt is told to
+`notify` (the command prints it) as it happens. A response body is read in chunks and refused past
+`max_response_bytes` (DEFAULT_MAX_RESPONSE_BYTES): a runaway or hostile server cannot take the client's memory.
 `failures` counts the failed attempts that were retried or given up on: a server that dropped or refused
 connections may have been restarted with other weights, so the client checks its fingerprint again
 whenever this count moved (see `client`).
@@ -17,13 +21,19 @@ import http.client
 import json
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .errors import EndpointError
 
 MAX_WAIT_S = 30.0
+DEFAULT_MAX_WAIT_S = 300.0  # the whole of one request: 616 s of silence was the old worst case at the defaults
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20  # an echo of a 100k-token prompt with 20 top log-probs is ~60 MB
+ERROR_BODY_BYTES = 64 * 1024  # what is read of an error answer for its message
+READ_CHUNK = 1 << 20
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
@@ -44,14 +54,30 @@ def base_url(url: str) -> str:
 class Transport:
     """Sends JSON requests to one server."""
 
-    def __init__(self, url: str, *, timeout: float, retries: int, backoff: float, api_key: str | None):
-        if timeout <= 0 or retries < 0 or backoff < 0:
-            raise EndpointError("timeout must be > 0, retries >= 0 and backoff >= 0")
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        api_key: str | None,
+        max_wait: float = DEFAULT_MAX_WAIT_S,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        notify: Callable[[str], None] | None = None,
+    ):
+        if timeout <= 0 or retries < 0 or backoff < 0 or max_wait <= 0 or max_response_bytes < 1:
+            raise EndpointError(
+                "timeout and max_wait must be > 0, retries >= 0, backoff >= 0 and max_response_bytes >= 1"
+            )
         self.url = base_url(url)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.api_key = api_key
+        self.max_wait = max_wait
+        self.max_response_bytes = max_response_bytes
+        self.notify = notify
         self._stopped = threading.Event()
         self._failures = 0
         self._failures_lock = threading.Lock()
@@ -79,11 +105,13 @@ class Transport:
         return {} if self.api_key is None else {"Authorization": f"Bearer {self.api_key}"}
 
     def _send(self, request: urllib.request.Request) -> dict:
+        start = time.monotonic()
         for attempt in range(self.retries + 1):
             wait = self.backoff * 2**attempt
+            timeout = min(self.timeout, self.max_wait - (time.monotonic() - start))
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    raw = response.read()
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    raw = self._read(response, request.full_url)
                 return _decode(raw, request.full_url)
             except urllib.error.HTTPError as err:
                 detail = _error_message(err)
@@ -99,12 +127,45 @@ class Transport:
                     raise EndpointError(
                         f"{request.full_url}: TLS failed ({reason}); if the server speaks plain HTTP, use http://"
                     ) from None
-                failure = f"timed out after {self.timeout} s" if isinstance(reason, TimeoutError) else str(reason)
+                failure = f"timed out after {timeout:.3g} s" if isinstance(reason, TimeoutError) else str(reason)
             with self._failures_lock:
                 self._failures += 1
-            if attempt < self.retries and self._stopped.wait(min(wait, MAX_WAIT_S)):
+            left = self.max_wait - (time.monotonic() - start)
+            wait = min(wait, MAX_WAIT_S, left)
+            if attempt == self.retries or left <= wait:  # no time left for another attempt
                 break
-        raise EndpointError(f"{request.full_url}: gave up after {attempt + 1} attempts; last: {failure}")
+            if self.notify is not None:
+                self.notify(
+                    f"{request.full_url}: attempt {attempt + 1} of {self.retries + 1} failed ({failure}); retrying in "
+                    f"{wait:.3g} s ({time.monotonic() - start:.0f} of at most {self.max_wait:g} s spent on it)"
+                )
+            if self._stopped.wait(wait):
+                break
+        spent = time.monotonic() - start
+        out_of_time = attempt < self.retries and not self._stopped.is_set()
+        limit = f" (the most one request may take: --max-wait {self.max_wait:g})" if out_of_time else ""
+        raise EndpointError(
+            f"{request.full_url}: gave up after {attempt + 1} attempts in {spent:.0f} s{limit}; last: {failure}"
+        )
+
+    def _read(self, response, url: str) -> bytes:
+        """The body, read in chunks; EndpointError (not retried: the same request gets the same answer) past
+        `max_response_bytes`, announced or not."""
+        limit = self.max_response_bytes
+        too_big = (
+            f"{url} sent a response larger than {limit / 2**20:.3g} MiB (--max-response-mb): refused, not read "
+            "further; raise --max-response-mb if the server's answers are really this large"
+        )
+        length = response.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise EndpointError(too_big)
+        chunks, size = [], 0
+        while chunk := response.read(min(READ_CHUNK, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise EndpointError(too_big)
+        return b"".join(chunks)
 
 
 class NotJSON(EndpointError):
@@ -124,7 +185,7 @@ def _decode(raw: bytes, url: str) -> dict:
 def _error_message(err: urllib.error.HTTPError) -> str:
     """The server's error message (OpenAI error object, else the raw body)."""
     try:
-        raw = err.read()
+        raw = err.read(ERROR_BODY_BYTES)
     except OSError:
         return err.reason
     try:
