@@ -100,8 +100,8 @@ ENDPOINT = OptionGroup(
             MAX_WAIT_S,
             "--max-wait",
             min=0.001,
-            help="seconds one request may take in all, its retries and their waits included; each failed attempt "
-            "is printed as it happens",
+            help="seconds one request may take in all, its retries and their waits included; past 10 s each failed "
+            "attempt is printed as it happens",
         ),
     ),
     max_response_mb=(

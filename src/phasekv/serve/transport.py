@@ -7,9 +7,10 @@ not an object.
 Attempt i (from 0) that fails waits `backoff * 2**i` seconds (at most MAX_WAIT_S, or the
 server's Retry-After) before the next; after `retries` retries the last failure is raised. One request,
 its retries and their waits included, takes at most `max_wait` seconds (DEFAULT_MAX_WAIT_S): a server that
-never answers is given up on then, not after `retries + 1` whole timeouts; each failed attempt is told to
-`notify` (the command prints it) as it happens. A response body is read in chunks and refused past
-`max_response_bytes` (DEFAULT_MAX_RESPONSE_BYTES): a runaway or hostile server cannot take the client's memory.
+never answers is given up on then, not after `retries + 1` whole timeouts; once a request has waited
+NOTIFY_AFTER_S, each failed attempt is told to `notify` (the command prints it) as it happens. A response
+body is read in chunks and refused past `max_response_bytes` (DEFAULT_MAX_RESPONSE_BYTES): a runaway or
+hostile server cannot take the client's memory.
 `failures` counts the failed attempts that were retried or given up on: a server that dropped or refused
 connections may have been restarted with other weights, so the client checks its fingerprint again
 whenever this count moved (see `client`).
@@ -34,6 +35,7 @@ DEFAULT_MAX_WAIT_S = 300.0  # the whole of one request: 616 s of silence was the
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20  # an echo of a 100k-token prompt with 20 top log-probs is ~60 MB
 ERROR_BODY_BYTES = 64 * 1024  # what is read of an error answer for its message
 READ_CHUNK = 1 << 20
+NOTIFY_AFTER_S = 10.0  # failed attempts are told once a request has waited this long (quick retries stay quiet)
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
@@ -78,6 +80,7 @@ class Transport:
         self.max_wait = max_wait
         self.max_response_bytes = max_response_bytes
         self.notify = notify
+        self.notify_after = NOTIFY_AFTER_S
         self._stopped = threading.Event()
         self._failures = 0
         self._failures_lock = threading.Lock()
@@ -134,7 +137,7 @@ class Transport:
             wait = min(wait, MAX_WAIT_S, left)
             if attempt == self.retries or left <= wait:  # no time left for another attempt
                 break
-            if self.notify is not None:
+            if self.notify is not None and time.monotonic() - start >= self.notify_after:
                 self.notify(
                     f"{request.full_url}: attempt {attempt + 1} of {self.retries + 1} failed ({failure}); retrying in "
                     f"{wait:.3g} s ({time.monotonic() - start:.0f} of at most {self.max_wait:g} s spent on it)"
