@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -140,3 +141,36 @@ def test_a_cache_in_a_read_only_folder_is_one_line(phasekv_dir, tmp_path):
     args = ["eval", "lookup", str(phasekv_dir), "--endpoint", "http://127.0.0.1:9", "--served-model", "m"]
     run = CliRunner().invoke(app, [*args, "--cache", str(locked / "c.jsonl")])
     assert run.exit_code == 2 and "is not writable" in run.output, run.output
+
+
+@pytest.mark.parametrize(
+    ("command", "advice"),
+    [
+        (["eval", "lookup", "{model}", "--records", "4", "--demos", "2", "--modulus", "1000000000"], "lower --modulus"),
+        (
+            ["eval", "lookup", "{model}", "--records", "4", "--demos", "2", "--mappings", "1000000000"],
+            "lower --mappings",
+        ),
+        (["eval", "needle", "{model}", "--haystacks", "1000000000"], "lower --haystacks"),
+        (["knockout", "{model}", "--modulus", "1000000000", "--out", "{tmp}/k"], "lower --modulus"),
+        (["train", "--out", "{tmp}/run", "--batch-size", "1000000000000", "--steps", "1"], "lower --batch-size"),
+        (["train", "--out", "{tmp}/run", "--seq-len", "1000000000", "--steps", "1"], "or --seq-len"),
+    ],
+)
+def test_a_size_too_large_for_memory_is_one_line_before_it_is_allocated(command, advice, phasekv_dir, tmp_path):
+    """Issue 53: huge --modulus, --seq-len, --haystacks ended in MemoryError; `train --batch-size 10**12` hung."""
+    start = time.perf_counter()
+    run = CliRunner().invoke(app, [arg.format(model=phasekv_dir, tmp=tmp_path) for arg in command])
+    assert run.exit_code == 2 and "of memory, more than the" in run.output and advice in run.output, run.output
+    assert len(run.output.strip().splitlines()) == 1 and time.perf_counter() - start < 60
+    assert not (tmp_path / "run").exists()
+
+
+def test_check_fits_names_both_sizes_and_what_to_lower():
+    from phasekv.memory import check_fits
+
+    check_fits(10**9, "a thing", "lower --x", available=2 * 10**9)
+    with pytest.raises(
+        ValueError, match=r"^a thing needs about 3 GB of memory, more than the 2 GB available: lower --x$"
+    ):
+        check_fits(3 * 10**9, "a thing", "lower --x", available=2 * 10**9)

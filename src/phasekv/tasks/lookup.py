@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from phasekv.memory import PER_PROMPT_BYTES, check_fits
 from phasekv.tasks import layout, placement
 from phasekv.tasks.heldout import HeldOutPairs, assign_names
 from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, filler_rng, placement_rng
@@ -168,12 +169,18 @@ def make_lookup(
     origin, k_min, k_max = layout.target_window(
         design.low, design.low + design.span, padding, rec_len, o.n_records, key_start
     )
+    tail_length = o.n_demos * form.demo.length(form.sizes) + form.query.length(form.sizes)
+    length = start + padding + o.n_records * rec_len + tail_length
+    # every prompt is built now: its token ids, its dealt position (twice over) and later its score
+    check_fits(
+        (8 * length + 16 + PER_PROMPT_BYTES) * o.n_mappings * o.modulus * per_mapping,
+        f"{o.n_mappings} mappings x {o.modulus} residues x {per_mapping} placements of {length} tokens",
+        "lower --mappings (or --modulus, --records)",
+    )
     positions = design.by_residue(origin)
     dealing = placement_rng(o.seed, o.split, 0)
     dealt = {r: placement.assign(positions[r], o.n_mappings, per_mapping, dealing) for r in sorted(positions)}
     gaps = placement_rng(o.seed, o.split, 1)
-    tail_length = o.n_demos * form.demo.length(form.sizes) + form.query.length(form.sizes)
-    length = start + padding + o.n_records * rec_len + tail_length
     held = held_out_matrix(vocab, o)
     prompts = []
     for i in range(o.n_mappings):

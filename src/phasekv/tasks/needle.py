@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from phasekv.memory import PER_PROMPT_BYTES, check_fits
 from phasekv.tasks import layout, placement
 from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
 from phasekv.tasks.templates import PromptFormat, check_round_trip, compile_template, get_template, paper_format
@@ -109,6 +110,12 @@ class NeedlePrompts(Sequence):
         centre = (self.filler_length - self.design.span) // 2 - self.design.low
         self.origin = start + self.target * self.record_length + self.key_offset + centre
         self.per_haystack = o.placements_per_haystack or placement.placements_needed(o.n_haystacks, self.design.size)
+        # built lazily, but each prompt's target position is dealt now (twice over) and its score kept later
+        check_fits(
+            (16 + PER_PROMPT_BYTES) * o.n_haystacks * len(self.design.offsets) * self.per_haystack,
+            f"{o.n_haystacks} haystacks x {o.modulus} residues x {self.per_haystack} placements",
+            "lower --haystacks (or --modulus)",
+        )
         dealing = placement_rng(o.seed, o.split, 0)
         positions = self.design.by_residue(self.origin)
         self.residues = sorted(positions)

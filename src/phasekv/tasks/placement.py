@@ -40,6 +40,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from phasekv.memory import check_fits
+
 
 @dataclass(frozen=True)
 class PositionDesign:
@@ -85,6 +87,11 @@ def moment_matched_design(modulus: int, spread_blocks: int = 1) -> PositionDesig
     if spread_blocks < 1:
         raise ValueError(f"spread_blocks must be >= 1, got {spread_blocks}")
     m = modulus
+    # m classes of m^2 x spread_blocks offsets, each built twice over (repeat, then the block shifts)
+    check_fits(
+        16 * m**3 * spread_blocks, f"the position design of modulus {m} x {spread_blocks} spread blocks",
+        "lower --modulus (or --spread-blocks)",
+    )  # fmt: skip
     lowest = -((m - 1) // 2)  # e runs over lowest .. lowest + m - 1
     blocks = m * np.arange(spread_blocks)
     classes = []

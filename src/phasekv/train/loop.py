@@ -32,6 +32,7 @@ from phasekv.corpus.mixed import MixedSource
 from phasekv.corpus.mixture import MixtureSource
 from phasekv.corpus.tokens import TokenWindowSource
 from phasekv.files import write_atomic
+from phasekv.memory import check_fits
 from phasekv.model import PhaseKVModel, load_checkpoint
 from phasekv.train.checkpoint import (
     CHECKPOINT_DIR,
@@ -244,6 +245,7 @@ def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progr
         source = build_source(config)
         config.check_model(config.model_config(source.vocab_size))  # before anything is written
         trainer = _Trainer(config, run_dir, runtime, source)  # checks how batches split over processes
+        _check_memory(trainer)  # before a batch is drawn: a huge one would be drawn for minutes in silence
         _check_batches(trainer)
         _prepare_run_dir(run_dir, config, resume, runtime, source)
         result = _run(trainer, resume, progress)
@@ -252,6 +254,23 @@ def train(config: RunConfig, run_dir: str | Path, *, resume: bool = False, progr
         raise
     runtime.close()
     return result
+
+
+def _check_memory(trainer: _Trainer) -> None:
+    """ValueError when one micro-batch cannot fit: a lower bound of what its forward and backward pass hold
+    (the logits, their log-softmax and gradient, in float32; per layer a few hidden-state-sized activations)
+    against the device's free memory (on the CPU, the machine's available memory)."""
+    cfg, model = trainer.config, trainer.model_config
+    rows = len(trainer.slices[0])
+    per_token = 4 * (3 * model.vocab_size + 8 * model.num_layers * (model.hidden_size + model.intermediate_size))
+    device = trainer.runtime.device
+    available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    check_fits(
+        per_token * rows * cfg.seq_len,
+        f"a micro-batch of {rows} sequences x {cfg.seq_len} tokens" + (f" on {device}" if available else ""),
+        "lower --batch-size or --seq-len (or raise --accum-steps)",
+        available,
+    )
 
 
 def _check_batches(trainer: _Trainer) -> None:
