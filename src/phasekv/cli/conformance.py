@@ -198,7 +198,7 @@ def conformance_command(
             runs = [(candidate, ref, name)]
         verdicts = []
         for candidate, ref, stem in runs:
-            result = run_conformance(candidate, options, reference=ref)
+            result = run_conformance(candidate, options, reference=ref, echo=lambda line: typer.echo(line, err=True))
             typer.echo(format_conformance(result))
             json_path = write_results(result, out / f"{stem}.json")
             typer.echo(f"wrote {json_path} and {plot_conformance(result, out / f'{stem}.png')}")

@@ -528,3 +528,23 @@ def test_a_bug_every_mode_shares_is_found_against_the_float64_twin_and_the_resul
     correct = runner.invoke(app, [*args, "--out", str(tmp_path), "--name", "correct"])
     assert correct.exit_code == 0, correct.output
     assert json.loads((tmp_path / "correct.json").read_text())["comparison"]["against"] == "independent"
+
+
+def test_what_cannot_be_run_is_refused_before_any_forward_pass_and_a_run_tells_its_progress():
+    """Issue 53: a reference of another vocabulary ended in a RuntimeError after the run; --length 100000 ran for
+    minutes without a line."""
+    from conftest import tiny_qwen3
+
+    candidate = PhaseKVRunner(_model(vocab_size=64), "ours")
+    with pytest.raises(ValueError, match="vocabulary of 64 tokens and the reference wider one of 72: their next-token"):
+        run_conformance(candidate, OPTIONS, reference=PhaseKVRunner(_model(vocab_size=72), "wider"))
+    hf = HFRunner(tiny_qwen3(64), "qwen")
+    longest = hf.max_positions
+    with pytest.raises(ValueError, match=f"--length {longest + 1} is longer than the {longest} positions qwen reads"):
+        run_conformance(candidate, dataclasses.replace(OPTIONS, length=longest + 1), reference=hf)
+    with pytest.raises(ValueError, match="of memory, more than the .* available: lower --length"):
+        run_conformance(candidate, dataclasses.replace(OPTIONS, length=10**9))
+    told = []
+    run_conformance(candidate, dataclasses.replace(OPTIONS, modes=("parallel", "decode")), echo=told.append)
+    assert told[0] == "reference: parallel forward of 2 prompts x 40 tokens, twice"
+    assert told[-2:] == ["mode 1 of 2: parallel ...", "mode 2 of 2: decode ..."]

@@ -110,6 +110,7 @@ class LocalRunner:
     ratios: tuple[int, ...] = ()  # every compression ratio among the layers, ascending
     left_padding: str | None = "not defined"
     output = LOG_PROBS  # what each position's row holds, so what `compare` measures
+    max_positions: int | None = None  # the longest input the model declares, if it declares one
 
     def readout(self, out: torch.Tensor) -> torch.Tensor:
         return _log_probs(out)
@@ -231,6 +232,8 @@ class HFRunner(LocalRunner):
         self.ratios = hf_compression_ratios(model.config)
         self.stride = self.ratios[0] if self.ratios else None
         self.vocab_size = model.config.vocab_size
+        declared = getattr(model.config, "max_position_embeddings", None)
+        self.max_positions = declared if isinstance(declared, int) and declared > 0 else None
 
     def logits(self, ids):
         return self.model(input_ids=ids, use_cache=False).logits
@@ -585,8 +588,37 @@ def resolve_stride(options: ConformanceOptions, candidate, reference) -> tuple[i
     return 4, "default (no compression stride known)"
 
 
+def check_fits(candidate, options: ConformanceOptions, reference=None) -> None:
+    """ValueError, before any forward pass, when the run cannot be done: two local models of different vocabularies
+    (their distributions cannot be compared), prompts longer than a model declares it reads, or log-probs that
+    cannot fit in memory (the reference's of every prompt are kept, and one mode's beside them)."""
+    from phasekv.memory import check_fits as fits_memory
+
+    ref_runner = reference if reference is not None else candidate
+    if not isinstance(candidate, EndpointRunner) and candidate.output == LOG_PROBS:
+        if candidate.vocab_size != ref_runner.vocab_size:
+            raise ValueError(
+                f"the candidate {candidate.name} has a vocabulary of {candidate.vocab_size} tokens and the reference "
+                f"{ref_runner.name} one of {ref_runner.vocab_size}: their next-token distributions cannot be "
+                "compared; give a reference with the candidate's vocabulary"
+            )
+    for runner in {id(r): r for r in (candidate, ref_runner)}.values():
+        limit = getattr(runner, "max_positions", None)
+        if limit is not None and options.length > limit:
+            raise ValueError(
+                f"--length {options.length} is longer than the {limit} positions {runner.name} reads: lower --length"
+            )
+    if candidate.output == LOG_PROBS:  # a layer's outputs are hidden states, far narrower
+        fits_memory(
+            4 * options.length * ref_runner.vocab_size * (2 * options.prompts + 6),
+            f"{options.prompts} prompts x {options.length} tokens x {ref_runner.vocab_size} log-probs",
+            "lower --length (or --prompts)",
+        )
+
+
 def run_conformance(candidate, options: ConformanceOptions, reference=None, echo=None) -> dict:
-    """Every mode of `candidate` against `reference`'s parallel forward (the candidate's own when None)."""
+    """Every mode of `candidate` against `reference`'s parallel forward (the candidate's own when None); `echo`
+    (a function of one line) is told what starts and how long each step took, so a long run is not silent."""
     if options.length < 3 or options.prompts < 1:
         raise ValueError("conformance needs prompts of at least 3 tokens and at least one prompt")
     if options.tolerance <= 0:
@@ -596,6 +628,8 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
         raise ValueError("the reference must be a local model (its parallel forward): a served model is a candidate")
     if candidate.output != ref_runner.output:
         raise ValueError(f"cannot compare a candidate's {candidate.output} with a reference's {ref_runner.output}")
+    check_fits(candidate, options, reference)
+    say = echo or (lambda line: None)
     stride, stride_source = resolve_stride(options, candidate, reference)
     vocab = min(candidate.vocab_size, ref_runner.vocab_size)
     ids = prompts(options, vocab)
@@ -607,6 +641,8 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
             cache[key] = ref_runner.parallel(torch.tensor([tokens]))[0]
         return cache[key]
 
+    started = time.perf_counter()
+    say(f"reference: parallel forward of {options.prompts} prompts x {options.length} tokens, twice")
     cache.update({tuple(s): lp for s, lp in zip(ids.tolist(), ref_runner.parallel(ids), strict=True)})
     # the same forward again: every mode is measured against the first, so a reference that does not give the
     # same answer twice in this process would make each mode look wrong by its own irreproducibility
@@ -614,8 +650,11 @@ def run_conformance(candidate, options: ConformanceOptions, reference=None, echo
     repeat = summarise(compare(again, reference_lp, ref_runner.output), stride, options.tolerance)
     # every layer's own ratio, the reference's too (a server reports one stride at most)
     ratios = sorted({*candidate.ratios, *(reference.ratios if reference is not None else ())})
+    say(f"reference: done in {time.perf_counter() - started:.1f} s")
     modes, undefined, errored = {}, {}, {}
-    for mode in mode_names(candidate, options, stride) if repeat["conforms"] else []:
+    names = mode_names(candidate, options, stride) if repeat["conforms"] else []
+    for number, mode in enumerate(names, 1):
+        say(f"mode {number} of {len(names)}: {mode} ...")
         started = time.perf_counter()
         try:
             outcome = run_mode(candidate, mode, ids, options, stride)
