@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -36,10 +37,12 @@ def write_atomic(path: Path, write: Callable[[str], object]) -> None:
     """Call write(tmp_path), then rename tmp_path to `path` (same directory, so the rename is atomic).
     A full or read-only disk raises WriteError, leaving any earlier file at `path` as it was."""
     path = Path(path)
+    made = _missing_folders(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
+        _remove_empty(made)
         raise _write_error(path, err) from None
     os.close(fd)
     try:
@@ -48,9 +51,27 @@ def write_atomic(path: Path, write: Callable[[str], object]) -> None:
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        _remove_empty(made)  # a failed write leaves no empty folder behind either
         if isinstance(err, OSError):
             raise _write_error(path, err) from None
         raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders of `folder`'s chain that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first; one that holds something now (another writer's) stays
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 @contextmanager
@@ -60,6 +81,17 @@ def disk_errors(path: Path) -> Iterator[None]:
         yield
     except OSError as err:
         raise _write_error(Path(path), err) from None
+
+
+def check_space(folder: Path, n_bytes: int, what: str) -> None:
+    """WriteError when `folder`'s disk has less than `n_bytes` free for `what`: for writers whose own errors on a
+    full disk are not OSErrors (safetensors, torch.save), asked before writing and again after a failure."""
+    free = shutil.disk_usage(folder).free
+    if free < n_bytes:
+        raise WriteError(
+            f"cannot write {what}: {folder} has {free / 1e6:.3g} MB free, it needs about {n_bytes / 1e6:.3g} MB "
+            "(free space or choose a writable place, then run again; any earlier file there is unchanged)"
+        )
 
 
 def _write_error(path: Path, err: OSError) -> OSError:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -174,3 +176,52 @@ def test_check_fits_names_both_sizes_and_what_to_lower():
         ValueError, match=r"^a thing needs about 3 GB of memory, more than the 2 GB available: lower --x$"
     ):
         check_fits(3 * 10**9, "a thing", "lower --x", available=2 * 10**9)
+
+
+SMALL_LOOKUP = ["--records", "4", "--demos", "2", "--mappings", "2", "--modulus", "2", "--quiet"]
+
+
+class _FullDisk:
+    """`os` for phasekv.files, whose rename of a written file finds the disk full."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    @staticmethod
+    def replace(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("command", "written"),
+    [
+        (["eval", "lookup", "{model}", *SMALL_LOOKUP, "--resamples", "10", "--out", "{out}/r.json"], "r.json"),
+        (["knockout", "{model}", *SMALL_LOOKUP, "--calibration-mappings", "2", "--out", "{out}"], "knockout.json"),
+        (["conformance", "{model}", "--prompts", "1", "--length", "16", "--modes", "parallel", "--out", "{out}"], ""),
+        (["report", "{result}", "--out", "{out}/report.html", "--no-pngs"], "report.html"),
+        (["train", "--out", "{out}", "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--no-progress"], ""),
+    ],
+)
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(command, written, phasekv_dir, tmp_path, monkeypatch):
+    """Issue 53: a full disk gave a traceback in eval, knockout, report, train and conformance."""
+    result = tmp_path / "result" / "conformance.json"  # a result for the report to read
+    if "report" in command:
+        made = ["conformance", str(phasekv_dir), "--prompts", "1", "--length", "16", "--modes", "parallel"]
+        assert CliRunner().invoke(app, [*made, "--out", str(result.parent)]).exit_code == 0
+    out = tmp_path / "out"
+    monkeypatch.setattr("phasekv.files.os", _FullDisk())
+    run = CliRunner().invoke(app, [arg.format(model=phasekv_dir, out=out, result=result) for arg in command])
+    assert run.exit_code in (1, 2), run.output
+    error = run.output.strip().splitlines()[-1]
+    assert f"{out}/{written}" in error and "No space left on device" in error, run.output
+    assert "Traceback" not in run.output and not out.exists()  # no file, no temporary file, no empty folder
+
+
+def test_a_disk_that_fills_during_training_is_one_line_and_keeps_no_partial_checkpoint(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    monkeypatch.setattr("phasekv.files.shutil", SimpleNamespace(disk_usage=lambda _: SimpleNamespace(free=1000)))
+    args = ["train", "--out", str(out), "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--no-progress"]
+    run = CliRunner().invoke(app, args)
+    assert run.exit_code == 2 and len(run.output.strip().splitlines()) == 1, run.output
+    assert "cannot write checkpoint" in run.output and "0.001 MB free" in run.output
+    assert [p.name for p in (out / "checkpoints").iterdir()] == []  # resumable with --resume once space is freed

@@ -78,7 +78,7 @@ def train_command(
 ) -> None:
     """Pretrain a model on the synthetic retrieval mixture or on token files (torchrun-ready)."""
     from phasekv.config import ConfigError
-    from phasekv.files import check_output
+    from phasekv.files import WriteError, check_output
     from phasekv.model import CheckpointError
     from phasekv.train.config import RUN_FILE, load_run_config
     from phasekv.train.loop import train
@@ -87,7 +87,7 @@ def train_command(
     if config is not None and typed:
         raise typer.BadParameter(f"--config was given, so run options are not allowed (got {typed})")
     options = {name: ctx.params[name] for name in RUN_OPTIONS}
-    with one_line_errors("train", (ConfigError, CheckpointError, FileNotFoundError, ValueError)):
+    with one_line_errors("train", (ConfigError, CheckpointError, FileNotFoundError, ValueError, WriteError)):
         check_output(out, directory=True)  # a bad path fails now, not after the data and model are built
         if resume and not (out / RUN_FILE).is_file():  # `python -m phasekv.train --resume` (the runner's) starts one
             raise ValueError(f"--resume: {out} holds no run ({RUN_FILE} is missing); drop --resume to start a new run")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from phasekv.files import check_space, disk_errors
 from phasekv.model.io import CONFIG_FILE, WEIGHTS_FILE, save_checkpoint
 
 CHECKPOINT_DIR = "checkpoints"
@@ -75,18 +76,35 @@ def save_training_checkpoint(
     final = root / checkpoint_name(step)
     if final.exists():
         raise FileExistsError(f"checkpoint {final} already exists")
+    # safetensors and torch.save report a full disk as their own errors: the space is checked before and after
+    size = _tensor_bytes(model.state_dict()) + _tensor_bytes(trainer_state)
+    check_space(root, size, f"checkpoint {final}")
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{final.name}-", dir=root))
     try:
-        save_checkpoint(model, tmp, extra=extra or {"step": step})
-        torch.save(trainer_state, tmp / TRAINER_FILE)
-        os.rename(tmp, final)
-    except BaseException:
+        with disk_errors(final):
+            save_checkpoint(model, tmp, extra=extra or {"step": step})
+            torch.save(trainer_state, tmp / TRAINER_FILE)
+            os.rename(tmp, final)
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, Exception) and not isinstance(err, OSError):
+            check_space(root, size, f"checkpoint {final}")  # the disk filled while writing: say so, in one line
         raise
     if keep:
         for _, old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old)
     return final
+
+
+def _tensor_bytes(value) -> int:
+    """The bytes of the tensors in `value` (nested dicts, lists and tuples)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 def mark_final(run_dir: str | Path, checkpoint: str | Path) -> Path:

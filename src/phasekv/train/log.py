@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from phasekv.files import write_atomic
+from phasekv.files import disk_errors, write_atomic
 
 LOG_FILE = "log.jsonl"
 
@@ -38,5 +38,5 @@ class RunLog:
 
     def write(self, record: dict) -> None:
         if self.enabled:
-            with self.path.open("a") as handle:
+            with disk_errors(self.path), self.path.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")

@@ -17,6 +17,7 @@ accumulation micro-batches) computes the same loss and gradient as one process.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from phasekv.corpus.batch import Batch, DataSource
 from phasekv.corpus.mixed import MixedSource
 from phasekv.corpus.mixture import MixtureSource
 from phasekv.corpus.tokens import TokenWindowSource
-from phasekv.files import write_atomic
+from phasekv.files import disk_errors, write_atomic
 from phasekv.memory import check_fits
 from phasekv.model import PhaseKVModel, load_checkpoint
 from phasekv.train.checkpoint import (
@@ -119,12 +120,23 @@ def _prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool, runtime: Ru
         check_same_run(run_dir, config)
     runtime.barrier()  # every rank has checked before rank 0 writes
     if runtime.is_main:
-        if not exists:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_run_config(config, run_dir)
-        remove_partial(run_dir)
-        if isinstance(source, MixtureSource) and not (run_dir / "tokenizer").is_dir():
-            source.tokenizer.save_pretrained(run_dir / "tokenizer")
+        made = not run_dir.exists()
+        try:
+            if not exists:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                save_run_config(config, run_dir)
+            remove_partial(run_dir)
+            if isinstance(source, MixtureSource) and not (run_dir / "tokenizer").is_dir():
+                with disk_errors(run_dir / "tokenizer"):
+                    source.tokenizer.save_pretrained(run_dir / "tokenizer")
+        except OSError:
+            if not exists:  # a run that could not be set up leaves nothing, so the same command can run again
+                if made:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                else:
+                    (run_dir / RUN_FILE).unlink(missing_ok=True)
+                    shutil.rmtree(run_dir / "tokenizer", ignore_errors=True)
+            raise
     runtime.barrier()
 
 
