@@ -21,6 +21,7 @@ def _read_umask() -> int:
     return mask
 
 
+MIN_FREE_BYTES = 64 * 1024  # below this a disk counts as full before a command starts
 FILE_MODE = 0o666 & ~_read_umask()  # what open() would give a new file (mkstemp makes 0600)
 
 
@@ -138,6 +139,7 @@ def check_output(path: Path | str, *, directory: bool = False, option: str = "--
             raise ValueError(f"{option} {path}: the {what} is not writable")
         if not directory and not os.access(path.parent, os.W_OK | os.X_OK):  # written by a rename beside it
             raise ValueError(f"{option} {path}: its folder {path.parent} is not writable")
+        _check_not_full(path if directory else path.parent, path, option)
         return path
     ancestor = path.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
@@ -146,4 +148,13 @@ def check_output(path: Path | str, *, directory: bool = False, option: str = "--
         raise ValueError(f"{option} {path}: {ancestor} is a file, so no {what} can be made under it")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path}: {ancestor} is not writable")
+    _check_not_full(ancestor, path, option)
     return path
+
+
+def _check_not_full(folder: Path, path: Path, option: str) -> None:
+    """A disk already full is said before the work whose result could not be written (its size is not known yet:
+    a disk that fills during the run is the write's WriteError)."""
+    free = shutil.disk_usage(folder).free
+    if free < MIN_FREE_BYTES:
+        raise ValueError(f"{option} {path}: the disk of {folder} is full ({free // 1024} kB free); free space first")

@@ -219,9 +219,18 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(command, writte
 
 def test_a_disk_that_fills_during_training_is_one_line_and_keeps_no_partial_checkpoint(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    monkeypatch.setattr("phasekv.files.shutil", SimpleNamespace(disk_usage=lambda _: SimpleNamespace(free=1000)))
+    monkeypatch.setattr("phasekv.files.shutil", SimpleNamespace(disk_usage=lambda _: SimpleNamespace(free=100_000)))
     args = ["train", "--out", str(out), "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--no-progress"]
     run = CliRunner().invoke(app, args)
     assert run.exit_code == 2 and len(run.output.strip().splitlines()) == 1, run.output
-    assert "cannot write checkpoint" in run.output and "0.001 MB free" in run.output
+    assert "cannot write checkpoint" in run.output and "0.1 MB free" in run.output
     assert [p.name for p in (out / "checkpoints").iterdir()] == []  # resumable with --resume once space is freed
+
+
+def test_a_disk_already_full_is_said_before_any_work(tmp_path, monkeypatch):
+    """The issue's eval scored everything, then could not write its result on a full disk."""
+    monkeypatch.setattr("phasekv.files.shutil", SimpleNamespace(disk_usage=lambda _: SimpleNamespace(free=1024)))
+    with pytest.raises(ValueError, match=r"--out .*r.json: the disk of .* is full \(1 kB free\); free space first"):
+        check_output(tmp_path / "new" / "r.json")
+    with pytest.raises(ValueError, match="is full"):
+        check_output(tmp_path, directory=True)
