@@ -7,6 +7,7 @@ Kept free of torch and the model, so that every layer (report included) can use 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -117,6 +118,30 @@ def check_not_input(out: Path | str, inputs: Iterable[Path | str], option: str =
                 f"{source}: give {option} a path outside it"
             )
     return Path(out)
+
+
+def folder_inputs(*paths: Path | str | None) -> list[Path]:
+    """Each given file, and the files directly in each given folder: what a command that writes its results into a
+    folder must not replace (`check_not_input`), e.g. a model folder's config.json. Writing beside them is allowed,
+    and so is replacing an earlier result there (a phasekv result JSON or a figure: no model is read from them)."""
+    found = []
+    for path in (Path(p) for p in paths if p is not None):
+        found += (
+            [f for f in sorted(path.iterdir()) if f.is_file() and not _earlier_result(f)] if path.is_dir() else [path]
+        )
+    return found
+
+
+def _earlier_result(path: Path) -> bool:
+    if path.suffix == ".png":
+        return True
+    if path.suffix != ".json":
+        return False
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8")).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(schema, str) and schema.startswith("phasekv.")
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -234,3 +234,41 @@ def test_a_disk_already_full_is_said_before_any_work(tmp_path, monkeypatch):
         check_output(tmp_path / "new" / "r.json")
     with pytest.raises(ValueError, match="is full"):
         check_output(tmp_path, directory=True)
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (
+            ["eval", "lookup", "--like", "{like}", "--out", "{like}"],
+            "--out {like} would overwrite this command's input",
+        ),
+        (["eval", "needle", "--like", "{like}", "--dump-prompts", "{like}"], "--dump-prompts {like} would overwrite"),
+        (["eval", "lookup", "{model}", "--out", "{tmp}/x", "--dump-prompts", "{tmp}/x"], "both name {tmp}/x"),
+        (["conformance", "{copy}", "--out", "{copy}", "--name", "config"], "would overwrite this command's input"),
+    ],
+)
+def test_no_command_overwrites_its_own_input(command, message, phasekv_dir, tmp_path, monkeypatch):
+    """Issue 53: besides report and rejudge, `eval --like X --out X` replaced the result it was told to repeat."""
+    import shutil
+
+    monkeypatch.setattr("phasekv.scoring.load_scorer", _no_model)
+    monkeypatch.setattr("phasekv.studies.conformance.run.load_runner", _no_model)
+    like, copy = tmp_path / "like.json", tmp_path / "model"
+    like.write_text('{"probe": "lookup"}')
+    shutil.copytree(phasekv_dir, copy)
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    names = dict(model=phasekv_dir, like=like, tmp=tmp_path, copy=copy)
+    run = CliRunner().invoke(app, [arg.format(**names) for arg in command])
+    assert run.exit_code == 2 and message.format(**names) in run.output, run.output
+    assert like.read_text() == '{"probe": "lookup"}' and {p.name: p.read_bytes() for p in copy.iterdir()} == before
+
+
+def test_an_analysis_may_write_beside_the_model_and_replace_its_own_earlier_result(phasekv_dir, tmp_path):
+    import shutil
+
+    copy = shutil.copytree(phasekv_dir, tmp_path / "model")
+    args = ["knockout", str(copy), *SMALL_LOOKUP, "--calibration-mappings", "2", "--out", str(copy)]
+    for _ in range(2):
+        run = CliRunner().invoke(app, args)
+        assert run.exit_code == 0 and "wrote" in run.output, run.output

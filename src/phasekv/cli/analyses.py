@@ -124,8 +124,16 @@ OUTPUT = OptionGroup(  # where an analysis writes and what it prints on the way
 )
 
 
-def _check_out(output: dict) -> None:
-    check_output(output["out"], directory=True)  # a bad path fails now, not after the analysis
+def _check_out(output: dict, model: Path, *names: str) -> None:
+    """A bad --out fails now, not after the analysis; so does one where NAME.json or NAME.png would replace a file
+    the analysis reads (--out MODEL is allowed where no name is taken)."""
+    from phasekv.files import check_not_input, folder_inputs
+
+    check_output(output["out"], directory=True)
+    inputs = folder_inputs(model)
+    for name in names:
+        for suffix in (".json", ".png"):
+            check_not_input(output["out"] / f"{name}{suffix}", inputs)
 
 
 def _run(name: str, work, output: dict, text, plot) -> None:
@@ -162,7 +170,7 @@ def knockout_command(
     from phasekv.studies.knockout.run import run_knockout
 
     with one_line_errors("knockout"):
-        _check_out(output)
+        _check_out(output, model, "knockout")
         lookup = replace(ANALYSIS_LOOKUP, **prompts)
         options = replace(KNOCKOUT_DESIGN.build(design), batch_size=scoring["batch_size"])
         scorer = _scorer(model, scoring)
@@ -203,7 +211,7 @@ def gates_command(
         return "\n".join(lines)
 
     with one_line_errors("gates"):
-        _check_out(output)
+        _check_out(output, model, "gates", "gate_trajectory")
         lookup = replace(ANALYSIS_LOOKUP, **prompts)
         if source not in SOURCES:  # checked for a checkpoint too, where it has no use, so a typo never passes
             raise ValueError(f"unknown --source {source!r}; choose one of {', '.join(SOURCES)}")
@@ -241,7 +249,7 @@ def cycle_command(
     from phasekv.studies.cycle.run import format_cycle, run_cycle
 
     with one_line_errors("cycle"):
-        _check_out(output)
+        _check_out(output, model, "cycle")
         options = CYCLE_DESIGN.build(design)
         lookup = replace(ANALYSIS_LOOKUP, **prompts)
         scorer = _scorer(model, scoring)

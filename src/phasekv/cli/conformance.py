@@ -143,9 +143,14 @@ def conformance_command(
         return runner if no_twin else independent_reference(runner) or runner
 
     with one_line_errors("conformance"):
-        from phasekv.files import check_output
+        from phasekv.files import check_not_input, check_output, folder_inputs
 
         check_output(out, directory=True)  # a bad path fails now, not after every mode ran
+        # nor may a run's files replace what it reads: `--out MODEL --name config` would overwrite config.json
+        inputs = folder_inputs(*(spec for spec in (model, reference) if spec and not spec.startswith("preset:")))
+        for stem in (name, f"{name}-phasekv", f"{name}-transformers"):  # the stems of every kind of run
+            for suffix in (".json", ".png"):
+                check_not_input(out / f"{stem}{suffix}", inputs)
         options = DESIGN.build(design)
         if layers_vs_transformers is not None:
             if model is not None or reference is not None or endpoint["url"] is not None:

@@ -229,14 +229,20 @@ def _prompt_rows(prompts):
     return (asdict(p) for p in prompts)
 
 
-def _check_outputs(output: dict) -> None:
-    """A bad --out or --dump-prompts path fails now, not after the whole run."""
-    from phasekv.files import check_output
+def _check_outputs(output: dict, like: Path | None = None) -> None:
+    """A bad --out or --dump-prompts path fails now, not after the whole run; so does one that would overwrite
+    the --like result read, or the other output."""
+    from phasekv.files import check_not_input, check_output
 
+    inputs = [] if like is None else [like]
     if output["out"] is not None:
         check_output(output["out"])
+        check_not_input(output["out"], inputs)
     if output["dump_prompts"] is not None:
         check_output(output["dump_prompts"], option="--dump-prompts")
+        check_not_input(output["dump_prompts"], inputs, option="--dump-prompts")
+        if output["out"] is not None and Path(output["out"]).resolve() == Path(output["dump_prompts"]).resolve():
+            raise ValueError(f"--out and --dump-prompts both name {output['out']}: give each its own file")
 
 
 def _press_line(press: dict) -> str | None:
@@ -444,7 +450,7 @@ def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary:
     ) -> None:
         options_class, build, run, heading = parts()
         with one_line_errors("eval"):
-            _check_outputs(output)
+            _check_outputs(output, like)
             fields, model, stride, resamples = _like(ctx, probe, like, design, model, stride, resamples)
             options = options_class(**fields)
             scorer = _prompt_set_scorer(model, scoring, remote, build, options, output, stride, min_effect)
