@@ -281,3 +281,27 @@ def test_serve_on_a_busy_port_says_so_in_one_line(qwen_dir):
     assert result.exit_code == 2, result.output
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in result.output
     assert "choose another --port" in result.output and "Traceback" not in result.output
+
+
+def test_past_the_backlog_of_complete_requests_a_new_connection_gets_a_503_naming_it(scorer):
+    """Every pending place taken by a complete request waiting for the one worker: the next connection is answered
+    503 at once (naming --backlog, with Retry-After), and the waiting requests are still answered in full."""
+    with serving(scorer, workers=1, backlog=2, limits=Limits(max_request_seconds=30)) as server:
+        address = server.server_address[:2]
+        busy = socket.create_connection(address)  # holds the one worker: a long decode
+        busy.sendall(request_bytes("POST", json.dumps({"prompt": [5, 6], "max_tokens": 2048}).encode()))
+        time.sleep(0.5)
+        waiting = [socket.create_connection(address, timeout=30) for _ in range(2)]
+        for s in waiting:
+            s.sendall(request_bytes("POST", json.dumps({"prompt": [5, 6], "max_tokens": 1}).encode()))
+        time.sleep(0.5)  # both read whole and handed to the pool: the backlog is full of complete requests
+        start = time.perf_counter()
+        status, body = raw(server, request_bytes("POST", b'{"prompt": [5, 6]}'), timeout=5)
+        assert status == 503 and "--backlog" in body["error"]["message"] and time.perf_counter() - start < 2
+        busy.close()  # the abandoned decode gives the worker back
+        for s in waiting:
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+            s.close()
+            assert answer.startswith(b"HTTP/1.0 200"), answer[:200]
