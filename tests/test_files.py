@@ -21,7 +21,11 @@ def test_a_failed_write_leaves_neither_the_file_nor_a_temporary(tmp_path):
 
     with pytest.raises(RuntimeError):
         write_atomic(tmp_path / "out" / "b.json", fail)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # nor the folder it made (issue 53: a full disk left empty folders)
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError):
+        write_atomic(tmp_path / "kept" / "b.json", fail)
+    assert list((tmp_path / "kept").iterdir()) == []  # a folder that was there stays
 
 
 def test_a_full_disk_is_one_clear_error_and_the_earlier_file_is_kept(tmp_path):
