@@ -34,6 +34,16 @@ needs_dsv4 = pytest.mark.skipif(
     not HAS_DSV4, reason="this transformers has no models.deepseek_v4 (the main environment's 5.24 has it)"
 )
 
+# kvpress needs transformers < 5.3: its tests run in their own environment (scripts/test_kvpress.sh) and skip elsewhere.
+HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
+
+
+def needs_kvpress(test):
+    """Marked `kvpress` (scripts/test_kvpress.sh runs these in the kvpress environment); skipped without it."""
+    reason = "kvpress is not installed (the kvpress extra: scripts/kvpress_venv.sh)"
+    return pytest.mark.kvpress(pytest.mark.skipif(not HAS_KVPRESS, reason=reason)(test))
+
+
 # Tiny Hugging Face models shared by the scoring, evaluation, analysis and compressor tests. The sizes are
 # part of what those tests check (strides, parity numbers): change them only together with the tests.
 QWEN3_TINY = dict(

@@ -245,6 +245,15 @@ def _check_outputs(output: dict, like: Path | None = None) -> None:
             raise ValueError(f"--out and --dump-prompts both name {output['out']}: give each its own file")
 
 
+def _check_grid_shift(grid_shift: bool, press: str | None) -> None:
+    """--grid-shift with a press whose grid moves per prompt (a dithered press) fails now, before the model loads."""
+    if grid_shift and press is not None:
+        from phasekv.scoring.press_spec import grid_shift_refusal, parse_press
+
+        if refusal := grid_shift_refusal(parse_press(press)):
+            raise ValueError(refusal)
+
+
 def _press_line(press: dict) -> str | None:
     """What a kvpress press kept, and how often its cut fell inside a tie (then top-k's tie order chose)."""
     kept = press.get("kv_entries", {}).get("kept_fraction")
@@ -451,6 +460,7 @@ def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary:
         options_class, build, run, heading = parts()
         with one_line_errors("eval"):
             _check_outputs(output, like)
+            _check_grid_shift(grid_shift, scoring["press"])
             fields, model, stride, resamples = _like(ctx, probe, like, design, model, stride, resamples)
             options = options_class(**fields)
             scorer = _prompt_set_scorer(model, scoring, remote, build, options, output, stride, min_effect)

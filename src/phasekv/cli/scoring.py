@@ -73,7 +73,8 @@ SCORING = OptionGroup(
             None,
             "--press",
             help="compress an HF model's KV cache: a preset (knorm, snapkv, streaming, chunkkv4, chunkkv8, chunkkv16, "
-            "chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
+            "chunkkv8-staggered, chunkkv8-dithered, chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), "
+            "pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
             "or a kvpress call such as 'ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)' "
             "(needs the kvpress extra); a chunk grid becomes the period check's stride",
         ),

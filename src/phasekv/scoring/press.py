@@ -40,7 +40,16 @@ import torch
 from .base import ScorerError
 from .hf_scorer import HFScorer
 from .press_grid import shifted_press_class
-from .press_spec import PressCall, PressSpecError, compresses_rows_apart, grid_call, press_stride
+from .press_spec import (
+    VARIANT_PRESSES,
+    PressCall,
+    PressSpecError,
+    compresses_rows_apart,
+    grid_call,
+    grid_shift_refusal,
+    press_stride,
+)
+from .press_variants import variant_class
 
 KVPRESS_MISSING = (
     "--press with a kvpress press needs the kvpress package (kvpress 0.5.5 needs transformers < 5.3): "
@@ -50,9 +59,10 @@ KVPRESS_MISSING = (
 
 
 def build_press(spec: PressCall, grid_offset: int = 0):
-    """The kvpress press object named by `spec` (nested presses built first). With `grid_offset` > 0 the press
-    that sets the chunk grid (`press_spec.grid_call`) is built with its cuts moved by that many tokens
-    (`press_grid`): the grid-shift test."""
+    """The kvpress press object named by `spec` (nested presses built first; phasekv's ChunkKV variants,
+    `press_spec.VARIANT_PRESSES`, by `press_variants`). With `grid_offset` > 0 the press that sets the chunk grid
+    (`press_spec.grid_call`) is built with its cuts moved by that many tokens (`press_grid`; a staggered press's
+    every layer): the grid-shift test. A press whose grid moves per prompt is refused (`grid_shift_refusal`)."""
     try:
         import kvpress
     except ImportError as err:
@@ -60,14 +70,18 @@ def build_press(spec: PressCall, grid_offset: int = 0):
     shifted = grid_call(spec) if grid_offset else None
     if grid_offset and shifted is None:
         raise PressSpecError(f"{spec.name} has no chunk grid to move")
+    if grid_offset and (refusal := grid_shift_refusal(spec)):
+        raise PressSpecError(refusal)
 
     def make(call: PressCall):
-        cls = getattr(kvpress, call.name, None)
+        cls = variant_class(call.name) if call.name in VARIANT_PRESSES else getattr(kvpress, call.name, None)
         if not (isinstance(cls, type) and issubclass(cls, kvpress.presses.base_press.BasePress)):
-            known = sorted(n for n in dir(kvpress) if n.endswith("Press"))
-            raise PressSpecError(f"{call.name} is not a kvpress press; kvpress has {', '.join(known)}")
+            known = sorted([*(n for n in dir(kvpress) if n.endswith("Press")), *VARIANT_PRESSES])
+            raise PressSpecError(f"{call.name} is not a kvpress press; kvpress (and phasekv) have {', '.join(known)}")
         kwargs = {k: build(v) for k, v in call.kwargs.items()}
-        if call is shifted:
+        if call is shifted and call.name in VARIANT_PRESSES:
+            kwargs["grid_offset"] = int(kwargs.get("grid_offset", 0)) + grid_offset  # taken mod chunk_length
+        elif call is shifted:
             cls, kwargs["grid_offset"] = shifted_press_class(call.name), grid_offset
         try:
             return cls(**kwargs)
@@ -192,11 +206,18 @@ class KVPressScorer(HFScorer):
 
     unshifted_grid_offset = 0  # where the grid starts outside `grid_offset`
 
+    @property
+    def grid_shift_refusal(self) -> str | None:
+        """Why the grid-shift test cannot move this press's grid though it has one (a dithered press), else None."""
+        return grid_shift_refusal(self.spec)
+
     @contextmanager
     def grid_offset(self, offset: int) -> Iterator[None]:
         """Within the block the press's chunk grid is cut `offset` tokens later (`press_grid`; content and
         positions unchanged): the grid-shift test's other grids. ValueError for a press without a grid."""
         stride = self.compression_stride
+        if self.grid_shift_refusal:
+            raise ValueError(self.grid_shift_refusal)
         if stride is None or not 0 <= offset < stride:
             raise ValueError(f"{self.spec_text}: no chunk grid with an offset {offset} (stride {stride})")
         unshifted = self.press
@@ -263,6 +284,7 @@ class KVPressScorer(HFScorer):
                         else "prefill one row at a time"
                     )
                 ),
+                **({"grid": self.press.grid_record()} if hasattr(self.press, "grid_record") else {}),
                 "kv_entries": self.counter.record(),
                 "ties_at_cut": self.cut_ties.record(),
             },

@@ -8,6 +8,10 @@ partial segment treated exactly as kvpress treats its last, partial one. At o = 
 kvpress computes (tests/studies/presses/test_presses.py compares them), so a shifted run differs from the
 unshifted one only where the cuts fall.
 
+`matched_chunkkv_compress` moves ChunkKV's cuts the same way but keeps exactly as many tokens as kvpress's ChunkKV
+keeps on the same input (a moved grid has one more, partial segment, so "the same number of chunks" would keep more
+tokens at some offsets): the staggered and dithered presses (`press_variants`) select with it.
+
 kvpress is optional: the classes are made on first use.
 """
 
@@ -52,6 +56,38 @@ def _chunkkv_compress(self, module, hidden_states, keys, values, attentions, kwa
     chosen = chunk_scores.topk(kept, dim=-1).indices[0]
     indices = torch.cat([torch.arange(*segments[int(c)], device=keys.device) for c in chosen]).sort()[0]
     return _gather(keys, values, indices, module.head_dim)
+
+
+def matched_chunkkv_compress(press, offset: int, module, hidden_states, keys, values, attentions, kwargs):
+    """`press` (a ChunkKVPress) with its chunks cut at `offset` + kC, keeping exactly the number of tokens kvpress's
+    ChunkKVPress keeps from the same input (its budget: whole chunks, its partial last chunk counted by its length
+    when chosen). The moved grid's segments are ranked as ChunkKV ranks its chunks, by the mean over their tokens of
+    the head-summed scores (the batch's first row decides, as in kvpress; equal means: the earlier segment first),
+    and kept whole in that order while they fit the budget; the first that does not fit is cut to its best-scored
+    tokens (equal scores: the earlier token) to fill it, and nothing after it is kept. At offset 0, or where kvpress
+    keeps every token or has no whole chunk (it then lets the scorer press choose), this is kvpress's ChunkKVPress."""
+    import torch
+    from kvpress import ChunkKVPress
+
+    kept = ChunkKVPress.compress(press, module, hidden_states, keys, values, attentions, kwargs)
+    length = keys.shape[2]
+    if offset == 0 or kept[0].shape[2] == length or length < press.chunk_length:
+        return kept
+    left = kept[0].shape[2]  # the budget
+    summed = press.press.score(module, hidden_states, keys, values, attentions, kwargs).sum(dim=1)[0]  # [n]
+    segments = grid_segments(0, length, press.chunk_length, offset)
+    means = torch.stack([summed[a:b].mean() for a, b in segments])
+    picked = []
+    for c in means.sort(descending=True, stable=True).indices.tolist():
+        a, b = segments[c]
+        if b - a <= left:
+            picked.append(torch.arange(a, b, device=keys.device))
+        else:
+            picked.append(a + summed[a:b].sort(descending=True, stable=True).indices[:left])
+        left -= len(picked[-1])
+        if left == 0:
+            break
+    return _gather(keys, values, torch.cat(picked).sort()[0], module.head_dim)
 
 
 def _chunk_compress(self, module, hidden_states, keys, values, attentions, kwargs):

@@ -8,9 +8,14 @@ A spec is one of
 - phasekv's own chunked pooling, `pool:w=8,s=8,local=16` (see `scoring.pooled`; no kvpress needed);
 - a named preset (`PRESETS`), e.g. `chunkkv8`, which stands for its spec text.
 
+phasekv's own ChunkKV variants (`VARIANT_PRESSES`, `press_variants`) are written like kvpress calls:
+`StaggeredChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8, stagger=1)` and
+`DitheredChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8, seed=0)`.
+
 The chunk grid: a press that cuts the context into fixed chunks (`GRID_FIELDS`: ChunkKVPress and
 ChunkPress by `chunk_length`, BlockPress by `block_size`; pooling by its stride) has a stride, and
-`press_stride` returns it so the phase test's period check uses it automatically.
+`press_stride` returns it so the phase test's period check uses it automatically. A press whose grid moves from
+prompt to prompt (`GRID_SHIFT_REFUSED`) has a stride but no grid the grid-shift test could move.
 """
 
 from __future__ import annotations
@@ -19,7 +24,21 @@ import ast
 from dataclasses import dataclass, field
 
 # kvpress wrappers whose selection works on a fixed grid of the context, and the field that sets its spacing
-GRID_FIELDS = {"ChunkKVPress": "chunk_length", "ChunkPress": "chunk_length", "BlockPress": "block_size"}
+GRID_FIELDS = {
+    "ChunkKVPress": "chunk_length",
+    "ChunkPress": "chunk_length",
+    "BlockPress": "block_size",
+    "StaggeredChunkKVPress": "chunk_length",
+    "DitheredChunkKVPress": "chunk_length",
+}
+# phasekv's ChunkKV variants (`press_variants`): built by phasekv on kvpress's ChunkKVPress, named like kvpress presses
+VARIANT_PRESSES = ("StaggeredChunkKVPress", "DitheredChunkKVPress")
+# grid presses whose grid cannot be moved by the grid-shift test, and why (one line, shown as the error)
+GRID_SHIFT_REFUSED = {
+    "DitheredChunkKVPress": "--grid-shift: DitheredChunkKVPress draws its grid offset per prompt (from the prompt's "
+    "tokens and its seed), so it has no fixed grid to move; run it without --grid-shift (its verdict then rests on the "
+    "position design)",
+}
 POOL_PREFIX = "pool:"
 
 # kvpress presses that compress each row of a batch from that row alone (scores and top-k per row, the same
@@ -35,6 +54,9 @@ PRESETS = {
     "chunkkv8": "ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)",
     "chunkkv4": "ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=4)",
     "chunkkv16": "ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=16)",
+    # chunkkv8 with layer l's chunk cuts moved by l mod 8, and with one offset per prompt (issue 56; press_variants)
+    "chunkkv8-staggered": "StaggeredChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8, stagger=1)",
+    "chunkkv8-dithered": "DitheredChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8, seed=0)",
     "chunk8-knorm": "ChunkPress(press=KnormPress(compression_ratio=0.5), chunk_length=8)",
     "block8-knorm": "BlockPress(press=KnormPress(compression_ratio=0.5), block_size=8)",
     "pool-w8s8": "pool:w=8,s=8,local=16",
@@ -163,6 +185,12 @@ def compresses_rows_apart(spec: PressCall) -> bool:
     """Whether `spec` and every press nested in it compress each row of a batch on its own (`ROW_INDEPENDENT`)."""
     nested = [v for value in spec.kwargs.values() for v in (value if isinstance(value, list) else [value])]
     return spec.name in ROW_INDEPENDENT and all(compresses_rows_apart(v) for v in nested if isinstance(v, PressCall))
+
+
+def grid_shift_refusal(spec: PressCall | PoolSpec) -> str | None:
+    """Why the grid-shift test cannot move `spec`'s grid though it has one (`GRID_SHIFT_REFUSED`), else None."""
+    call = grid_call(spec) if isinstance(spec, PressCall) else None
+    return None if call is None else GRID_SHIFT_REFUSED.get(call.name)
 
 
 def press_stride(spec: PressCall | PoolSpec) -> tuple[int | None, str]:

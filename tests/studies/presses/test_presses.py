@@ -2,12 +2,10 @@
 per-query float64 reference) and kvpress presses (tests marked `kvpress` need the kvpress extra: they run in
 its own environment, `scripts/test_kvpress.sh`, and skip elsewhere)."""
 
-import importlib.util
-
 import pytest
 import torch
 
-from conftest import randomize, tiny_qwen3, word_tokenizer
+from conftest import HAS_KVPRESS, needs_kvpress, randomize, tiny_qwen3, word_tokenizer
 from phasekv.scoring import HFScorer, ScorerError, load_scorer
 from phasekv.scoring.pooled import install_pooling
 from phasekv.scoring.press_question import bind_question, question_tokens
@@ -22,15 +20,6 @@ from phasekv.scoring.press_spec import (
 from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
-
-HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
-
-
-def needs_kvpress(test):
-    """Marked `kvpress` (scripts/test_kvpress.sh runs these in the kvpress environment); skipped without it."""
-    reason = "kvpress is not installed (the kvpress extra: scripts/kvpress_venv.sh)"
-    return pytest.mark.kvpress(pytest.mark.skipif(not HAS_KVPRESS, reason=reason)(test))
-
 
 LOOKUP = LookupOptions(n_records=12, n_demos=2, modulus=8, n_mappings=2, seed=3)
 

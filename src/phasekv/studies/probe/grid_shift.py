@@ -26,8 +26,8 @@ BLACK_BOX = "position design only: this model's compression grid cannot be moved
 
 
 def grid_period(scorer: Scorer) -> int | None:
-    """The stride of a grid the scorer can move, else None."""
-    if not hasattr(scorer, "grid_offset"):
+    """The stride of a grid the scorer can move, else None (also for a grid drawn per prompt: a dithered press)."""
+    if not hasattr(scorer, "grid_offset") or getattr(scorer, "grid_shift_refusal", None):
         return None
     return scorer.compression_stride
 

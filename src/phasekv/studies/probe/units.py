@@ -153,6 +153,8 @@ def run_unit_probe(
     (`resolve_stride`). `grid_shift` also scores the prompts with the compression grid at every offset
     (`grid_shift`: models whose grid can move only, checked before any scoring). A null whose MDE exceeds
     `max_mde` points reads inconclusive."""
+    if grid_shift and getattr(scorer, "grid_shift_refusal", None):  # a grid that moves per prompt (a dithered press)
+        raise ValueError(scorer.grid_shift_refusal)
     if grid_shift and grid_period(scorer) is None:
         raise ValueError(
             "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
