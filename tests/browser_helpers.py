@@ -65,6 +65,17 @@ def selftest(binary: str, page: Path, profile: Path) -> tuple[dict, subprocess.C
     return dumped(dom, "selftest-result"), dom
 
 
+def passed_selftest(binary: str, page: Path, profile: Path) -> set[str]:
+    """The names of `page`'s self-test checks, after asserting that every one of them passed and that the page
+    logged nothing to the console."""
+    outcome, dom = selftest(binary, page, profile)
+    failed = [c for c in outcome["checks"] if not c["pass"]]
+    assert not failed and outcome["ok"], failed
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not console, console
+    return {c["name"] for c in outcome["checks"]}
+
+
 def screenshot(binary: str, page: Path, profile: Path, shot: Path, size: str = "1100,3400") -> Path:
     """A PNG of `page` at the window `size` (width,height), written to `shot`."""
     res = run_chromium(

@@ -44,6 +44,15 @@ def needs_kvpress(test):
     return pytest.mark.kvpress(pytest.mark.skipif(not HAS_KVPRESS, reason=reason)(test))
 
 
+def press_inputs(length: int, seed: int):
+    """(hidden [1, T, 8], keys, values [1, 2, T, 4]) of one layer, random from `seed`: what a press compresses."""
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, 2, length, 4, generator=generator)
+    values = torch.randn(1, 2, length, 4, generator=generator)
+    hidden = torch.randn(1, length, 8, generator=generator)
+    return hidden, keys, values
+
+
 # Tiny Hugging Face models shared by the scoring, evaluation, analysis and compressor tests. The sizes are
 # part of what those tests check (strides, parity numbers): change them only together with the tests.
 QWEN3_TINY = dict(

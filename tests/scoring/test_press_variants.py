@@ -7,7 +7,7 @@ press and refused for the dithered one. Tests marked `kvpress` run in the kvpres
 import pytest
 import torch
 
-from conftest import needs_kvpress, randomize, word_tokenizer
+from conftest import needs_kvpress, press_inputs, randomize, word_tokenizer
 from phasekv.scoring.press_spec import PRESETS, grid_shift_refusal, parse_press, press_stride
 from phasekv.scoring.press_variants import dither_offset, layer_offset
 
@@ -84,14 +84,6 @@ class _Layer:
         self.layer_idx = layer_idx
 
 
-def _inputs(length: int, seed: int):
-    generator = torch.Generator().manual_seed(seed)
-    keys = torch.randn(1, 2, length, 4, generator=generator)
-    values = torch.randn(1, 2, length, 4, generator=generator)
-    hidden = torch.randn(1, length, 8, generator=generator)
-    return hidden, keys, values
-
-
 def _positions(keys: torch.Tensor, kept: torch.Tensor) -> list[int]:
     """The positions of `keys` [1, H, n, D] that `kept` [1, H, k, D] holds (head 0; matched by value), in order."""
     return [int((keys[0, 0] == row).all(-1).nonzero()[0]) for row in kept[0, 0]]
@@ -138,7 +130,7 @@ def test_the_staggered_press_keeps_each_layers_tokens_as_defined_and_chunkkvs_co
     for shift in (0, 3):
         press = build_press(parse_press(STAGGERED.format(inner=KNORM, stagger=1)), grid_offset=shift)
         for layer in range(10):
-            hidden, keys, values = _inputs(length, seed=100 * length + layer)
+            hidden, keys, values = press_inputs(length, seed=100 * length + layer)
             kept, _ = press.compress(_Layer(layer), hidden, keys, values, None, {})
             expected, _ = chunkkv.compress(_Layer(layer), hidden, keys, values, None, {})
             assert kept.shape == expected.shape  # exactly ChunkKV's number of tokens
@@ -156,7 +148,7 @@ def test_the_dithered_press_keeps_the_tokens_its_offset_defines(offset):
     press = build_press(parse_press(DITHERED.format(inner=KNORM, seed=0)))
     chunkkv = build_press(parse_press(CHUNKKV.format(inner=KNORM)))
     for length in (37, 101):
-        hidden, keys, values = _inputs(length, seed=length + offset)
+        hidden, keys, values = press_inputs(length, seed=length + offset)
         press.current_offset = offset  # what the input-embedding hook sets from the prompt's tokens
         kept, _ = press.compress(_Layer(), hidden, keys, values, None, {})
         assert kept.shape == chunkkv.compress(_Layer(), hidden, keys, values, None, {})[0].shape

@@ -5,7 +5,7 @@ its own environment, `scripts/test_kvpress.sh`, and skip elsewhere)."""
 import pytest
 import torch
 
-from conftest import HAS_KVPRESS, needs_kvpress, randomize, tiny_qwen3, word_tokenizer
+from conftest import HAS_KVPRESS, needs_kvpress, press_inputs, randomize, tiny_qwen3, word_tokenizer
 from phasekv.scoring import HFScorer, ScorerError, load_scorer
 from phasekv.scoring.pooled import install_pooling
 from phasekv.scoring.press_question import bind_question, question_tokens
@@ -601,14 +601,6 @@ GRID_PRESSES = [
 ]
 
 
-def _press_inputs(length: int, seed: int):
-    generator = torch.Generator().manual_seed(seed)
-    keys = torch.randn(1, 2, length, 4, generator=generator)
-    values = torch.randn(1, 2, length, 4, generator=generator)
-    hidden = torch.randn(1, length, 8, generator=generator)
-    return hidden, keys, values
-
-
 class _Module:
     head_dim = 4
 
@@ -623,7 +615,7 @@ def test_a_shifted_press_at_offset_zero_is_kvpress(text, length):
     spec = parse_press(text)
     original = build_press(spec)
     ours = shifted_press_class(spec.name)(**{**vars(original), "grid_offset": 0})
-    hidden, keys, values = _press_inputs(length, seed=length)
+    hidden, keys, values = press_inputs(length, seed=length)
     expected = original.compress(_Module(), hidden, keys, values, None, {})
     got = ours.compress(_Module(), hidden, keys, values, None, {})
     torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
@@ -639,7 +631,7 @@ def test_a_shifted_chunkkv_keeps_whole_chunks_of_the_moved_grid(offset):
     spec = parse_press(GRID_PRESSES[0])
     press = build_press(spec, grid_offset=offset)
     assert press.grid_offset == offset and press.chunk_length == 8
-    hidden, keys, values = _press_inputs(37, seed=offset)
+    hidden, keys, values = press_inputs(37, seed=offset)
     kept_keys, _ = press.compress(_Module(), hidden, keys, values, None, {})
     # which positions survived: match the kept key vectors back to the input
     kept = {int((keys[0, 0] == row).all(-1).nonzero()[0]) for row in kept_keys[0, 0]}
