@@ -1334,7 +1334,8 @@ def test_a_null_from_a_blind_design_is_inconclusive_with_the_size_it_could_miss(
 
 def test_the_headline_prints_the_mean_interval_the_chance_rule_reads():
     """Gemma printed `mean 53.9% [7.8, 100.0]` and then judged against chance 12.5% with an interval nobody saw:
-    the headline's mean interval is now the verdict's own, and the rule names it."""
+    the headline prints the verdict's own mean and interval beside the summary's (whose worst and best they are),
+    and the rule names it."""
     from phasekv.stats import summarize_mappings
     from phasekv.stats.format import format_headline
 
@@ -1345,7 +1346,9 @@ def test_the_headline_prints_the_mean_interval_the_chance_rule_reads():
     low, high = (100 * v for v in verdict["test"]["mean_ci"])
     assert [100 * v for v in summary.stat_intervals["mean"]] != pytest.approx([low, high])  # two intervals exist
     headline = format_headline(summary, verdict)
-    assert headline.splitlines()[0].startswith(f"mean {100 * verdict['test']['mean']:.1f}% [{low:.1f}, {high:.1f}];")
+    first = headline.splitlines()[0]
+    assert first.startswith(f"mean {100 * summary.mean:.1f}% [") and summary.worst <= summary.mean <= summary.best
+    assert f"; distinct prompts {100 * verdict['test']['mean']:.1f}% [{low:.1f}, {high:.1f}] (the chance" in first
     assert f"the mean's interval [{low:.1f}, {high:.1f}] reaches chance (12.5%)" in headline
 
 

@@ -218,17 +218,19 @@ def format_verdict(verdict: dict) -> str:
 
 def format_headline(summary: ResidueSummary, verdict: dict | None) -> str:
     """The finding of a probe in a few lines: the mean with its interval, worst and best residue, the gap with
-    its interval, then the phase verdict (`format_verdict`) when the result has one."""
+    its interval (all over the residue summary's cells), the verdict's own mean over distinct prompts where it
+    has one, then the phase verdict (`format_verdict`) when the result has one."""
     intervals = summary.stat_intervals or {}
     mean = f"mean {100 * summary.mean:.1f}%"
-    # the verdict's own interval of the mean (distinct prompts, resampled by unit) is the one its chance rule reads:
-    # printing another beside a verdict would let a reader judge the chance rule on numbers it never saw
-    judged = ((verdict or {}).get("test") or {}).get("mean_ci")
-    if judged:
-        mean = f"mean {100 * (verdict['test'].get('mean', summary.mean)):.1f}%"
-        mean += " [{:.1f}, {:.1f}]".format(*(100 * v for v in judged))
-    elif "mean" in intervals:
+    if "mean" in intervals:
         mean += " [{:.1f}, {:.1f}]".format(*(100 * v for v in intervals["mean"]))
+    # the verdict's mean weighs each distinct prompt once (resampled by unit), the summary's every prompt and copy:
+    # they can differ by points, and the chance rule reads the first, so both are printed, each named
+    test = (verdict or {}).get("test") or {}
+    if test.get("mean_ci") and test.get("mean") is not None:
+        mean += "; distinct prompts {:.1f}% [{:.1f}, {:.1f}] (the chance rule's)".format(
+            100 * test["mean"], *(100 * v for v in test["mean_ci"])
+        )
     gap = f"gap {summary.gap_points:.1f} points"
     if "gap_points" in intervals:
         gap += " [{:.1f}, {:.1f}]".format(*intervals["gap_points"])
