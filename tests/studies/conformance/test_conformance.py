@@ -516,6 +516,7 @@ def test_a_bug_every_mode_shares_is_found_against_the_float64_twin_and_the_resul
     blind = runner.invoke(app, [*args, "--no-twin", "--out", str(tmp_path), "--name", "self"])
     assert blind.exit_code == 0, blind.output
     assert "compared: each mode against preset:dsv4-hca's own parallel forward: a bug that every mode" in blind.output
+    assert "(its float64 naive twin was turned off (--no-twin))" in blind.output
     seen = runner.invoke(app, [*args, "--out", str(tmp_path), "--name", "twin"])
     assert seen.exit_code == 1, seen.output
     result = ConformanceResult.model_validate_json((tmp_path / "twin.json").read_text())

@@ -563,10 +563,14 @@ def comparison(candidate, reference) -> dict:
     phase-sensitive code), "given" (a reference the user named: independent only if it is) or "self" (the
     candidate's own parallel forward), with a sentence that says so."""
     if reference is None:
+        why = (
+            "its float64 naive twin was turned off (--no-twin)"
+            if isinstance(candidate, PhaseKVRunner)
+            else "phasekv has no independent implementation of this model; give --reference"
+        )
         text = (
             f"each mode against {candidate.name}'s own parallel forward: a bug that every mode shares, the "
-            "parallel forward included, is invisible (phasekv has no independent implementation of this model; "
-            "give --reference)"
+            f"parallel forward included, is invisible ({why})"
         )
         return {"against": "self", "text": text}
     if reference.independent:
