@@ -30,8 +30,8 @@ import time
 import torch
 
 from phasekv.attention import Attention, dispatch
-from phasekv.compress import paper
-from phasekv.config import CompressionConfig, ModelConfig
+from phasekv.compress import PaperCompression, paper
+from phasekv.config import ModelConfig
 from phasekv.model.presets import DSV4_STYLE
 
 LOCAL = 16
@@ -47,15 +47,15 @@ def use_size(size: str) -> None:
 
 KINDS = {
     "full": None,
-    "w8s8": CompressionConfig(8, 8, local_window=LOCAL),
-    "w8s4": CompressionConfig(8, 4, local_window=LOCAL),
+    "w8s8": PaperCompression(8, 8, local_window=LOCAL),
+    "w8s4": PaperCompression(8, 4, local_window=LOCAL),
     "dsv4": DSV4_STYLE,
 }
 
 
 def build(kind: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Attention:
     torch.manual_seed(0)
-    extra = dict(rope_dim=HEAD_DIM // 2, rope_style="interleaved") if kind == "dsv4" else {}
+    extra = KINDS[kind].model_defaults(HEAD_DIM)
     cfg = ModelConfig(
         hidden_size=D_MODEL, num_heads=HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, compression=KINDS[kind], **extra
     )

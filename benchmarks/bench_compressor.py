@@ -20,15 +20,15 @@ import time
 import torch
 from torch import nn
 
-from phasekv.compress import build_compressor, paper
+from phasekv.compress import PaperCompression, build_compressor, paper
 from phasekv.config import CompressionConfig
 from phasekv.model.presets import DSV4_STYLE
 
 D_MODEL, KV_HEADS, HEAD_DIM = 512, 1, 64
 KINDS = {
-    "w8s8": CompressionConfig(8, 8),
-    "w8s4": CompressionConfig(8, 4),
-    "w8s8-vector": CompressionConfig(8, 8, gate="vector"),
+    "w8s8": PaperCompression(8, 8),
+    "w8s4": PaperCompression(8, 4),
+    "w8s8-vector": PaperCompression(8, 8, gate="vector"),
     "dsv4": DSV4_STYLE,
 }
 

@@ -7,11 +7,8 @@ themselves at construction, so a bad config fails before any tensor is built.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
-GATE_KINDS = ("scalar", "vector", "uniform")
-GATE_NORMS = ("softmax", "sigmoid")
-COMPRESSOR_KINDS = ("paper", "dsv4")
 ENTRY_POSITIONS = ("window_start", "last_stride_start")
 ROPE_STYLES = ("half", "interleaved")
 STAGGERS = ("none", "layer", "kv_head")
@@ -22,7 +19,7 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message says which and what to do."""
 
 
-def _require(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
 
@@ -31,31 +28,30 @@ def _require_counts(config, keys: tuple[str, ...], label: str = "") -> None:
     """Each of `config`'s fields `keys` must be an integer >= 1 (`label` starts the message)."""
     for key in keys:
         value = getattr(config, key)
-        _require(isinstance(value, int) and value >= 1, f"{label}{key} must be an integer >= 1, got {value!r}")
+        require(isinstance(value, int) and value >= 1, f"{label}{key} must be an integer >= 1, got {value!r}")
 
 
 def _check_keys(config_class, data: dict[str, Any], label: str) -> None:
     """`data` may hold only fields of `config_class` (`label` names them in the message)."""
     known = {f.name for f in fields(config_class)}
     unknown = sorted(set(data) - known)
-    _require(not unknown, f"unknown {label} keys {unknown}; known keys are {sorted(known)}")
+    require(not unknown, f"unknown {label} keys {unknown}; known keys are {sorted(known)}")
 
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    """How a layer's KV history is compressed.
+    """How a layer's KV history is compressed: what every compressor kind shares (the windows, the local window,
+    the sink, the offsets). A kind (`phasekv.compress.paper`, `phasekv.compress.dsv4`) subclasses it with its own
+    fields and registers itself (`register_kind`); `kind` names it in config.json.
 
     Window j covers positions o+j*stride .. o+j*stride+window-1 (o: the layer's window offset, 0
     unless staggered) and writes one entry, visible to a query at t iff t >= o+j*stride+window-1.
     Queries also attend to the last `local_window` exact tokens (their own included), in one softmax
     with the visible entries.
 
-    kind:            "paper" (per-offset gate Z_i, b_i and payload map C_i) or "dsv4" (DeepSeek-V4
-                     CSA: window = 2*stride built from two halves, per-offset per-channel bias only,
-                     shared K=V, RMSNorm on the entry).
-    gate:            "scalar" (one score per offset), "vector" (one per channel) or "uniform"
-                     (alpha = 1/window, no parameters). dsv4 is always "vector".
-    shared_kv:       one latent read as both key and value (dsv4 always).
+    Every kind also answers `gate` ("scalar", "vector" or "uniform"), `gate_norm` ("softmax" or "sigmoid") and
+    `shared_kv` (one latent read as key and value), as fields or as fixed class attributes.
+
     entry_position:  RoPE position of entry j: "window_start" (j*stride) or "last_stride_start"
                      (j*stride + window - stride, DeepSeek-V4's choice).
     pad_first_window: also write the windows that start before position 0, their missing slots
@@ -70,30 +66,19 @@ class CompressionConfig:
                      windows at o_h = h*stride//n_kv on top of the layer's offset (mod stride): with 4 KV
                      heads at S=8, heads 0-3 cut at 0, 2, 4, 6 (`head_offsets`), so each phase is the last
                      slot of a window for only some heads. One entry per head per S tokens, as unstaggered:
-                     the same parameters and cache bytes. Paper-style compressors only.
+                     the same parameters and cache bytes. Kinds with `head_stagger` only.
     offsets:         explicit per-layer offsets (one per layer, each in [0, stride)); needs stagger="none" or
                      "kv_head".
     token_shift:     gates and payload maps read [h_p ; h_{p-1}] (h_{-1} = 0) instead of h_p, so a key
                      in a window's last slot and its value in the next window's first slot are both
                      readable at one offset. Entry count, visibility and cache bytes are unchanged.
-    offset_sharing:  paper kind only: one gate (Z, b) and one payload map C read at every offset, so nothing
-                     in the compressor knows a token's offset (the paper's default has one of each per offset).
-    gate_norm:       how gate logits become weights: "softmax" over the window's offsets (the paper's), or
-                     "sigmoid": alpha_i = sigmoid(s_i) / W, each offset's weight on its own, so keeping one
-                     offset costs no other offset weight. The 1/W keeps the weights' sum in [0, 1] like a
-                     softmax's: all gates open is uniform averaging, so the entries stay on the scale of an
-                     average of payloads whatever the gates do (at init, sigmoid(0) = 1/2: half of it).
-    tie_overlap_gate: overlapping windows only: slot i >= S reads the gate (Z, b) of slot i mod S, the slot at
-                     which the same token sits in a later window, so a token's gate logit is the same in every
-                     window that holds it and an overlap slot cannot be switched off while its twin is on.
-                     Payload maps stay per offset.
     """
+
+    kind: ClassVar[str] = ""
+    head_stagger: ClassVar[bool] = False  # whether the kind can write each KV head on its own grid
 
     window: int = 8
     stride: int = 8
-    kind: str = "paper"
-    gate: str = "scalar"
-    shared_kv: bool = False
     local_window: int = 16
     entry_position: str = "window_start"
     pad_first_window: bool = False
@@ -101,92 +86,48 @@ class CompressionConfig:
     stagger: str = "none"
     offsets: tuple[int, ...] = ()
     token_shift: bool = False
-    offset_sharing: bool = False
-    gate_norm: str = "softmax"
-    tie_overlap_gate: bool = False
 
     def __post_init__(self) -> None:
-        _require(
+        require(
+            self.kind in COMPRESSOR_KINDS and COMPRESSOR_KINDS[self.kind].config is type(self),
+            f"{type(self).__name__} is not a registered compressor kind; registered: {sorted(COMPRESSOR_KINDS)}",
+        )
+        require(
             isinstance(self.offsets, tuple | list), f"offsets must be a list of per-layer ints, got {self.offsets!r}"
         )
         object.__setattr__(self, "offsets", tuple(self.offsets))  # lists from JSON
-        _require(
+        require(
             isinstance(self.window, int) and self.window >= 1, f"window must be an integer >= 1, got {self.window!r}"
         )
-        _require(
+        require(
             isinstance(self.stride, int) and self.stride >= 1, f"stride must be an integer >= 1, got {self.stride!r}"
         )
-        _require(
+        require(
             self.stride <= self.window,
             f"stride ({self.stride}) > window ({self.window}) would leave tokens that no entry covers; "
             "use stride <= window",
         )
-        _require(
+        require(
             isinstance(self.local_window, int) and self.local_window >= 1,
             f"local_window must be an integer >= 1 (it includes the query's own token), got {self.local_window!r}",
         )
-        _require(
-            self.kind in COMPRESSOR_KINDS, f"unknown compressor kind {self.kind!r}; choose one of {COMPRESSOR_KINDS}"
-        )
-        _require(self.gate in GATE_KINDS, f"unknown gate kind {self.gate!r}; choose one of {GATE_KINDS}")
-        _require(
+        require(
             self.entry_position in ENTRY_POSITIONS,
             f"unknown entry_position {self.entry_position!r}; choose one of {ENTRY_POSITIONS}",
         )
-        _require(self.stagger in STAGGERS, f"unknown stagger {self.stagger!r}; choose one of {STAGGERS}")
-        _require(
+        require(self.stagger in STAGGERS, f"unknown stagger {self.stagger!r}; choose one of {STAGGERS}")
+        require(
             all(isinstance(o, int) and 0 <= o < self.stride for o in self.offsets),
             f"offsets must be integers in [0, stride={self.stride}), got {self.offsets}",
         )
-        _require(
+        require(
             not (self.offsets and self.stagger == "layer"),
             f"give either explicit offsets or stagger={self.stagger!r}, not both",
         )
-        _require(isinstance(self.token_shift, bool), f"token_shift must be True or False, got {self.token_shift!r}")
-        self._check_offset_options()
-        if self.kind == "dsv4":
-            _require(
-                self.window in (self.stride, 2 * self.stride),
-                f"dsv4 compression builds each window from two stride-blocks (CSA: window = 2*stride) or one "
-                f"(HCA: window = stride), got window={self.window}, stride={self.stride}",
-            )
-            _require(self.gate == "vector", "dsv4 compression has a per-channel gate: set gate='vector'")
-            _require(self.shared_kv, "dsv4 compression reads one latent as key and value: set shared_kv=True")
-
-    def _check_offset_options(self) -> None:
-        for key in ("offset_sharing", "tie_overlap_gate"):
-            _require(isinstance(getattr(self, key), bool), f"{key} must be True or False, got {getattr(self, key)!r}")
-        _require(self.gate_norm in GATE_NORMS, f"unknown gate_norm {self.gate_norm!r}; choose one of {GATE_NORMS}")
-        changed = [
-            key
-            for key, on in (
-                ("offset_sharing", self.offset_sharing),
-                ("gate_norm", self.gate_norm != "softmax"),
-                ("tie_overlap_gate", self.tie_overlap_gate),
-            )
-            if on
-        ]
-        if self.stagger == "kv_head":
-            changed.append("stagger='kv_head'")
-        _require(
-            not changed or self.kind == "paper",
-            f"{', '.join(changed)} apply to paper-style compressors only, not kind={self.kind!r}",
-        )
-        _require(
-            self.gate_norm == "softmax" or self.gate != "uniform",
-            "gate_norm='sigmoid' needs learned gates; uniform averaging has no gate logits",
-        )
-        _require(
-            not self.tie_overlap_gate or self.window > self.stride,
-            f"tie_overlap_gate needs overlapping windows (window > stride), got W={self.window}, S={self.stride}",
-        )
-        _require(
-            not (self.tie_overlap_gate and self.offset_sharing),
-            "tie_overlap_gate with offset_sharing: a shared gate is already the same at every slot",
-        )
-        _require(
-            not (self.tie_overlap_gate and self.gate == "uniform"),
-            "tie_overlap_gate needs learned gates; uniform averaging has none",
+        require(isinstance(self.token_shift, bool), f"token_shift must be True or False, got {self.token_shift!r}")
+        require(
+            self.stagger != "kv_head" or self.head_stagger,
+            f"stagger='kv_head' applies to paper-style compressors only, not kind={self.kind!r}",
         )
 
     @property
@@ -204,6 +145,61 @@ class CompressionConfig:
         if self.stagger != "kv_head":
             return (0,) * kv_heads
         return tuple(h * self.stride // kv_heads for h in range(kv_heads))
+
+    def model_defaults(self, head_dim: int) -> dict[str, Any]:
+        """ModelConfig fields a preset of this kind sets unless told otherwise (none by default)."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class CompressorKind:
+    """A registered compressor kind: its config class and the module that computes it (a
+    `phasekv.compress.Compressor` subclass, whose constructor takes the config)."""
+
+    config: type[CompressionConfig]
+    compressor: type
+
+
+DEFAULT_KIND = "paper"  # the kind of a compression dict that names none
+# kind name -> its config and compressor; each kind's module registers itself (`register_kind`) when
+# `phasekv.compress` is imported
+COMPRESSOR_KINDS: dict[str, CompressorKind] = {}
+
+
+def register_kind(config: type[CompressionConfig], compressor: type) -> None:
+    """Make `config.kind` a compressor kind: configs of that name read from JSON become `config`, and
+    `phasekv.compress.build_compressor` builds `compressor` for them."""
+    require(bool(config.kind), f"{config.__name__} has no kind name")
+    known = COMPRESSOR_KINDS.get(config.kind)
+    require(
+        known is None or known == CompressorKind(config, compressor),
+        f"compressor kind {config.kind!r} is already registered by {known and known.config.__name__}",
+    )
+    COMPRESSOR_KINDS[config.kind] = CompressorKind(config, compressor)
+
+
+def compression_from_dict(data: dict[str, Any]) -> CompressionConfig:
+    """The config of kind `data["kind"]` ("paper" when it names none) with the other keys of `data` as its
+    fields."""
+    data = dict(data)
+    kind = data.pop("kind", DEFAULT_KIND)
+    require(
+        kind in COMPRESSOR_KINDS,
+        f"unknown compressor kind {kind!r}; choose one of {sorted(COMPRESSOR_KINDS)} "
+        "(kinds are registered when phasekv.compress is imported)",
+    )
+    config = COMPRESSOR_KINDS[kind].config
+    unknown = set(data) - {f.name for f in fields(config)}
+    owners = [name for name, other in COMPRESSOR_KINDS.items() if unknown & {f.name for f in fields(other.config)}]
+    require(
+        not unknown,
+        f"unknown {kind} compression keys {sorted(unknown)}; known keys are {sorted(f.name for f in fields(config))}"
+        + (f"; they are options of kind {', '.join(map(repr, owners))}" if owners else ""),
+    )
+    return config(**data)
 
 
 @dataclass(frozen=True)
@@ -233,20 +229,20 @@ class DSV4Layers:
     indexer_loss_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        _require(
+        require(
             isinstance(self.layer_types, tuple | list) and len(self.layer_types) > 0,
             f"layer_types must be a non-empty list, got {self.layer_types!r}",
         )
         object.__setattr__(self, "layer_types", tuple(self.layer_types))  # lists from JSON
         bad = [t for t in self.layer_types if t not in DSV4_LAYER_TYPES]
-        _require(not bad, f"unknown dsv4 layer types {bad}; choose from {DSV4_LAYER_TYPES}")
+        require(not bad, f"unknown dsv4 layer types {bad}; choose from {DSV4_LAYER_TYPES}")
         _require_counts(
             self,
             ("q_lora_rank", "o_groups", "o_lora_rank", "hca_rate", "index_heads", "index_head_dim", "index_topk"),
             "dsv4 ",
         )
-        _require(self.compress_rope_theta > 0, f"compress_rope_theta must be positive, got {self.compress_rope_theta}")
-        _require(self.indexer_loss_weight >= 0, f"indexer_loss_weight must be >= 0, got {self.indexer_loss_weight}")
+        require(self.compress_rope_theta > 0, f"compress_rope_theta must be positive, got {self.compress_rope_theta}")
+        require(self.indexer_loss_weight >= 0, f"indexer_loss_weight must be >= 0, got {self.indexer_loss_weight}")
 
 
 @dataclass(frozen=True)
@@ -282,26 +278,26 @@ class ModelConfig:
             self,
             ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"),
         )
-        _require(
+        require(
             self.num_heads % self.num_kv_heads == 0,
             f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}): each KV head serves "
             "an equal group of query heads",
         )
-        _require(self.rope_style in ROPE_STYLES, f"unknown rope_style {self.rope_style!r}; choose one of {ROPE_STYLES}")
+        require(self.rope_style in ROPE_STYLES, f"unknown rope_style {self.rope_style!r}; choose one of {ROPE_STYLES}")
         rope_dim = self.rotary_dim
-        _require(
+        require(
             0 < rope_dim <= self.head_dim and rope_dim % 2 == 0,
             f"rope_dim must be even and in (0, head_dim={self.head_dim}], got {rope_dim}",
         )
-        _require(self.rope_theta > 0, f"rope_theta must be positive, got {self.rope_theta}")
+        require(self.rope_theta > 0, f"rope_theta must be positive, got {self.rope_theta}")
         if isinstance(self.compression, dict):  # tolerate dicts from JSON
-            object.__setattr__(self, "compression", CompressionConfig(**self.compression))
+            object.__setattr__(self, "compression", compression_from_dict(self.compression))
         if isinstance(self.dsv4, dict):
             object.__setattr__(self, "dsv4", DSV4Layers(**self.dsv4))
         if self.dsv4 is not None:
             self._check_dsv4()
         if self.compression is not None and self.compression.offsets:
-            _require(
+            require(
                 len(self.compression.offsets) == self.num_layers,
                 f"compression.offsets has {len(self.compression.offsets)} entries for {self.num_layers} layers: "
                 "give one offset per layer",
@@ -309,22 +305,22 @@ class ModelConfig:
 
     def _check_dsv4(self) -> None:
         layers, comp = self.dsv4, self.compression
-        _require(
+        require(
             len(layers.layer_types) == self.num_layers,
             f"dsv4.layer_types has {len(layers.layer_types)} entries for {self.num_layers} layers: give one per layer",
         )
-        _require(
+        require(
             self.num_kv_heads == 1, f"dsv4 layers read one shared K=V head: set num_kv_heads=1, not {self.num_kv_heads}"
         )
-        _require(
+        require(
             comp is not None and comp.kind == "dsv4" and comp.window == 2 * comp.stride and comp.pad_first_window,
             "dsv4 layers need compression=kind 'dsv4' with window = 2*stride and pad_first_window (the CSA windows)",
         )
-        _require(
+        require(
             (self.num_heads * self.head_dim) % layers.o_groups == 0,
             f"dsv4 o_groups ({layers.o_groups}) must divide num_heads*head_dim ({self.num_heads * self.head_dim})",
         )
-        _require(
+        require(
             self.rotary_dim <= layers.index_head_dim,
             f"the indexer rotates rope_dim={self.rotary_dim} channels: index_head_dim must be >= it",
         )
@@ -338,14 +334,60 @@ class ModelConfig:
         return self.compression is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.compression is not None:
+            out["compression"] = self.compression.to_dict()
+        return {"config_version": CONFIG_VERSION, **out}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """A config from `to_dict`'s output, or from an earlier version's (`migrate_config`)."""
+        data = migrate_config(data)
         _check_keys(cls, data, "config")
-        data = dict(data)
-        for key, part in (("compression", CompressionConfig), ("dsv4", DSV4Layers)):
-            if data.get(key) is not None:
-                _check_keys(part, data[key], key)
-                data[key] = part(**data[key])
+        if data.get("compression") is not None:
+            data["compression"] = compression_from_dict(data["compression"])
+        if data.get("dsv4") is not None:
+            _check_keys(DSV4Layers, data["dsv4"], "dsv4")
+            data["dsv4"] = DSV4Layers(**data["dsv4"])
         return cls(**data)
+
+
+# The version of the dicts `ModelConfig.to_dict` writes. 1 (no "config_version" key): one flat compression dict
+# with every kind's fields. 2: a compression dict holds its kind's fields only.
+CONFIG_VERSION = 2
+# version 1's compression fields that not every kind has, with the value version 1 gave them by default
+_V1_KIND_FIELDS = {
+    "gate": "scalar",
+    "shared_kv": False,
+    "offset_sharing": False,
+    "gate_norm": "softmax",
+    "tie_overlap_gate": False,
+}
+
+
+def migrate_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A ModelConfig dict of any version (a saved config.json's "config") as this version's, without the
+    version key. Version 1 -> 2: a compression dict keeps the fields its kind has ("paper" when it names
+    none); a field its kind lacks must hold the kind's fixed value (DeepSeek-V4's vector gate, K=V) or
+    version 1's default, as version 1 required, and is dropped."""
+    data = dict(data)
+    version = data.pop("config_version", 1)
+    require(
+        version in (1, CONFIG_VERSION),
+        f"config_version {version!r} is not one this phasekv reads (1 to {CONFIG_VERSION}); a newer phasekv wrote it",
+    )
+    compression = data.get("compression")
+    if version == 1 and compression is not None:
+        compression = {"kind": DEFAULT_KIND, **compression}
+        kind = COMPRESSOR_KINDS.get(compression["kind"])
+        if kind is not None:
+            own = {f.name for f in fields(kind.config)}
+            for key in sorted(set(compression) & set(_V1_KIND_FIELDS) - own):
+                value = compression.pop(key)
+                fixed = getattr(kind.config, key, _V1_KIND_FIELDS[key])
+                require(
+                    value == fixed,
+                    f"compression {key}={value!r} does not apply to kind {compression['kind']!r} (it has {fixed!r})",
+                )
+        data["compression"] = compression
+    return data

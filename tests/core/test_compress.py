@@ -2,10 +2,17 @@ import pytest
 import torch
 
 from conftest import needs_dsv4, randomize, tiny_dsv4_config
-from phasekv.compress import DSV4Compressor, PaperCompressor, WindowGeometry, build_compressor, paper
+from phasekv.compress import (
+    DSV4Compression,
+    DSV4Compressor,
+    PaperCompression,
+    PaperCompressor,
+    WindowGeometry,
+    build_compressor,
+    paper,
+)
 from phasekv.compress.pooling import SlotLayout, gated_pooling
 from phasekv.compress.reference import reference_entries
-from phasekv.config import CompressionConfig
 from phasekv.hooks import capture, hooks
 
 PAPER_CASES = [
@@ -68,7 +75,7 @@ def _case_id(kwargs: dict) -> str:
 @pytest.mark.parametrize("offset", [0, 1])
 def test_paper_compressor_matches_the_formulas(kwargs, kv_heads, offset):
     offset = offset * OFFSETS.get(_case_id(kwargs), 0)  # offsets 0 and, for some cases, one > 0
-    comp = randomize(PaperCompressor(16, kv_heads, 8, CompressionConfig(**kwargs), offset=offset), seed=kv_heads)
+    comp = randomize(PaperCompressor(16, kv_heads, 8, PaperCompression(**kwargs), offset=offset), seed=kv_heads)
     h = torch.randn(2, 29, 16, generator=torch.Generator().manual_seed(0))
     entries = comp(h)
     key, value = reference_entries(comp, h)
@@ -83,9 +90,7 @@ def test_paper_compressor_matches_the_formulas(kwargs, kv_heads, offset):
 )
 def test_dsv4_compressor_matches_the_formulas(pad, offset, shift, window):
     """CSA (W = 2S, two halves) and HCA (W = S, one half)."""
-    cfg = CompressionConfig(
-        window=window, stride=4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=pad, token_shift=shift
-    )
+    cfg = DSV4Compression(window=window, stride=4, pad_first_window=pad, token_shift=shift)
     comp = randomize(DSV4Compressor(16, 2, 8, cfg, offset=offset), seed=3)
     h = torch.randn(1, 23, 16, generator=torch.Generator().manual_seed(1))
     key, _ = reference_entries(comp, h)
@@ -95,11 +100,11 @@ def test_dsv4_compressor_matches_the_formulas(pad, offset, shift, window):
 @pytest.mark.parametrize(
     "cfg",
     [
-        CompressionConfig(8, 4),
-        CompressionConfig(8, 8, gate="vector"),
-        CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True),
-        CompressionConfig(8, 8, token_shift=True),
-        CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True, token_shift=True),
+        PaperCompression(8, 4),
+        PaperCompression(8, 8, gate="vector"),
+        DSV4Compression(8, 4, pad_first_window=True),
+        PaperCompression(8, 8, token_shift=True),
+        DSV4Compression(8, 4, pad_first_window=True, token_shift=True),
     ],
 )
 @pytest.mark.parametrize("offset", [0, 3])
@@ -117,7 +122,7 @@ def test_entries_computed_piecewise_equal_entries_computed_at_once(cfg, offset):
 
 
 def test_gate_scores_are_observable_and_sum_to_one():
-    comp = randomize(PaperCompressor(16, 2, 8, CompressionConfig(8, 8, gate="vector")), seed=7)
+    comp = randomize(PaperCompressor(16, 2, 8, PaperCompression(8, 8, gate="vector")), seed=7)
     with capture(comp, ["hook_gate_key", "hook_gate_value"]) as seen:
         comp(torch.randn(3, 32, 16))
     for name in ("hook_gate_key", "hook_gate_value"):
@@ -127,7 +132,7 @@ def test_gate_scores_are_observable_and_sum_to_one():
 
 
 def test_uniform_gate_weights_every_offset_equally():
-    comp = PaperCompressor(16, 1, 8, CompressionConfig(8, 8, gate="uniform"))
+    comp = PaperCompressor(16, 1, 8, PaperCompression(8, 8, gate="uniform"))
     with capture(comp, ["hook_gate_key"]) as seen:
         comp(torch.randn(1, 16, 16))
     assert torch.allclose(seen["hook_gate_key"][0], torch.full((1, 2, 8, 1, 1), 1 / 8))
@@ -146,12 +151,9 @@ def test_dsv4_entries_equal_transformers_deepseek_v4_csa_compressor():
     with torch.no_grad():
         for p in hf.parameters():
             p.normal_(0, 0.3)
-    cfg = CompressionConfig(
+    cfg = DSV4Compression(
         window=8,
         stride=4,
-        kind="dsv4",
-        gate="vector",
-        shared_kv=True,
         pad_first_window=True,
         entry_position="last_stride_start",
     )
@@ -189,7 +191,7 @@ def _entries_and_gradients(comp, h, start, emit_from):
 def test_fused_pooling_matches_the_plain_path_in_values_and_gradients(kwargs, piecewise, monkeypatch):
     """The fused autograd function (no window copy) against the plain autograd path, float64."""
     offset = OFFSETS.get(_case_id(kwargs), 0)
-    comp = randomize(PaperCompressor(16, 2, 8, CompressionConfig(**kwargs), offset=offset), seed=4).double()
+    comp = randomize(PaperCompressor(16, 2, 8, PaperCompression(**kwargs), offset=offset), seed=4).double()
     h = torch.randn(2, 37, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     start = 9 if piecewise else 0  # a cached call: features from `start`, entries of windows ending after it
     emit_from = start + comp.context if piecewise else 0
@@ -217,9 +219,9 @@ def test_fused_pooling_passes_gradcheck(gate_width, gate_norm):
 
 
 def test_gate_hooks_select_the_plain_path_so_a_replacement_takes_effect():
-    comp = randomize(PaperCompressor(16, 1, 8, CompressionConfig(8, 8)), seed=2)
+    comp = randomize(PaperCompressor(16, 1, 8, PaperCompression(8, 8)), seed=2)
     h = torch.randn(1, 16, 16, requires_grad=True)
-    uniform = PaperCompressor(16, 1, 8, CompressionConfig(8, 8, gate="uniform"))
+    uniform = PaperCompressor(16, 1, 8, PaperCompression(8, 8, gate="uniform"))
     uniform.payload = comp.payload
     with hooks(comp, {"hook_gate_key": lambda alpha, _name: torch.full_like(alpha, 1 / 8)}):
         replaced = comp(h).key

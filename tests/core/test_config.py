@@ -1,7 +1,10 @@
+import json
+
 import pytest
 import torch
 
-from phasekv.config import CompressionConfig, ConfigError, ModelConfig
+from phasekv.compress import PaperCompression
+from phasekv.config import CONFIG_VERSION, ConfigError, ModelConfig, compression_from_dict
 from phasekv.model import PRESETS, PhaseKVModel, preset_config
 
 
@@ -15,9 +18,7 @@ from phasekv.model import PRESETS, PhaseKVModel, preset_config
         (dict(gate="softmax"), "unknown gate kind 'softmax'"),
         (dict(kind="nsa"), "unknown compressor kind 'nsa'"),
         (dict(entry_position="middle"), "unknown entry_position"),
-        (dict(kind="dsv4", window=12, stride=4, gate="vector", shared_kv=True), "(CSA: window = 2*stride)"),
-        (dict(kind="dsv4", window=8, stride=4, gate="scalar", shared_kv=True), "gate='vector'"),
-        (dict(kind="dsv4", window=8, stride=4, gate="vector"), "shared_kv=True"),
+        (dict(kind="dsv4", window=12, stride=4), "(CSA: window = 2*stride)"),
         (dict(stagger="head"), "unknown stagger 'head'"),
         (dict(stride=8, offsets=(0, 8)), "offsets must be integers in .0, stride=8., got (0, 8)"),
         (dict(offsets=3), "offsets must be a list of per-layer ints"),
@@ -27,7 +28,7 @@ from phasekv.model import PRESETS, PhaseKVModel, preset_config
 )
 def test_bad_compression_configs_fail_with_a_clear_message(kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
-        CompressionConfig(**kwargs)
+        compression_from_dict(kwargs)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +38,7 @@ def test_bad_compression_configs_fail_with_a_clear_message(kwargs, message):
         (dict(head_dim=32, rope_dim=33), "rope_dim must be even"),
         (dict(rope_style="yarn"), "unknown rope_style"),
         (dict(hidden_size=0), "hidden_size must be an integer >= 1"),
-        (dict(num_layers=3, compression=CompressionConfig(offsets=(0, 4))), "offsets has 2 entries for 3 layers"),
+        (dict(num_layers=3, compression=PaperCompression(offsets=(0, 4))), "offsets has 2 entries for 3 layers"),
     ],
 )
 def test_bad_model_configs_fail_with_a_clear_message(kwargs, message):
@@ -74,10 +75,65 @@ def test_every_tiny_preset_builds_and_runs():
 
 
 def test_layer_offsets_follow_stagger_or_the_explicit_list():
-    stagger = CompressionConfig(8, 8, stagger="layer")
+    stagger = PaperCompression(8, 8, stagger="layer")
     assert [stagger.layer_offset(i, 4) for i in range(4)] == [0, 2, 4, 6]
     assert [stagger.layer_offset(i, 28) for i in (0, 3, 4, 27)] == [0, 0, 1, 7]
-    assert CompressionConfig(offsets=[5, 1]).layer_offset(1, 2) == 1  # lists (JSON) become tuples
-    assert [CompressionConfig().layer_offset(i, 2) for i in range(2)] == [0, 0]
-    cfg = ModelConfig(num_layers=2, compression=CompressionConfig(offsets=(5, 1), token_shift=True))
+    assert PaperCompression(offsets=[5, 1]).layer_offset(1, 2) == 1  # lists (JSON) become tuples
+    assert [PaperCompression().layer_offset(i, 2) for i in range(2)] == [0, 0]
+    cfg = ModelConfig(num_layers=2, compression=PaperCompression(offsets=(5, 1), token_shift=True))
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+# A config.json's "config" as phasekv wrote it before configs had a version (version 1): one flat compression dict
+# with every kind's fields.
+V1_DSV4 = {
+    "vocab_size": 1024, "hidden_size": 128, "num_layers": 2, "num_heads": 8, "num_kv_heads": 1, "head_dim": 32,
+    "intermediate_size": 512, "rope": True, "rope_theta": 10000.0, "rope_dim": 16, "rope_style": "interleaved",
+    "rms_norm_eps": 1e-06, "tie_embeddings": True, "attention_bias": False, "init_std": 0.02,
+    "compression": {
+        "window": 8, "stride": 4, "kind": "dsv4", "gate": "vector", "shared_kv": True, "local_window": 16,
+        "entry_position": "last_stride_start", "pad_first_window": True, "attention_sink": True, "stagger": "none",
+        "offsets": [], "token_shift": False, "offset_sharing": False, "gate_norm": "softmax", "tie_overlap_gate": False,
+    },
+    "dsv4": None, "name": "dsv4@tiny",
+}  # fmt: skip
+V1_PAPER_COMPRESSION = {
+    "window": 9, "stride": 8, "kind": "paper", "gate": "scalar", "shared_kv": False, "local_window": 16,
+    "entry_position": "window_start", "pad_first_window": False, "attention_sink": False, "stagger": "none",
+    "offsets": [], "token_shift": False, "offset_sharing": False, "gate_norm": "softmax", "tie_overlap_gate": True,
+}  # fmt: skip
+
+
+def test_a_version_1_config_loads_as_the_same_config():
+    assert ModelConfig.from_dict(V1_DSV4) == preset_config("dsv4")
+    paper = {**V1_DSV4, "compression": V1_PAPER_COMPRESSION, "rope_dim": None, "rope_style": "half"}
+    assert ModelConfig.from_dict(paper) == preset_config("w9s8-1kv-tied")
+    without_kind = {k: v for k, v in V1_PAPER_COMPRESSION.items() if k != "kind"}  # "paper" when none is named
+    assert ModelConfig.from_dict({**paper, "compression": without_kind}) == preset_config("w9s8-1kv-tied")
+
+
+@pytest.mark.parametrize("name", ["dsv4", "dsv4-mix", "w8s8-4kv-head-stagger", "w8s8-1kv-sigmoid"])
+def test_a_config_round_trips_through_its_dict_and_names_its_version_and_kind(name):
+    cfg = preset_config(name)
+    data = json.loads(json.dumps(cfg.to_dict()))
+    assert data["config_version"] == CONFIG_VERSION and data["compression"]["kind"] == cfg.compression.kind
+    assert ModelConfig.from_dict(data) == cfg
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(gate="scalar"), "gate='scalar' does not apply to kind 'dsv4'"),
+        (dict(shared_kv=False), "shared_kv=False does not apply to kind 'dsv4'"),
+        (dict(offset_sharing=True), "offset_sharing=True does not apply to kind 'dsv4'"),
+        (dict(kind="nsa"), "unknown compressor kind 'nsa'"),
+    ],
+)
+def test_a_version_1_config_that_version_1_refused_is_refused(change, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig.from_dict({**V1_DSV4, "compression": {**V1_DSV4["compression"], **change}})
+
+
+def test_a_config_of_a_later_version_is_refused():
+    with pytest.raises(ConfigError, match="config_version 99"):
+        ModelConfig.from_dict({**preset_config("dsv4").to_dict(), "config_version": 99})

@@ -25,8 +25,7 @@ from phasekv.attention.autograd import flash_compressed_attention
 from phasekv.attention.flex import flex_compressed_attention
 from phasekv.cache import KVCache
 from phasekv.cache.generate import prefill
-from phasekv.compress import PaperCompressor, paper
-from phasekv.config import CompressionConfig
+from phasekv.compress import PaperCompression, PaperCompressor, paper
 from phasekv.model import PhaseKVModel, preset_config
 
 DEVICE = os.environ.get("PHASEKV_TEST_DEVICE", "cuda")
@@ -138,7 +137,7 @@ def test_flex_switch_gives_the_pytorch_path_loss_and_gradients(dtype, monkeypatc
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fused_pooling_on_device_matches_the_float64_plain_path(dtype, monkeypatch):
-    comp = randomize(PaperCompressor(64, 2, 32, CompressionConfig(8, 4, pad_first_window=True)), seed=1)
+    comp = randomize(PaperCompressor(64, 2, 32, PaperCompression(8, 4, pad_first_window=True)), seed=1)
     comp = comp.to(dtype).double()  # weights rounded to dtype
     h = torch.randn(2, 300, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype).double()
     weight = torch.randn(2, comp.geometry.num_complete(300), 2, 32, generator=torch.Generator().manual_seed(3))

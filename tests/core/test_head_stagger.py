@@ -12,10 +12,10 @@ from conftest import randomize
 from phasekv.attention.reference import reference_layer
 from phasekv.cache import KVCache
 from phasekv.cache.generate import prefill
-from phasekv.compress import PaperCompressor, join_head_calls
+from phasekv.compress import PaperCompression, PaperCompressor, join_head_calls
 from phasekv.compress import paper as paper_module
 from phasekv.compress.reference import reference_entries
-from phasekv.config import CompressionConfig, ConfigError
+from phasekv.config import ConfigError, compression_from_dict
 from phasekv.hooks import capture
 from phasekv.internals.gate_metrics import collect_gates
 from phasekv.model import PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
@@ -35,15 +35,15 @@ def _head_offsets(model: PhaseKVModel) -> list[list[int]]:
 
 
 def test_kv_head_h_of_n_starts_its_windows_at_h_s_over_n():
-    assert CompressionConfig(8, 8, stagger="kv_head").head_offsets(4) == (0, 2, 4, 6)
-    assert CompressionConfig(8, 8, stagger="kv_head").head_offsets(8) == tuple(range(8))
-    assert CompressionConfig(8, 8).head_offsets(4) == (0, 0, 0, 0)
+    assert PaperCompression(8, 8, stagger="kv_head").head_offsets(4) == (0, 2, 4, 6)
+    assert PaperCompression(8, 8, stagger="kv_head").head_offsets(8) == tuple(range(8))
+    assert PaperCompression(8, 8).head_offsets(4) == (0, 0, 0, 0)
     assert _head_offsets(_model("w8s8-4kv-head-stagger")) == [[0, 2, 4, 6]] * 2
     # every phase is the last slot of a window (a boundary) for one KV head of four, not for all
     comp = _model("w8s8-4kv-head-stagger").layers[0].self_attn.compressor
     last_slots = [int(comp.head_geometry(h).window_end(0)) % 8 for h in range(4)]
     assert last_slots == [7, 1, 3, 5]
-    moved = CompressionConfig(8, 8, stagger="kv_head", offsets=(3, 0))
+    moved = PaperCompression(8, 8, stagger="kv_head", offsets=(3, 0))
     with_layer_offsets = _model("w8s8-4kv-head-stagger", compression=moved)
     assert _head_offsets(with_layer_offsets) == [[3, 5, 7, 1], [0, 2, 4, 6]]
 
@@ -51,17 +51,17 @@ def test_kv_head_h_of_n_starts_its_windows_at_h_s_over_n():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, stagger="kv_head"), "paper-style"),
+        (dict(window=8, stride=4, kind="dsv4", stagger="kv_head"), "paper-style"),
         (dict(window=8, stride=8, stagger="layer", offsets=(1, 2)), "not both"),
     ],
 )
 def test_config_rejects_what_a_head_stagger_cannot_be(kwargs, message):
     with pytest.raises(ConfigError, match=message):
-        CompressionConfig(**kwargs)
+        compression_from_dict(kwargs)
 
 
 def test_a_staggered_compressor_writes_one_head_per_call():
-    comp = PaperCompressor(16, 4, 8, CompressionConfig(8, 8, stagger="kv_head"))
+    comp = PaperCompressor(16, 4, 8, PaperCompression(8, 8, stagger="kv_head"))
     with pytest.raises(ValueError, match="pass head="):
         comp(torch.zeros(1, 20, 16))
     # positions 0..19: head 0's windows end at 7 and 15, head 3's (offset 6) at 13 (21 is not complete)
@@ -74,7 +74,7 @@ def test_a_staggered_compressor_writes_one_head_per_call():
 def test_fused_and_plain_head_entries_match_the_reference_twin(kwargs, piecewise, monkeypatch):
     """float64: per KV head, the fused pooling (values and gradients) equals the plain path, and both equal the
     entries computed from the formulas on that head's grid."""
-    comp = PaperCompressor(16, 4, 8, CompressionConfig(**kwargs, stagger="kv_head"))
+    comp = PaperCompressor(16, 4, 8, PaperCompression(**kwargs, stagger="kv_head"))
     comp = randomize(comp, seed=4).double()
     h = torch.randn(2, 37, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     start = 9 if piecewise else 0

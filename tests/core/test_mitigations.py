@@ -11,8 +11,8 @@ from conftest import randomize
 from phasekv.attention.reference import reference_layer
 from phasekv.cache import KVCache
 from phasekv.cache.generate import prefill
-from phasekv.compress import PaperCompressor
-from phasekv.config import CompressionConfig, ConfigError
+from phasekv.compress import DSV4Compression, PaperCompression, PaperCompressor
+from phasekv.config import ConfigError, compression_from_dict
 from phasekv.hooks import capture
 from phasekv.model import PhaseKVModel, load_checkpoint, preset_config, save_checkpoint
 
@@ -42,17 +42,17 @@ def test_stagger_gives_each_layer_its_offset():
     with torch.device("meta"):
         paper = PhaseKVModel(preset_config("w8s8-1kv-stagger", "paper"))
     assert _offsets(paper)[:5] == [0, 0, 0, 0, 1] and _offsets(paper)[-1] == 7
-    explicit = _model(compression=CompressionConfig(8, 8, offsets=(5, 2)))
+    explicit = _model(compression=PaperCompression(8, 8, offsets=(5, 2)))
     assert _offsets(explicit) == [5, 2]
 
 
 @pytest.mark.parametrize(
     "compression",
     [
-        CompressionConfig(8, 8, offsets=(3, 6)),
-        CompressionConfig(8, 4, offsets=(1, 3), pad_first_window=True, entry_position="last_stride_start"),
-        CompressionConfig(8, 8, token_shift=True, stagger="layer", gate="vector"),
-        CompressionConfig(8, 4, kind="dsv4", gate="vector", shared_kv=True, pad_first_window=True, offsets=(2, 1)),
+        PaperCompression(8, 8, offsets=(3, 6)),
+        PaperCompression(8, 4, offsets=(1, 3), pad_first_window=True, entry_position="last_stride_start"),
+        PaperCompression(8, 8, token_shift=True, stagger="layer", gate="vector"),
+        DSV4Compression(8, 4, pad_first_window=True, offsets=(2, 1)),
     ],
     ids=["offsets", "padded-last-stride", "shift-stagger", "dsv4-offsets"],
 )
@@ -100,7 +100,7 @@ def test_token_shift_keeps_entry_count_and_cache_bytes_and_reads_the_previous_to
 
 def test_window_offset_overrides_every_layer_for_the_block_only():
     model = _model("w8s8-1kv-stagger")
-    fixed = _model(compression=CompressionConfig(8, 8, offsets=(5, 5)))
+    fixed = _model(compression=PaperCompression(8, 8, offsets=(5, 5)))
     fixed.load_state_dict(model.state_dict())
     ids = torch.randint(0, 50, (2, 40), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -178,15 +178,15 @@ def test_offset_designs_grow_the_cache_by_w8s8_bytes_per_token(name):
     assert per_token == [64.0, 64.0]
 
 
-def _compressor(cfg: CompressionConfig, seed: int = 0) -> PaperCompressor:
+def _compressor(cfg: PaperCompression, seed: int = 0) -> PaperCompressor:
     return randomize(PaperCompressor(16, 1, 8, cfg), seed=seed).eval()
 
 
 @pytest.mark.parametrize("window", [8, 9])
 def test_offset_shared_compressor_stores_one_gate_and_payload_and_ignores_order_in_a_window(window):
-    shared = _compressor(CompressionConfig(window, 8, offset_sharing=True))
+    shared = _compressor(PaperCompression(window, 8, offset_sharing=True))
     assert shared.payload.shape[0] == shared.gate_weight.shape[0] == shared.gate_bias.shape[0] == 1
-    per_offset = _compressor(CompressionConfig(window, 8))
+    per_offset = _compressor(PaperCompression(window, 8))
     h = torch.randn(1, 32, 16, generator=torch.Generator().manual_seed(1))
     swapped = h.clone()
     swapped[:, [9, 13]] = h[:, [13, 9]]  # two tokens of window 1 trade offsets
@@ -197,7 +197,7 @@ def test_offset_shared_compressor_stores_one_gate_and_payload_and_ignores_order_
 
 
 def test_sigmoid_gates_do_not_compete_for_weight():
-    cfg = CompressionConfig(8, 8, gate_norm="sigmoid")
+    cfg = PaperCompression(8, 8, gate_norm="sigmoid")
     comp = _compressor(cfg)
     h = torch.randn(2, 24, 16, generator=torch.Generator().manual_seed(2))
     name = "hook_gate_key"
@@ -213,7 +213,7 @@ def test_sigmoid_gates_do_not_compete_for_weight():
     torch.testing.assert_close(b[..., others], a[..., others], rtol=0, atol=0)  # no other offset lost weight
     assert (b[..., 3] > a[..., 3]).all()
     with pytest.raises(ConfigError, match="needs learned gates"):
-        CompressionConfig(8, 8, gate="uniform", gate_norm="sigmoid")
+        PaperCompression(8, 8, gate="uniform", gate_norm="sigmoid")
 
 
 def test_sigmoid_gate_metrics_read_shares_of_the_window():
@@ -225,14 +225,14 @@ def test_sigmoid_gate_metrics_read_shares_of_the_window():
 
 
 def test_tied_overlap_gate_gives_a_token_the_same_logit_in_both_windows():
-    cfg = CompressionConfig(9, 8, tie_overlap_gate=True)
+    cfg = PaperCompression(9, 8, tie_overlap_gate=True)
     comp = _compressor(cfg)
     assert comp.gate_weight.shape[0] == 8 and comp.payload.shape[0] == 9  # payload maps stay per offset
     gate_weight, gate_bias = comp._gates()
     assert torch.equal(gate_weight[8], gate_weight[0]) and torch.equal(gate_bias[8], gate_bias[0])
     h = torch.randn(1, 33, 16, generator=torch.Generator().manual_seed(3))
     # the same as an untied W9/S8 compressor whose slot-8 gate is a copy of slot 0's
-    untied = _compressor(CompressionConfig(9, 8), seed=0)
+    untied = _compressor(PaperCompression(9, 8), seed=0)
     with torch.no_grad():
         untied.gate_weight[:8].copy_(comp.gate_weight)
         untied.gate_bias[:8].copy_(comp.gate_bias)
@@ -245,10 +245,10 @@ def test_tied_overlap_gate_gives_a_token_the_same_logit_in_both_windows():
     for bad, match in (
         (dict(window=8, stride=8, tie_overlap_gate=True), "needs overlapping windows"),
         (dict(window=9, stride=8, tie_overlap_gate=True, offset_sharing=True), "already the same"),
-        (dict(window=8, stride=4, kind="dsv4", gate="vector", shared_kv=True, offset_sharing=True), "paper-style"),
+        (dict(window=8, stride=4, kind="dsv4", offset_sharing=True), "options of kind 'paper'"),
     ):
         with pytest.raises(ConfigError, match=match):
-            CompressionConfig(**bad)
+            compression_from_dict(bad)
 
 
 def test_gate_cycling_is_not_defined_for_an_offset_shared_gate():

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..compress import DSV4Compressor
-from ..config import CompressionConfig, ModelConfig
+from ..compress import DSV4Compression, DSV4Compressor
+from ..config import ModelConfig
 from ..hooks import HookPoint
 from .rope import Rotary
 
@@ -35,11 +35,11 @@ class LightningIndexer(nn.Module):
     entry is not yet visible); hook_index_selection, the picks [B, T, k] (entry rows, NO_ENTRY where
     empty). A hook may replace either (a replaced selection is what the layer attends to)."""
 
-    def __init__(self, cfg: ModelConfig, windows: CompressionConfig):
+    def __init__(self, cfg: ModelConfig, windows: DSV4Compression):
         super().__init__()
         layers = cfg.dsv4
         self.heads, self.head_dim, self.top_k = layers.index_heads, layers.index_head_dim, layers.index_topk
-        self.compressor = DSV4Compressor(cfg.hidden_size, 1, self.head_dim, windows, cfg.rms_norm_eps)
+        self.compressor = DSV4Compressor(cfg.hidden_size, 1, self.head_dim, windows, eps=cfg.rms_norm_eps)
         self.q_b_proj = nn.Linear(layers.q_lora_rank, self.heads * self.head_dim, bias=False)
         self.weights_proj = nn.Linear(cfg.hidden_size, self.heads, bias=False)
         self.rotary = Rotary(cfg.rotary_dim, layers.compress_rope_theta, "interleaved")

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..compress import DSV4Compressor
-from ..config import CompressionConfig, ModelConfig
+from ..compress import DSV4Compression, DSV4Compressor
+from ..config import ModelConfig
 from ..hooks import HookPoint
 from ..norm import RMSNorm
 from .dsv4_indexer import NO_ENTRY, LightningIndexer, indexer_loss
@@ -28,12 +28,10 @@ from .rope import Rotary
 from .state import KVView, LayerState, append_rows, keep_last
 
 
-def hca_windows(cfg: ModelConfig) -> CompressionConfig:
+def hca_windows(cfg: ModelConfig) -> DSV4Compression:
     """HCA windows: non-overlapping, `hca_rate` tokens each, RoPE'd at their first token."""
     rate = cfg.dsv4.hca_rate
-    return CompressionConfig(
-        window=rate, stride=rate, kind="dsv4", gate="vector", shared_kv=True, local_window=cfg.compression.local_window
-    )
+    return DSV4Compression(window=rate, stride=rate, local_window=cfg.compression.local_window)
 
 
 class GroupedLinear(nn.Linear):
@@ -82,7 +80,7 @@ class DSV4Attention(nn.Module):
         self.compressor = None
         if self.kind != "sliding":
             windows = cfg.compression if self.kind == "csa" else hca_windows(cfg)
-            self.compressor = DSV4Compressor(d, 1, hd, windows, cfg.rms_norm_eps)
+            self.compressor = DSV4Compressor(d, 1, hd, windows, eps=cfg.rms_norm_eps)
         self.indexer = LightningIndexer(cfg, cfg.compression) if self.kind == "csa" else None
         self.dense = False  # csa: read every visible entry (the indexer still scores them and learns); see
         # PhaseKVModel.dense_indexer

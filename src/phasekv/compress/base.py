@@ -88,7 +88,8 @@ def join_head_calls(calls: list[torch.Tensor]) -> torch.Tensor:
 
 
 class Compressor(nn.Module):
-    """What the compressors share: config, window geometry, and the per-token features they read.
+    """What the compressors share: config, window geometry, and the per-token features they read. Each kind
+    subclasses it in its own module, beside its config, and registers both (`phasekv.config.register_kind`).
 
     in_features: width of those features (2*d_model with token_shift: [h_p ; h_{p-1}]).
     context:     hidden states before a call's new tokens that the call needs (the unfinished
@@ -96,9 +97,16 @@ class Compressor(nn.Module):
     head_offsets: each KV head's window offset relative to `geometry`'s (stagger="kv_head"; else all 0).
                  A staggered compressor writes each KV head's entries on its own grid (`head_geometry`),
                  one head per call (`forward(..., head=h)`).
+    branches:    1 when keys and values are one latent, else 2 (key, value).
+    eps:         the epsilon of the entries' norm, for kinds that normalise their entries.
+
+    A kind also states its formulas plainly for the reference (`phasekv.compress.reference`): `reference_terms`
+    (one token's gate logits and payload at one slot) and `reference_entry` (the entry from the gated sum).
     """
 
-    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, offset: int = 0):
+    def __init__(
+        self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, offset: int = 0, eps: float = 1e-6
+    ):
         super().__init__()
         self.cfg = cfg
         self.geometry = WindowGeometry.of(cfg, offset)
@@ -106,6 +114,17 @@ class Compressor(nn.Module):
         self.in_features = hidden_size * (2 if cfg.token_shift else 1)
         self.context = cfg.window - 1 + int(cfg.token_shift)
         self.head_offsets = cfg.head_offsets(kv_heads)
+        self.branches = 1 if cfg.shared_kv else 2
+        self.eps = eps
+
+    def reference_terms(self, x: torch.Tensor, slot: int, branch: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gate logits [B, g] and the payload [B, head_dim] of one token's features x [B, in_features] at
+        `slot` of a window, for `branch` (0: key, 1: value) and KV head `head`, computed from the kind's formulas."""
+        raise NotImplementedError
+
+    def reference_entry(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The entry from the gated sum of a window's payloads (the sum itself unless the kind normalises it)."""
+        return pooled
 
     @property
     def staggered(self) -> bool:

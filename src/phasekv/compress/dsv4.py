@@ -12,13 +12,40 @@ HCA (W = S): one block, one half, the same gate and norm; equal to `DeepseekV4HC
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
 import torch
 from torch import nn
 
-from ..config import CompressionConfig
+from ..config import CompressionConfig, register_kind, require
 from ..hooks import HookPoint
 from ..norm import RMSNorm
 from .base import Compressor, Entries, cut_windows
+
+
+@dataclass(frozen=True)
+class DSV4Compression(CompressionConfig):
+    """DeepSeek-V4's compressor (kind "dsv4"): window = 2*stride built from two halves (CSA) or window = stride
+    (HCA), a per-offset per-channel bias only, a per-channel softmax gate, one latent read as key and value,
+    RMSNorm on the entry. It has no options of its own: its gate and K=V are fixed."""
+
+    kind: ClassVar[str] = "dsv4"
+    gate: ClassVar[str] = "vector"
+    gate_norm: ClassVar[str] = "softmax"
+    shared_kv: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            self.window in (self.stride, 2 * self.stride),
+            f"dsv4 compression builds each window from two stride-blocks (CSA: window = 2*stride) or one "
+            f"(HCA: window = stride), got window={self.window}, stride={self.stride}",
+        )
+
+    def model_defaults(self, head_dim: int) -> dict[str, Any]:
+        """DeepSeek-V4 rotates only a trailing slice of each head, pairing channels interleaved."""
+        return dict(rope_dim=head_dim // 2, rope_style="interleaved")
 
 
 class DSV4Compressor(Compressor):
@@ -28,15 +55,15 @@ class DSV4Compressor(Compressor):
     normalizes_entries = True
 
     def __init__(
-        self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, eps: float = 1e-6, offset: int = 0
+        self, hidden_size: int, kv_heads: int, head_dim: int, cfg: DSV4Compression, offset: int = 0, eps: float = 1e-6
     ):
-        super().__init__(hidden_size, kv_heads, head_dim, cfg, offset)
+        super().__init__(hidden_size, kv_heads, head_dim, cfg, offset, eps)
         width = kv_heads * head_dim
         self.halves = cfg.window // cfg.stride  # 2 (CSA) or 1 (HCA)
         self.kv_proj = nn.Linear(self.in_features, self.halves * width, bias=False)  # [a-half | b-half]
         self.gate_proj = nn.Linear(self.in_features, self.halves * width, bias=False)
         self.position_bias = nn.Parameter(torch.empty(cfg.stride, self.halves * width))  # DeepSeek's `ape`
-        self.kv_norm = RMSNorm(head_dim, eps)
+        self.kv_norm = RMSNorm(head_dim, self.eps)
         self.hook_gate_key = HookPoint()
         self.hook_entry_key = HookPoint()
 
@@ -70,3 +97,20 @@ class DSV4Compressor(Compressor):
         latent = (alpha * self._slots(kv.x).view(batch, n, self.cfg.window, self.kv_heads, self.head_dim)).sum(2)
         entry = self.hook_entry_key(self.kv_norm(latent))  # [B, n, kv, hd]
         return Entries(entry, entry, kv.index)
+
+    def reference_terms(self, x: torch.Tensor, slot: int, branch: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """From the formulas: the gate logits [B, head_dim] and the payload [B, head_dim] of one token x [B, d_in]
+        at slot i: the window's first half reads the "a" columns, its second half the "b" columns, and the bias
+        is the one of offset i mod S."""
+        hd, width = self.head_dim, self.kv_heads * self.head_dim
+        half = 0 if slot < self.cfg.stride else width
+        cols = slice(half + head * hd, half + (head + 1) * hd)
+        gate = x @ self.gate_proj.weight[cols].T + self.position_bias[slot % self.cfg.stride, cols]
+        return gate, x @ self.kv_proj.weight[cols].T
+
+    def reference_entry(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The entry from its pooled latent: RMS-normalised."""
+        return self.kv_norm(pooled)
+
+
+register_kind(DSV4Compression, DSV4Compressor)

@@ -16,10 +16,13 @@ softmax by alpha_{j,i} = sigmoid(s_{j,i}) / W (offsets do not compete for weight
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 from torch import nn
 
-from ..config import CompressionConfig
+from ..config import CompressionConfig, register_kind, require
 from ..hooks import HookPoint
 from .base import Compressor, Entries, cut_windows, window_rows
 from .pooling import SlotLayout, gate_dtype, gated_pooling, normalise_gates
@@ -28,8 +31,64 @@ from .pooling import SlotLayout, gate_dtype, gated_pooling, normalise_gates
 # autograd records and no hook reads the gates; "plain": always the autograd path (`_pool_plain`).
 POOLING = "fused"
 
+GATE_KINDS = ("scalar", "vector", "uniform")
+GATE_NORMS = ("softmax", "sigmoid")
 
-def slot_rows(cfg: CompressionConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+
+@dataclass(frozen=True)
+class PaperCompression(CompressionConfig):
+    """The paper's compressor (kind "paper"): per-offset gate Z_i, b_i and payload map C_i, per KV head.
+
+    gate:            "scalar" (one score per offset), "vector" (one per channel) or "uniform"
+                     (alpha = 1/window, no parameters).
+    shared_kv:       one latent read as both key and value.
+    offset_sharing:  one gate (Z, b) and one payload map C read at every offset, so nothing in the compressor
+                     knows a token's offset (the paper's default has one of each per offset).
+    gate_norm:       how gate logits become weights: "softmax" over the window's offsets (the paper's), or
+                     "sigmoid": alpha_i = sigmoid(s_i) / W, each offset's weight on its own, so keeping one
+                     offset costs no other offset weight. The 1/W keeps the weights' sum in [0, 1] like a
+                     softmax's: all gates open is uniform averaging, so the entries stay on the scale of an
+                     average of payloads whatever the gates do (at init, sigmoid(0) = 1/2: half of it).
+    tie_overlap_gate: overlapping windows only: slot i >= S reads the gate (Z, b) of slot i mod S, the slot at
+                     which the same token sits in a later window, so a token's gate logit is the same in every
+                     window that holds it and an overlap slot cannot be switched off while its twin is on.
+                     Payload maps stay per offset.
+    """
+
+    kind: ClassVar[str] = "paper"
+    head_stagger: ClassVar[bool] = True
+
+    gate: str = "scalar"
+    shared_kv: bool = False
+    offset_sharing: bool = False
+    gate_norm: str = "softmax"
+    tie_overlap_gate: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.gate in GATE_KINDS, f"unknown gate kind {self.gate!r}; choose one of {GATE_KINDS}")
+        for key in ("shared_kv", "offset_sharing", "tie_overlap_gate"):
+            require(isinstance(getattr(self, key), bool), f"{key} must be True or False, got {getattr(self, key)!r}")
+        require(self.gate_norm in GATE_NORMS, f"unknown gate_norm {self.gate_norm!r}; choose one of {GATE_NORMS}")
+        require(
+            self.gate_norm == "softmax" or self.gate != "uniform",
+            "gate_norm='sigmoid' needs learned gates; uniform averaging has no gate logits",
+        )
+        require(
+            not self.tie_overlap_gate or self.window > self.stride,
+            f"tie_overlap_gate needs overlapping windows (window > stride), got W={self.window}, S={self.stride}",
+        )
+        require(
+            not (self.tie_overlap_gate and self.offset_sharing),
+            "tie_overlap_gate with offset_sharing: a shared gate is already the same at every slot",
+        )
+        require(
+            not (self.tie_overlap_gate and self.gate == "uniform"),
+            "tie_overlap_gate needs learned gates; uniform averaging has none",
+        )
+
+
+def slot_rows(cfg: PaperCompression) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(payload rows, gate rows): the stored C and (Z, b) that each slot 0..W-1 reads."""
     w = cfg.window
     if cfg.offset_sharing:
@@ -47,9 +106,10 @@ class PaperCompressor(Compressor):
 
     normalizes_entries = False
 
-    def __init__(self, hidden_size: int, kv_heads: int, head_dim: int, cfg: CompressionConfig, offset: int = 0):
-        super().__init__(hidden_size, kv_heads, head_dim, cfg, offset)
-        self.branches = 1 if cfg.shared_kv else 2
+    def __init__(
+        self, hidden_size: int, kv_heads: int, head_dim: int, cfg: PaperCompression, offset: int = 0, eps: float = 1e-6
+    ):
+        super().__init__(hidden_size, kv_heads, head_dim, cfg, offset, eps)
         self.gate_width = head_dim if cfg.gate == "vector" else 1
         d_in = self.in_features
         self.payload_rows, self.gate_rows = slot_rows(cfg)
@@ -161,3 +221,20 @@ class PaperCompressor(Compressor):
         if self.branches == 1:
             return key[:, :, None], win.index
         return torch.stack([key, (value_alpha * payload[:, :, :, 1]).sum(2)], dim=2), win.index
+
+    def reference_terms(self, x: torch.Tensor, slot: int, branch: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """From the formulas: the gate logit(s) s_i = Z_i x + b_i [B, g] and the payload C_i x [B, head_dim] of one
+        token x [B, d_in] at slot i, with the stored Z, b and C that slot i reads (`slot_rows`)."""
+        hd = self.head_dim
+        col = branch * self.kv_heads + head
+        payload_row, gate_row = (rows[slot] for rows in slot_rows(self.cfg))
+        payload = x @ self.payload[payload_row][:, col * hd : (col + 1) * hd]
+        if self.cfg.gate == "uniform":
+            return x.new_zeros(x.shape[0], 1), payload
+        g = self.gate_width
+        cols = slice(col * g, (col + 1) * g)
+        gate = x @ self.gate_weight[gate_row][:, cols] + self.gate_bias[gate_row, cols]
+        return gate, payload
+
+
+register_kind(PaperCompression, PaperCompressor)

@@ -5,22 +5,20 @@
 Slow and plain; tests check the batched compressors against it. Slots before position 0 (padded
 first windows) are left out of the softmax, i.e. they get weight 0. Window j's slot i is position
 o + j*S + i (o: the geometry's offset); with token_shift its token reads [h_p ; h_{p-1}], h_{-1} = 0.
-With gate_norm="sigmoid" alpha_{j,i} = sigmoid(s_{j,i}) / W instead of the softmax. Slot i reads the
-stored C and (Z, b) that `slot_rows` names (shared or tied parameters).
+With gate_norm="sigmoid" alpha_{j,i} = sigmoid(s_{j,i}) / W instead of the softmax. What s_{j,i} and
+C_i h_{j,i} are for one token, and what an entry is made of the gated sum, each kind states in its own
+module (`Compressor.reference_terms`, `Compressor.reference_entry`); this loop places the windows.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .dsv4 import DSV4Compressor
-from .paper import PaperCompressor, slot_rows
+from .base import Compressor
 from .windows import WindowGeometry
 
 
-def reference_entries(
-    comp: PaperCompressor | DSV4Compressor, h: torch.Tensor, head: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_entries(comp: Compressor, h: torch.Tensor, head: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """h: [B, T, d] from position 0 -> (key, value), each [B, n, kv_heads, head_dim], for every written window;
     with `head`, KV head `head` alone ([B, n, 1, head_dim]) on its own grid: window j starts at
     ((o + o_head) mod S) + j*S, o_head = the head's offset (stagger="kv_head")."""
@@ -29,7 +27,7 @@ def reference_entries(
         start = (geometry.offset + comp.head_offsets[head]) % geometry.stride
         geometry = WindowGeometry(geometry.window, geometry.stride, geometry.pad_first, geometry.entry_position, start)
     window = geometry.window
-    branches = 1 if isinstance(comp, DSV4Compressor) else comp.branches
+    branches = comp.branches
     heads = range(comp.kv_heads) if head is None else [head]
     batch, length, _ = h.shape
     out = torch.zeros(branches, batch, geometry.num_complete(length), len(heads), comp.head_dim, dtype=h.dtype)
@@ -39,17 +37,15 @@ def reference_entries(
             for column, head in enumerate(heads):
                 logits, payloads = [], []
                 for i, t in slots:
-                    s, c = _offset_terms(comp, _token(comp, h, t), i, branch, head)
+                    s, c = comp.reference_terms(_token(comp, h, t), i, branch, head)
                     logits.append(s)
                     payloads.append(c)
-                if isinstance(comp, PaperCompressor) and comp.cfg.gate_norm == "sigmoid":
+                if comp.cfg.gate_norm == "sigmoid":
                     alpha = torch.sigmoid(torch.stack(logits)) / window  # each offset on its own
                 else:
                     alpha = torch.softmax(torch.stack(logits), dim=0)  # over offsets
                 entry = sum(a * c for a, c in zip(alpha, payloads, strict=True))
-                if isinstance(comp, DSV4Compressor):
-                    entry = comp.kv_norm(entry)
-                out[branch, :, n, column] = entry
+                out[branch, :, n, column] = comp.reference_entry(entry)
     return out[0], out[-1]
 
 
@@ -58,23 +54,3 @@ def _token(comp, h: torch.Tensor, t: int) -> torch.Tensor:
     if not comp.cfg.token_shift:
         return h[:, t]
     return torch.cat([h[:, t], h[:, t - 1] if t > 0 else torch.zeros_like(h[:, t])], dim=-1)
-
-
-def _offset_terms(comp, x: torch.Tensor, i: int, branch: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gate logit(s) s_i and payload C_i x of one token x [B, d] at offset i: ([B, g], [B, head_dim])."""
-    hd = comp.head_dim
-    if isinstance(comp, DSV4Compressor):
-        width = comp.kv_heads * hd
-        half = 0 if i < comp.cfg.stride else width  # first half of the window reads "a", second "b"
-        cols = slice(half + head * hd, half + (head + 1) * hd)
-        gate = x @ comp.gate_proj.weight[cols].T + comp.position_bias[i % comp.cfg.stride, cols]
-        return gate, x @ comp.kv_proj.weight[cols].T
-    col = branch * comp.kv_heads + head
-    payload_row, gate_row = (rows[i] for rows in slot_rows(comp.cfg))
-    payload = x @ comp.payload[payload_row][:, col * hd : (col + 1) * hd]
-    if comp.cfg.gate == "uniform":
-        return x.new_zeros(x.shape[0], 1), payload
-    g = comp.gate_width
-    cols = slice(col * g, (col + 1) * g)
-    gate = x @ comp.gate_weight[gate_row][:, cols] + comp.gate_bias[gate_row, cols]
-    return gate, payload

@@ -20,8 +20,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from phasekv.compress.dsv4 import DSV4Compressor
-from phasekv.config import CompressionConfig
+from phasekv.compress.dsv4 import DSV4Compression, DSV4Compressor
 from phasekv.hooks import capture
 from phasekv.internals.gate_metrics import head_metrics
 
@@ -43,12 +42,9 @@ def dsv4_compressors(model: nn.Module) -> dict[int, nn.Module]:
 def phasekv_csa(hf_compressor: nn.Module, eps: float) -> DSV4Compressor:
     """A `DSV4Compressor` with the weights of a transformers `DeepseekV4CSACompressor`."""
     rate, head_dim = hf_compressor.compress_rate, hf_compressor.head_dim
-    cfg = CompressionConfig(
+    cfg = DSV4Compression(
         window=2 * rate,
         stride=rate,
-        kind="dsv4",
-        gate="vector",
-        shared_kv=True,
         pad_first_window=True,
         entry_position="last_stride_start",
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..compress import DSV4Compression, PaperCompression
 from ..config import CompressionConfig, ConfigError, DSV4Layers, ModelConfig
 
 SIZES = {
@@ -49,16 +50,9 @@ class Preset:
     dsv4_layers: str = ""  # DeepSeek-V4 attention layers: "sliding", "csa", "hca" or "mix" (see dsv4_layers)
 
 
-def _paper_style(window: int, stride: int, **kw) -> CompressionConfig:
-    return CompressionConfig(window=window, stride=stride, **kw)
-
-
-DSV4_STYLE = CompressionConfig(
+DSV4_STYLE = DSV4Compression(
     window=8,
     stride=4,
-    kind="dsv4",
-    gate="vector",
-    shared_kv=True,
     entry_position="last_stride_start",
     pad_first_window=True,
     attention_sink=True,
@@ -88,54 +82,60 @@ PRESETS: dict[str, Preset] = {
     "full-1kv": Preset("full attention, 1 KV head", 1),
     "full-4kv": Preset("full attention, 4 KV heads", 4),
     "full-8kv": Preset("full attention, 8 KV heads (the Qwen3-0.6B layout at paper size)", 8),
-    "w8s8-1kv": Preset("W8/S8, 1 KV head, scalar gates, separate K/V", 1, _paper_style(8, 8)),
-    "w8s8-8kv": Preset("W8/S8, 8 KV heads", 8, _paper_style(8, 8)),
-    "w8s4-1kv": Preset("W8/S4 (overlapping windows), 1 KV head", 1, _paper_style(8, 4)),
-    "w12s12-1kv": Preset("W12/S12, 1 KV head", 1, _paper_style(12, 12)),
-    "w12s12-4kv": Preset("W12/S12, 4 KV heads", 4, _paper_style(12, 12)),
-    "w8s8-1kv-nope": Preset("W8/S8, 1 KV head, no RoPE anywhere", 1, _paper_style(8, 8), rope=False),
-    "w8s8-1kv-uniform": Preset("W8/S8, 1 KV head, uniform averaging (no gate)", 1, _paper_style(8, 8, gate="uniform")),
-    "w8s8-1kv-vector": Preset("W8/S8, 1 KV head, vector (per-channel) gates", 1, _paper_style(8, 8, gate="vector")),
+    "w8s8-1kv": Preset("W8/S8, 1 KV head, scalar gates, separate K/V", 1, PaperCompression(8, 8)),
+    "w8s8-8kv": Preset("W8/S8, 8 KV heads", 8, PaperCompression(8, 8)),
+    "w8s4-1kv": Preset("W8/S4 (overlapping windows), 1 KV head", 1, PaperCompression(8, 4)),
+    "w12s12-1kv": Preset("W12/S12, 1 KV head", 1, PaperCompression(12, 12)),
+    "w12s12-4kv": Preset("W12/S12, 4 KV heads", 4, PaperCompression(12, 12)),
+    "w8s8-1kv-nope": Preset("W8/S8, 1 KV head, no RoPE anywhere", 1, PaperCompression(8, 8), rope=False),
+    "w8s8-1kv-uniform": Preset(
+        "W8/S8, 1 KV head, uniform averaging (no gate)", 1, PaperCompression(8, 8, gate="uniform")
+    ),
+    "w8s8-1kv-vector": Preset("W8/S8, 1 KV head, vector (per-channel) gates", 1, PaperCompression(8, 8, gate="vector")),
     "w8s8-1kv-shared": Preset(
-        "W8/S8, 1 KV head, one latent read as key and value", 1, _paper_style(8, 8, shared_kv=True)
+        "W8/S8, 1 KV head, one latent read as key and value", 1, PaperCompression(8, 8, shared_kv=True)
     ),
     "w8s8-1kv-stagger": Preset(
-        "W8/S8, 1 KV head, windows of layer l offset by l*S/n_layers", 1, _paper_style(8, 8, stagger="layer")
+        "W8/S8, 1 KV head, windows of layer l offset by l*S/n_layers", 1, PaperCompression(8, 8, stagger="layer")
     ),
     "w8s8-4kv-head-stagger": Preset(
-        "W8/S8, 4 KV heads, KV head h's windows offset by h*S/4 (0, 2, 4, 6)", 4, _paper_style(8, 8, stagger="kv_head")
+        "W8/S8, 4 KV heads, KV head h's windows offset by h*S/4 (0, 2, 4, 6)",
+        4,
+        PaperCompression(8, 8, stagger="kv_head"),
     ),
     "w8s8-8kv-head-stagger": Preset(
-        "W8/S8, 8 KV heads, KV head h's windows offset by h*S/8 (0, 1, .., 7)", 8, _paper_style(8, 8, stagger="kv_head")
+        "W8/S8, 8 KV heads, KV head h's windows offset by h*S/8 (0, 1, .., 7)",
+        8,
+        PaperCompression(8, 8, stagger="kv_head"),
     ),
-    "w16s8-1kv": Preset("W16/S8 (overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(16, 8)),
-    "w9s8-1kv": Preset("W9/S8 (one token of overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(9, 8)),
-    "w10s8-1kv": Preset("W10/S8 (two tokens of overlap at W8/S8's cache size), 1 KV head", 1, _paper_style(10, 8)),
+    "w16s8-1kv": Preset("W16/S8 (overlap at W8/S8's cache size), 1 KV head", 1, PaperCompression(16, 8)),
+    "w9s8-1kv": Preset("W9/S8 (one token of overlap at W8/S8's cache size), 1 KV head", 1, PaperCompression(9, 8)),
+    "w10s8-1kv": Preset("W10/S8 (two tokens of overlap at W8/S8's cache size), 1 KV head", 1, PaperCompression(10, 8)),
     "w9s8-1kv-vector": Preset(
-        "W9/S8 (one token of overlap), 1 KV head, vector (per-channel) gates", 1, _paper_style(9, 8, gate="vector")
+        "W9/S8 (one token of overlap), 1 KV head, vector (per-channel) gates", 1, PaperCompression(9, 8, gate="vector")
     ),
     "w8s8-1kv-offset-shared": Preset(
         "W8/S8, 1 KV head, one gate and one payload map shared by every offset",
         1,
-        _paper_style(8, 8, offset_sharing=True),
+        PaperCompression(8, 8, offset_sharing=True),
     ),
     "w9s8-1kv-offset-shared": Preset(
         "W9/S8 (one token of overlap), 1 KV head, one gate and one payload map shared by every offset",
         1,
-        _paper_style(9, 8, offset_sharing=True),
+        PaperCompression(9, 8, offset_sharing=True),
     ),
     "w8s8-1kv-sigmoid": Preset(
         "W8/S8, 1 KV head, non-competitive gates: each offset's weight sigmoid(s_i) / W",
         1,
-        _paper_style(8, 8, gate_norm="sigmoid"),
+        PaperCompression(8, 8, gate_norm="sigmoid"),
     ),
     "w9s8-1kv-tied": Preset(
         "W9/S8 (one token of overlap), 1 KV head, the overlap slot's gate tied to slot 0's (same token, next window)",
         1,
-        _paper_style(9, 8, tie_overlap_gate=True),
+        PaperCompression(9, 8, tie_overlap_gate=True),
     ),
     "w8s8-1kv-shift": Preset(
-        "W8/S8, 1 KV head, compressor reads [h_p ; h_p-1] (token shift)", 1, _paper_style(8, 8, token_shift=True)
+        "W8/S8, 1 KV head, compressor reads [h_p ; h_p-1] (token shift)", 1, PaperCompression(8, 8, token_shift=True)
     ),
     "dsv4": Preset("DeepSeek-V4-style CSA kernel: W8/S4 from two halves, per-offset bias, K=V, sink", 1, DSV4_STYLE),
     "dsv4-sliding": Preset("DeepSeek-V4 attention, sliding-only layers", 1, DSV4_STYLE, dsv4_layers="sliding"),
@@ -165,10 +165,7 @@ def preset_config(name: str, size: str = "tiny", vocab_size: int | None = None, 
     base = dict(SIZES[size])
     if vocab_size is not None:
         base["vocab_size"] = vocab_size
-    extra = {}
-    if preset.compression is not None and preset.compression.kind == "dsv4":
-        # DeepSeek-V4 rotates only a trailing slice of each head, pairing channels interleaved.
-        extra = dict(rope_dim=base["head_dim"] // 2, rope_style="interleaved")
+    extra = {} if preset.compression is None else preset.compression.model_defaults(base["head_dim"])
     if preset.dsv4_layers:
         overrides = dict(overrides)
         default_layers = 3 if preset.dsv4_layers == "mix" and size == "tiny" else base["num_layers"]

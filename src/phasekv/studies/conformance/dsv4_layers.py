@@ -41,7 +41,8 @@ def twin_configs(top_k: int = TOP_K):
     each kind, in `LAYER_KINDS` order)."""
     from transformers import DeepseekV4Config
 
-    from phasekv.config import CompressionConfig, DSV4Layers, ModelConfig
+    from phasekv.compress import DSV4Compression
+    from phasekv.config import DSV4Layers, ModelConfig
 
     hf = DeepseekV4Config(
         vocab_size=VOCAB, hidden_size=HIDDEN_SIZE, head_dim=32, num_attention_heads=4, q_lora_rank=16,
@@ -50,9 +51,9 @@ def twin_configs(top_k: int = TOP_K):
         mlp_layer_types=["moe"] * 3,
         compress_rates={"compressed_sparse_attention": CSA_RATE, "heavily_compressed_attention": HCA_RATE},
     )  # fmt: skip
-    windows = CompressionConfig(
-        window=2 * CSA_RATE, stride=CSA_RATE, kind="dsv4", gate="vector", shared_kv=True,
-        entry_position="last_stride_start", pad_first_window=True, attention_sink=True, local_window=WINDOW,
+    windows = DSV4Compression(
+        window=2 * CSA_RATE, stride=CSA_RATE, entry_position="last_stride_start", pad_first_window=True,
+        attention_sink=True, local_window=WINDOW,
     )  # fmt: skip
     layers = DSV4Layers(
         layer_types=tuple(LAYER_KINDS), q_lora_rank=16, o_groups=2, o_lora_rank=16, hca_rate=HCA_RATE,
