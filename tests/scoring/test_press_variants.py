@@ -1,15 +1,16 @@
-"""ChunkKV with its chunk grid staggered across layers or dithered per prompt (`scoring.press_variants`): the same
-kept-token budget as ChunkKV, ChunkKV itself at offset 0, kept positions that follow the definition (a plain
-reference loop), a dithered offset that is a function of the prompt, and the grid-shift test taken by the staggered
-press and refused for the dithered one. Tests marked `kvpress` run in the kvpress environment
-(`scripts/test_kvpress.sh`) and skip elsewhere."""
+"""ChunkKV with its chunk grid staggered across layers or dithered per prompt (`scoring.press_staggered`,
+`scoring.press_dithered`): the same kept-token budget as ChunkKV, ChunkKV itself at offset 0, kept positions that
+follow the definition (a plain reference loop), a dithered offset that is a function of the prompt, and the
+grid-shift test taken by the staggered press and refused for the dithered one. Tests marked `kvpress` run in the
+kvpress environment (`scripts/test_kvpress.sh`) and skip elsewhere."""
 
 import pytest
 import torch
 
 from conftest import needs_kvpress, press_inputs, randomize, word_tokenizer
+from phasekv.scoring.press_dithered import dither_offset
 from phasekv.scoring.press_spec import PRESETS, grid_shift_refusal, parse_press, press_stride
-from phasekv.scoring.press_variants import dither_offset, layer_offset
+from phasekv.scoring.press_staggered import layer_offset
 
 CHUNKKV = "ChunkKVPress(press={inner}, chunk_length=8)"
 STAGGERED = "StaggeredChunkKVPress(press={inner}, chunk_length=8, stagger={stagger})"

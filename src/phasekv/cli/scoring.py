@@ -17,6 +17,7 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.options import FieldGroup, OptionGroup
+from phasekv.scoring.press_spec import press_help
 
 # phasekv.serve.transport's DEFAULT_MAX_WAIT_S and DEFAULT_MAX_RESPONSE_BYTES (in MiB), here so that --help loads no
 # torch (importing phasekv.serve does); a test keeps them equal
@@ -72,11 +73,7 @@ SCORING = OptionGroup(
         typer.Option(
             None,
             "--press",
-            help="compress an HF model's KV cache: a preset (knorm, snapkv, streaming, chunkkv4, chunkkv8, chunkkv16, "
-            "chunkkv8-staggered, chunkkv8-dithered, chunk8-knorm, block8-knorm, pool-w8s8, pool-w8s4), "
-            "pool:w=8,s=8,local=16 (phasekv's chunked pooling), "
-            "or a kvpress call such as 'ChunkKVPress(press=SnapKVPress(compression_ratio=0.5), chunk_length=8)' "
-            "(needs the kvpress extra); a chunk grid becomes the period check's stride",
+            help=f"compress an HF model's KV cache: {press_help()}; a chunk grid becomes the period check's stride",
         ),
     ),
 )

@@ -8,17 +8,17 @@ from ..model.io import FORMAT, read_config_json
 from .base import BatchedScorer, ScorerError
 from .hf_scorer import HFScorer
 from .phasekv_scorer import PhaseKVScorer
-from .pooled import PooledScorer
 from .press import KVPressScorer
-from .press_spec import PoolSpec, parse_press
+from .press_spec import native_press, parse_press
 
 
 def load_scorer(path: str | Path, press: str | None = None, **options) -> BatchedScorer:
     """A `PhaseKVScorer` for a phasekv checkpoint ("format": "phasekv" in config.json), an
     `HFScorer` for a Hugging Face model directory (config.json with "model_type").
 
-    `press` (a `press_spec` text: kvpress call, `pool:...` or preset) compresses an HF model's KV cache:
-    a `PooledScorer` for phasekv's pooling, a `KVPressScorer` for a kvpress press.
+    `press` (a `press_spec` text: kvpress call, a registered press such as `pool:...`, or preset) compresses an HF
+    model's KV cache: the scorer of a registered press that has its own (`NativePress.scorer`), else a
+    `KVPressScorer` that builds the press.
 
     `options` go to the scorer (batch_size, threads, workers, device, dtype). Raises ScorerError for a
     missing directory, a missing or unreadable config.json, or a config of neither kind.
@@ -35,8 +35,9 @@ def load_scorer(path: str | Path, press: str | None = None, **options) -> Batche
         if press is None:
             return HFScorer.from_pretrained(directory, **options)
         spec = parse_press(press)
-        if isinstance(spec, PoolSpec):
-            return PooledScorer.from_pretrained(directory, spec=spec, **options)
+        native = native_press(spec)
+        if native is not None and native.scorer is not None:
+            return native.scorer(directory, spec, **options)
         return KVPressScorer.from_pretrained(directory, spec=spec, spec_text=press, **options)
     raise ScorerError(
         f'{config_path} is neither a phasekv config ("format": "{FORMAT}") nor an HF config (no "model_type")'

@@ -30,7 +30,7 @@ import torch
 from ..compress.windows import WindowGeometry
 from .base import ScorerError
 from .hf_scorer import HFScorer
-from .press_spec import PoolSpec
+from .press_pool import PoolSpec
 
 
 def _window_index(spec: PoolSpec, length: int, offset: int = 0) -> torch.Tensor:

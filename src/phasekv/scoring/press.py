@@ -41,7 +41,7 @@ from .base import ScorerError
 from .hf_scorer import HFScorer
 from .press_grid import shifted_press_class
 from .press_spec import (
-    VARIANT_PRESSES,
+    NATIVE_PRESSES,
     PressCall,
     PressSpecError,
     compresses_rows_apart,
@@ -49,7 +49,6 @@ from .press_spec import (
     grid_shift_refusal,
     press_stride,
 )
-from .press_variants import variant_class
 
 KVPRESS_MISSING = (
     "--press with a kvpress press needs the kvpress package (kvpress 0.5.5 needs transformers < 5.3): "
@@ -59,8 +58,8 @@ KVPRESS_MISSING = (
 
 
 def build_press(spec: PressCall, grid_offset: int = 0):
-    """The kvpress press object named by `spec` (nested presses built first; phasekv's ChunkKV variants,
-    `press_spec.VARIANT_PRESSES`, by `press_variants`). With `grid_offset` > 0 the press that sets the chunk grid
+    """The kvpress press object named by `spec` (nested presses built first; phasekv's own presses by their
+    `NativePress.press_class`). With `grid_offset` > 0 the press that sets the chunk grid
     (`press_spec.grid_call`) is built with its cuts moved by that many tokens (`press_grid`; a staggered press's
     every layer): the grid-shift test. A press whose grid moves per prompt is refused (`grid_shift_refusal`)."""
     try:
@@ -74,12 +73,14 @@ def build_press(spec: PressCall, grid_offset: int = 0):
         raise PressSpecError(refusal)
 
     def make(call: PressCall):
-        cls = variant_class(call.name) if call.name in VARIANT_PRESSES else getattr(kvpress, call.name, None)
+        native = NATIVE_PRESSES.get(call.name)
+        cls = native.press_class() if native and native.press_class else getattr(kvpress, call.name, None)
         if not (isinstance(cls, type) and issubclass(cls, kvpress.presses.base_press.BasePress)):
-            known = sorted([*(n for n in dir(kvpress) if n.endswith("Press")), *VARIANT_PRESSES])
+            own = [name for name, press in NATIVE_PRESSES.items() if press.press_class]
+            known = sorted([*(n for n in dir(kvpress) if n.endswith("Press")), *own])
             raise PressSpecError(f"{call.name} is not a kvpress press; kvpress (and phasekv) have {', '.join(known)}")
         kwargs = {k: build(v) for k, v in call.kwargs.items()}
-        if call is shifted and call.name in VARIANT_PRESSES:
+        if call is shifted and native:
             kwargs["grid_offset"] = int(kwargs.get("grid_offset", 0)) + grid_offset  # taken mod chunk_length
         elif call is shifted:
             cls, kwargs["grid_offset"] = shifted_press_class(call.name), grid_offset

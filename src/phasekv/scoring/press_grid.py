@@ -10,7 +10,8 @@ unshifted one only where the cuts fall.
 
 `matched_chunkkv_compress` moves ChunkKV's cuts the same way but keeps exactly as many tokens as kvpress's ChunkKV
 keeps on the same input (a moved grid has one more, partial segment, so "the same number of chunks" would keep more
-tokens at some offsets): the staggered and dithered presses (`press_variants`) select with it.
+tokens at some offsets): the staggered and dithered presses (`press_staggered`, `press_dithered`) select with it,
+and `chunkkv_variant` makes their classes.
 
 kvpress is optional: the classes are made on first use.
 """
@@ -18,7 +19,8 @@ kvpress is optional: the classes are made on first use.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 
 def grid_segments(start: int, end: int, size: int, offset: int) -> list[tuple[int, int]]:
@@ -142,3 +144,15 @@ def shifted_press_class(name: str) -> type:
     base = getattr(kvpress, name)
     namespace = {"__annotations__": {"grid_offset": int}, "grid_offset": 0, "compress": _COMPRESS[name]}
     return dataclass(type(f"GridShifted{name}", (base,), namespace))
+
+
+def seen_counter() -> Counter:
+    """A dataclass field that counts what a press saw (kept out of its repr and equality)."""
+    return field(default_factory=Counter, repr=False, compare=False)
+
+
+def chunkkv_variant(name: str, namespace: dict) -> type:
+    """A dataclass subclass `name` of kvpress's ChunkKVPress with `namespace`'s fields and methods."""
+    from kvpress import ChunkKVPress
+
+    return dataclass(type(name, (ChunkKVPress,), namespace))

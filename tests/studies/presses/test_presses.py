@@ -8,9 +8,9 @@ import torch
 from conftest import HAS_KVPRESS, needs_kvpress, press_inputs, randomize, tiny_qwen3, word_tokenizer
 from phasekv.scoring import HFScorer, ScorerError, load_scorer
 from phasekv.scoring.pooled import install_pooling
+from phasekv.scoring.press_pool import PoolSpec
 from phasekv.scoring.press_question import bind_question, question_tokens
 from phasekv.scoring.press_spec import (
-    PoolSpec,
     PressCall,
     PressSpecError,
     compresses_rows_apart,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from phasekv.scoring.press_spec import PRESETS, PressCall, parse_press, press_stride
+from phasekv.scoring.press_spec import PRESETS, needs_kvpress, parse_press, press_stride
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
 
@@ -21,7 +21,7 @@ class PressMethod:
 
     @property
     def needs_kvpress(self) -> bool:
-        return self.press is not None and isinstance(parse_press(self.press), PressCall)
+        return self.press is not None and needs_kvpress(parse_press(self.press))
 
     @property
     def spec_text(self) -> str | None:

@@ -17,7 +17,8 @@ import altair as alt
 
 from phasekv.charts import vega
 from phasekv.files import write_atomic
-from phasekv.scoring.press_spec import PoolSpec, parse_press
+from phasekv.scoring.press_pool import PoolSpec
+from phasekv.scoring.press_spec import parse_press
 from phasekv.stats.format import verdict_cell
 from phasekv.studies.probe.like import eval_command, remeasure_list
 from phasekv.studies.probe.result import ProbeResult
