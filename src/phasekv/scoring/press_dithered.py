@@ -19,7 +19,7 @@ import hashlib
 from collections import Counter
 from contextlib import contextmanager
 
-from .press_grid import chunkkv_variant, matched_chunkkv_compress, seen_counter
+from .press_grid import MATCHED_BUDGET, chunkkv_variant, matched_chunkkv_compress, seen_counter
 from .press_spec import NativePress, register_press
 
 NAME = "DitheredChunkKVPress"
@@ -77,7 +77,7 @@ def _record(self) -> dict:
     return {
         "rule": DITHER_RULE,
         "seed": self.seed,
-        "budget": "exactly the tokens kvpress's ChunkKVPress keeps on the same input, per layer",
+        "budget": MATCHED_BUDGET,
         "prefills_by_offset": {str(k): v for k, v in sorted(self.offsets_seen.items())},
     }
 

@@ -146,6 +146,10 @@ def shifted_press_class(name: str) -> type:
     return dataclass(type(f"GridShifted{name}", (base,), namespace))
 
 
+# what the presses that select with `matched_chunkkv_compress` keep, as their grid records say
+MATCHED_BUDGET = "exactly the tokens kvpress's ChunkKVPress keeps on the same input, per layer"
+
+
 def seen_counter() -> Counter:
     """A dataclass field that counts what a press saw (kept out of its repr and equality)."""
     return field(default_factory=Counter, repr=False, compare=False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from .press_grid import chunkkv_variant, matched_chunkkv_compress, seen_counter
+from .press_grid import MATCHED_BUDGET, chunkkv_variant, matched_chunkkv_compress, seen_counter
 from .press_spec import NativePress, register_press
 
 NAME = "StaggeredChunkKVPress"
@@ -41,7 +41,7 @@ def _record(self) -> dict:
         "rule": "layer l cuts its chunks at (stagger * l + grid_offset) mod chunk_length + k * chunk_length",
         "stagger": self.stagger,
         "grid_offset": self.grid_offset,
-        "budget": "exactly the tokens kvpress's ChunkKVPress keeps on the same input, per layer",
+        "budget": MATCHED_BUDGET,
         "layer_compressions_by_offset": {str(k): v for k, v in sorted(self.offsets_seen.items())},
     }
 
