@@ -6,7 +6,7 @@ scores (summed log-prob, full-vocabulary top-1 at every answer token). `load_sco
 model directory's config.json and picks `PhaseKVScorer` or `HFScorer`.
 """
 
-from .answers import AnswerScores, distinct_pairs, rows_by_answer_length, score_answers
+from .answers import AnswerScores, CachedAnswers, distinct_pairs, rows_by_answer_length, score_answers
 from .base import BatchedScorer, NonFiniteOutput, Scorer, ScorerError, check_finite, non_finite
 from .hf_scorer import HFScorer, hf_compression_stride
 from .load import load_scorer
@@ -27,4 +27,5 @@ __all__ = [
     "non_finite",
     "rows_by_answer_length",
     "score_answers",
+    "CachedAnswers",
 ]
