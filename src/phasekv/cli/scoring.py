@@ -245,7 +245,7 @@ def scorer_from_options(model: Path | None, scoring: dict, endpoint: dict):
 def local_fingerprint(scorer, model: Path, scoring: dict) -> dict:
     """What produces a local model's answers: its files' contents, the press, the settings that change floats
     (dtype, device, batch size, threads per worker), phasekv's answering code and the software versions."""
-    from phasekv.provenance import software_versions
+    from phasekv.provenance import package_version, software_versions
     from phasekv.reproduce.cache import ANSWERING_PACKAGES, checkpoint_hash, source_hash
 
     return {
@@ -256,7 +256,7 @@ def local_fingerprint(scorer, model: Path, scoring: dict) -> dict:
         "batch_size": scorer.batch_size,
         "threads": scorer.threads,
         "code": source_hash(*ANSWERING_PACKAGES),
-        "software": software_versions(),
+        "software": software_versions() | ({"kvpress": package_version("kvpress")} if scoring.get("press") else {}),
     }
 
 
