@@ -251,3 +251,10 @@ def pretrained_audit(qwen_dir, tmp_path_factory):
     # two mappings cannot reach the MDE bound: `anyway` scores them, as the report is what is tested
     out = tmp_path_factory.mktemp("audit") / "qwen"
     return phasekv.audit(qwen_dir, out=out, budget="10m", anyway=True, **SMALL_AUDIT)
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_home(tmp_path_factory, monkeypatch):
+    """Each test its own ~/.cache: answers one test kept (of a model another test patches) never reach another, and
+    no test writes into the real one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache-home")))

@@ -17,14 +17,19 @@ from pathlib import Path
 PACKAGES = ("phasekv", "torch", "transformers", "tokenizers", "numpy", "scipy")
 
 
+def package_version(name: str) -> str:
+    """The installed version of a package, or "not installed"."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def software_versions() -> dict[str, str]:
     """Versions of Python and the packages a result depends on."""
     versions = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
+        versions[name] = package_version(name)
     if versions["phasekv"] == "not installed":  # run from a source tree on PYTHONPATH (a lent GPU machine)
         from .version import __version__
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -195,7 +196,11 @@ class _FullDisk:
 @pytest.mark.parametrize(
     ("command", "written"),
     [
-        (["eval", "lookup", "{model}", *SMALL_LOOKUP, "--resamples", "10", "--out", "{out}/r.json"], "r.json"),
+        # the answer cache's own full disk is the same one line, naming that file
+        (
+            ["eval", "lookup", "{model}", *SMALL_LOOKUP, "--no-cache", "--resamples", "10", "--out", "{out}/r.json"],
+            "r.json",
+        ),
         (["knockout", "{model}", *SMALL_LOOKUP, "--calibration-mappings", "2", "--out", "{out}"], "knockout.json"),
         (["conformance", "{model}", "--prompts", "1", "--length", "16", "--modes", "parallel", "--out", "{out}"], ""),
         (["report", "{result}", "--out", "{out}/report.html", "--no-pngs"], "report.html"),
@@ -272,3 +277,42 @@ def test_an_analysis_may_write_beside_the_model_and_replace_its_own_earlier_resu
     for _ in range(2):
         run = CliRunner().invoke(app, args)
         assert run.exit_code == 0 and "wrote" in run.output, run.output
+
+
+def test_a_local_eval_stopped_by_a_full_disk_resumes_from_its_answer_cache(
+    phasekv_dir, qwen_dir, tmp_path, monkeypatch
+):
+    """A local run that scored everything and then found the disk full lost every score; now its answers are kept as
+    they are scored, and the rerun after space is freed scores nothing again and writes the same result."""
+    import json
+
+    args = ["eval", "lookup", str(phasekv_dir), *SMALL_LOOKUP, "--resamples", "10", "--out", str(tmp_path / "r.json")]
+
+    def fills_the_disk(_result, path):
+        from phasekv.files import disk_errors
+
+        with disk_errors(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patched:  # space enough when checked first, none left for the result
+        patched.setattr("phasekv.results.record.write_results", fills_the_disk)
+        full = CliRunner().invoke(app, args)
+    assert full.exit_code in (1, 2) and "No space left on device" in full.output and not (tmp_path / "r.json").exists()
+
+    resumed = CliRunner().invoke(app, args)
+    assert resumed.exit_code == 0, resumed.output
+    kept = json.loads((tmp_path / "r.json").read_text())["scoring"]["answers"]
+    assert kept["scored"] == 0 and kept["from_cache"] > 0, kept
+    assert f"answers: {kept['from_cache']} from the answer cache ({kept['cache']}), 0 scored" in resumed.output
+    cache = Path(kept["cache"])
+    assert cache.parent == Path(os.environ["XDG_CACHE_HOME"]) / "phasekv" / "answers"
+
+    fresh = CliRunner().invoke(app, [*args[:-1], str(tmp_path / "fresh.json"), "--no-cache"])
+    assert fresh.exit_code == 0, fresh.output
+    records = [json.loads((tmp_path / name).read_text())["prompt_records"] for name in ("r.json", "fresh.json")]
+    assert records[0] == records[1]  # answers read back are the answers computed
+
+    another_model = [*args[:2], str(qwen_dir), *args[3:-1], str(tmp_path / "q.json"), "--cache", str(cache)]
+    other = CliRunner().invoke(app, another_model)
+    assert other.exit_code != 0 and "another server or model (differs in: model" in other.output, other.output
+    assert "Traceback" not in other.output and not (tmp_path / "q.json").exists()

@@ -414,6 +414,31 @@ def test_fourth_round_stages_kv_head_grids_beside_the_same_kv_heads_at_the_cpu_r
     assert "(1 one-thread processes)" in plan and "w9s8-1kv-offset-shared-long-s43 " in plan
 
 
+def test_a_profiles_first_seeds_are_its_own_runs_and_say_so(tmp_path):
+    """`--seeds 42` runs every design's first seed under the same names and configs as the whole profile (so the whole
+    profile reuses them), with tests across seeds reported as not testable; an unknown seed is one line."""
+    from typer.testing import CliRunner
+
+    from phasekv.cli import app
+    from phasekv.reproduce.across_seeds import comparisons, design_rows
+
+    round4 = get_profile("round4")
+    first = round4.only_seeds([42])
+    assert [r.name for r in first.runs] == [r.name for r in round4.runs if r.seed == 42] and len(first.runs) == 6
+    assert all(first.run_config(r) == round4.run_config(r) for r in first.runs)
+    assert first.description.endswith("(here seeds 42 of 4 only)")
+    rows = [{"run": r.name, "learned": True, "mean": 50.0, "gap": 10.0} for r in first.runs]
+    table = design_rows(first, rows)
+    assert all(row["seeds"] == [42] for row in table)
+    assert {test["testable"] for test in comparisons(first, table)} == {False}
+    with pytest.raises(ValueError, match=r"^--seeds 7: profile round4 trains seeds 42, 43, 44, 45$"):
+        round4.only_seeds([7, 42])
+    for seeds, message in (("4x", "--seeds takes integers separated by commas, got '4x'"), ("7", "--seeds 7:")):
+        run = CliRunner().invoke(app, ["reproduce", "--profile", "round4", "--seeds", seeds, "--out", str(tmp_path)])
+        assert run.exit_code != 0 and message in run.output and "Traceback" not in run.output, run.output
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
 def test_a_kv_head_staggered_run_trains_and_takes_the_grid_shift_test(tmp_path):
     runs = (
         RunSpec(

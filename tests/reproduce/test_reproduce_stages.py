@@ -122,16 +122,16 @@ def test_result_key_follows_the_statistics_source(tmp_path, monkeypatch):
     stats = tmp_path / "stats"
     stats.mkdir()
     (stats / "verdict.py").write_text("RULE = 1\n")
-    monkeypatch.setattr(cache, "ANALYSIS_PACKAGE", stats)
-    cache.analysis_hash.cache_clear()
+    monkeypatch.setattr(cache, "PHASEKV_SOURCE", tmp_path)
+    cache.source_hash.cache_clear()
     first = result_key("probe", {"study": {"n": 1}}, None)
     (stats / "verdict.py").write_text("RULE = 2\n")
-    cache.analysis_hash.cache_clear()
+    cache.source_hash.cache_clear()
     assert result_key("probe", {"study": {"n": 1}}, None) != first  # a changed rule: stored verdicts are stale
     (stats / "verdict.py").write_text("RULE = 1\n")
-    cache.analysis_hash.cache_clear()
+    cache.source_hash.cache_clear()
     assert result_key("probe", {"study": {"n": 1}}, None) == first
-    cache.analysis_hash.cache_clear()
+    cache.source_hash.cache_clear()
 
 
 def test_result_key_follows_the_checkpoints_model_files_not_its_path(tmp_path, monkeypatch):

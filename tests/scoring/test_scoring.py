@@ -330,3 +330,38 @@ def test_bad_scorer_settings_are_rejected(qwen_dir):
         load_scorer(qwen_dir, dtype="float8")
     with pytest.raises(ScorerError, match="at least n_last"):
         load_scorer(qwen_dir).logprobs([[1, 2]], n_last=3)
+
+
+def test_kept_answers_are_not_scored_again_and_a_run_stopped_part_way_keeps_what_it_scored(phasekv_dir, tmp_path):
+    """Answers go into the cache as each group is scored: a run that fails part way (here the second answer length's
+    forward) resumes from the first group, and the answers read back equal those computed."""
+    from phasekv.scoring import CachedAnswers
+    from phasekv.serve.cache import ResultCache
+
+    contexts, answers = random_sequences(5, seed=3), [[5], [6, 7], [8], [9, 10], [11]]
+    plain = score_answers(load_scorer(phasekv_dir), contexts, answers)
+
+    class FailsOnSecondCall(CountingScorer):
+        def logprobs(self, sequences, n_last=1):
+            if self.seen:
+                raise OSError("interrupted")
+            return super().logprobs(sequences, n_last)
+
+    path, fingerprint = tmp_path / "answers.jsonl", {"model": "m"}
+    failing = FailsOnSecondCall(load_scorer(phasekv_dir))
+    failing.answer_cache = CachedAnswers(ResultCache(path, fingerprint))
+    with pytest.raises(OSError, match="interrupted"):
+        score_answers(failing, contexts, answers)
+    first_group = failing.seen
+    assert first_group in (2, 3) and len(path.read_text().splitlines()) == 1 + first_group  # header + answers
+
+    resumed = CountingScorer(load_scorer(phasekv_dir))
+    resumed.answer_cache = CachedAnswers(ResultCache(path, fingerprint))
+    again = score_answers(resumed, contexts, answers)
+    assert resumed.seen == 5 - first_group
+    assert resumed.answer_cache.describe() == {"from_cache": first_group, "scored": 5 - first_group, "cache": str(path)}
+    np.testing.assert_array_equal(again.logprob, plain.logprob)  # exact: JSON keeps a float64 as it was
+    np.testing.assert_array_equal(again.correct, plain.correct)
+    np.testing.assert_array_equal(again.first_argmax, plain.first_argmax)
+    with pytest.raises(ScorerError, match="another server or model"):
+        ResultCache(path, {"model": "other"})

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import torch
 
 from phasekv.scoring import load_scorer
 from phasekv.serve.completions import Limits
@@ -305,3 +306,31 @@ def test_past_the_backlog_of_complete_requests_a_new_connection_gets_a_503_namin
                 answer += chunk
             s.close()
             assert answer.startswith(b"HTTP/1.0 200"), answer[:200]
+
+
+def test_a_model_that_outputs_nan_is_a_500_the_client_does_not_retry(tmp_path):
+    """NaN from the model is no passing fault: the same prompt gets the same answer, so the server names it
+    (type non_finite_output) and the client gives up at the first answer instead of retrying until --max-wait."""
+    from conftest import tiny_qwen3, word_tokenizer
+    from phasekv.scoring import HFScorer
+    from phasekv.serve.errors import EndpointError
+    from phasekv.serve.transport import Transport
+
+    tokenizer = word_tokenizer()
+    model = tiny_qwen3(len(tokenizer))
+    calls = []
+    with serving(HFScorer(model, tokenizer)) as server:
+        with torch.no_grad():  # after the server started (its card and canaries were fine): a fault of some inputs
+            model.lm_head.weight[3] = float("nan")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        body = {"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 1, "logprobs": 1}
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", json.dumps(body).encode()))
+        except urllib.error.HTTPError as err:
+            calls.append((err.code, json.loads(err.read())["error"]["type"]))
+        transport = Transport(url, api_key=None, timeout=10.0, retries=4, backoff=1.0)
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match=r"HTTP 500, not retried\): .*non-finite log-prob"):
+            transport.post("/v1/completions", body)
+    assert calls == [(500, "non_finite_output")]
+    assert time.monotonic() - started < 1.0 and transport.failures == 0  # no backoff waited, no reconnect counted

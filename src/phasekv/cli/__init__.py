@@ -179,6 +179,11 @@ def reproduce(
     ),
     device: str = typer.Option(None, help="presses profiles: the torch device of every cell's model, e.g. cuda"),
     batch_size: int = typer.Option(0, help="presses profiles: prompts per forward pass (0: the profile's)"),
+    seeds: str = typer.Option(
+        None,
+        help="training profiles: only the runs of these seeds, comma-separated (e.g. 42: every design's first seed, "
+        "a first look at a long round); a later run of the whole profile reuses them",
+    ),
     plan: bool = typer.Option(
         False,
         "--plan",
@@ -198,6 +203,8 @@ def reproduce(
         out = out or f"runs/{profile}"
         with one_line_errors("reproduce"):
             check_output(out, directory=True)  # a bad path fails now, not after the presses ran
+            if seeds:
+                raise ValueError("--seeds applies to the training profiles (the presses profiles train nothing)")
             chosen = PRESS_PROFILES[profile]
             if methods:
                 chosen = chosen.only([name.strip() for name in methods.split(",") if name.strip()])
@@ -213,6 +220,8 @@ def reproduce(
     chosen = get_profile(profile)
     out = out or f"runs/{chosen.name}"
     with one_line_errors("reproduce"):
+        if seeds:
+            chosen = chosen.only_seeds(_integers(seeds, "--seeds"))
         if methods or device or batch_size:
             raise ValueError(
                 "--methods, --device and --batch-size apply to the presses profiles only (a training profile's "
@@ -237,6 +246,13 @@ def reproduce(
         + (f", {out}/analysis/" if summary["stages"] else "")
         + (f", {out}/designs.md, {out}/designs.json, {out}/analysis/" if "designs" in summary else "")
     )
+
+
+def _integers(text: str, option: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{option} takes integers separated by commas, got {text!r}") from None
 
 
 def main() -> None:

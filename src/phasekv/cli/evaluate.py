@@ -275,6 +275,9 @@ def _finish(result: dict, table: str, out: Path | None) -> None:
     answers = result["model"].get("answers")  # an endpoint audit's
     if answers is not None:
         typer.echo(f"answers: {answers['from_cache']} from the results cache, {answers['sent']} sent")
+    kept = result.get("scoring", {}).get("answers")  # a local model's answer cache
+    if kept is not None:
+        typer.echo(f"answers: {kept['from_cache']} from the answer cache ({kept['cache']}), {kept['scored']} scored")
     if out is not None:
         from phasekv.results.record import write_results
 

@@ -5,7 +5,8 @@ eval` at an OpenAI-compatible server (--endpoint (key "url"), --served-model, --
 --timeout, --retries, --backoff, --max-wait, --max-response-mb, --cache, --no-cache, --text-prompts, --echo/--no-echo,
 --top-k, --canary-tolerance);
 `scorer_from_options` builds the scorer an eval command runs on: an `EndpointScorer` when --endpoint is given,
-else the local model directory.
+else the local model directory, whose answers are kept in an answer cache as they are scored (--cache, --no-cache
+apply to both), so that a run stopped part way (a full disk, Ctrl-C) resumes without scoring anything twice.
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ ENDPOINT = OptionGroup(
         typer.Option(
             None,
             "--cache",
-            help="results cache (JSONL); default: ~/.cache/phasekv/endpoints/<served>-<fingerprint>.jsonl",
+            help="answers cache (JSONL), so that a stopped run resumes; default: "
+            "~/.cache/phasekv/endpoints/<served>-<fingerprint>.jsonl through --endpoint, "
+            "~/.cache/phasekv/answers/<model>-<fingerprint>.jsonl for a local model",
         ),
     ),
     no_cache=(bool, typer.Option(False, "--no-cache", help="keep answers in memory only (no resume)")),
@@ -147,12 +150,24 @@ ENDPOINT = OptionGroup(
 )
 
 
-def default_cache_path(served_model: str, fingerprint_id: str) -> Path:
-    """$XDG_CACHE_HOME (or ~/.cache)/phasekv/endpoints/<served model, made file-safe>-<fingerprint id>.jsonl:
-    one file per server, model and tokenizer, so the default never meets another model's answers."""
+def default_cache_path(served_model: str, fingerprint_id: str, kind: str = "endpoints") -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/phasekv/<kind>/<model, made file-safe>-<fingerprint id>.jsonl: one file per
+    server, model and tokenizer (kind "endpoints") or per local model and scoring settings (kind "answers"), so the
+    default never meets another model's answers."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", served_model)
-    return root / "phasekv" / "endpoints" / f"{name}-{fingerprint_id}.jsonl"
+    return root / "phasekv" / kind / f"{name}-{fingerprint_id}.jsonl"
+
+
+def _checked_cache(cache: Path | None, no_cache: bool) -> None:
+    from phasekv.scoring import ScorerError
+
+    if no_cache and cache is not None:
+        raise ScorerError("give --cache FILE or --no-cache, not both")
+    if cache is not None:  # a folder or an unwritable place fails now, not at the first answer
+        from phasekv.files import check_output
+
+        check_output(cache, option="--cache")
 
 
 def endpoint_scorer_from_options(
@@ -182,12 +197,7 @@ def endpoint_scorer_from_options(
         raise ScorerError("--endpoint needs --served-model NAME (the name the server serves, see GET /v1/models)")
     if tokenizer is None:
         raise ScorerError("--endpoint needs --tokenizer DIR (or MODEL): the served model's tokenizer, locally")
-    if no_cache and cache is not None:
-        raise ScorerError("give --cache FILE or --no-cache, not both")
-    if cache is not None:  # a folder or an unwritable place fails now, not at the first answer
-        from phasekv.files import check_output
-
-        check_output(cache, option="--cache")
+    _checked_cache(cache, no_cache)
     scorer = EndpointScorer(
         url,
         served_model,
@@ -212,11 +222,47 @@ def endpoint_scorer_from_options(
 
 def scorer_from_options(model: Path | None, scoring: dict, endpoint: dict):
     """The scorer of an eval command: through the server when `endpoint["url"]` (--endpoint) is set
-    (MODEL, if given, is the default tokenizer directory), else `load_scorer(model, **scoring)`."""
-    from phasekv.scoring import ScorerError, load_scorer
+    (MODEL, if given, is the default tokenizer directory), else `load_scorer(model, **scoring)` with its answer
+    cache (`local_answer_cache`) unless --no-cache."""
+    from phasekv.scoring import CachedAnswers, ScorerError, load_scorer
 
     if endpoint["url"] is not None:
         return endpoint_scorer_from_options(**{**endpoint, "tokenizer": endpoint["tokenizer"] or model})
     if model is None:
         raise ScorerError("give MODEL (a model directory) or --endpoint URL")
-    return load_scorer(model, **scoring)
+    _checked_cache(endpoint["cache"], endpoint["no_cache"])
+    scorer = load_scorer(model, **scoring)
+    if not endpoint["no_cache"]:
+        scorer.answer_cache = CachedAnswers(local_answer_cache(scorer, model, scoring, endpoint["cache"]))
+        if scorer.answer_cache.notice:
+            typer.echo(scorer.answer_cache.notice, err=True)
+    return scorer
+
+
+def local_fingerprint(scorer, model: Path, scoring: dict) -> dict:
+    """What produces a local model's answers: its files' contents, the press, the settings that change floats
+    (dtype, device, batch size, threads per worker), phasekv's answering code and the software versions."""
+    from phasekv.provenance import package_version, software_versions
+    from phasekv.reproduce.cache import ANSWERING_PACKAGES, checkpoint_hash, source_hash
+
+    return {
+        "model": checkpoint_hash(model),
+        "press": scoring.get("press"),
+        "dtype": scorer.dtype,
+        "device": str(scorer.device),
+        "batch_size": scorer.batch_size,
+        "threads": scorer.threads,
+        "code": source_hash(*ANSWERING_PACKAGES),
+        "software": software_versions() | ({"kvpress": package_version("kvpress")} if scoring.get("press") else {}),
+    }
+
+
+def local_answer_cache(scorer, model: Path, scoring: dict, path: Path | None):
+    """The answer cache of a local model: `path` (--cache) or the default file of its fingerprint, refused (one
+    line) when it holds another model's or setting's answers."""
+    from phasekv.serve.cache import ResultCache, fingerprint_id
+
+    fingerprint = local_fingerprint(scorer, model, scoring)
+    if path is None:
+        path = default_cache_path(Path(model).resolve().name, fingerprint_id(fingerprint), kind="answers")
+    return ResultCache(path, fingerprint)

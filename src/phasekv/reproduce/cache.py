@@ -44,16 +44,27 @@ def checkpoint_hash(checkpoint: Path) -> dict[str, str]:
     return _hashes(str(checkpoint), stamp)
 
 
-ANALYSIS_PACKAGE = Path(__file__).resolve().parent.parent / "stats"
+PHASEKV_SOURCE = Path(__file__).resolve().parent.parent
 
 
-@lru_cache(maxsize=1)
-def analysis_hash() -> str:
-    """SHA-256 over the source files of `phasekv.stats`, in name order: what turns outcomes into verdicts."""
+@lru_cache(maxsize=8)
+def source_hash(*packages: str) -> str:
+    """SHA-256 over the source files of phasekv's `packages` (e.g. "stats"), in path order."""
     digest = hashlib.sha256()
-    for path in sorted(ANALYSIS_PACKAGE.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for package in packages:
+        for path in sorted((PHASEKV_SOURCE / package).rglob("*.py")):
+            name = path.relative_to(PHASEKV_SOURCE).as_posix()
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def analysis_hash() -> str:
+    """SHA-256 over the source files of `phasekv.stats`: what turns outcomes into verdicts."""
+    return source_hash("stats")
+
+
+# what turns a model's weights into its answers: a change here makes every cached answer stale
+ANSWERING_PACKAGES = ("cache", "model", "attention", "compress", "scoring")
 
 
 def result_key(study: str, options: dict, checkpoint: Path | None) -> dict:

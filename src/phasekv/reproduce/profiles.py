@@ -95,6 +95,24 @@ class Profile:
     def tokens_per_run(self, run: RunSpec) -> int:
         return run.steps * self.batch_size * self.seq_len
 
+    def only_seeds(self, seeds: list[int]) -> Profile:
+        """The profile restricted to the runs of `seeds` (a first look at a long round: the same run folders and
+        result cache, so a later run of the whole profile reuses them); an unknown seed is refused with the known
+        ones. Its description says which seeds it holds."""
+        known = sorted({run.seed for run in self.runs})
+        unknown = [seed for seed in seeds if seed not in known]
+        if unknown or not seeds:
+            raise ValueError(
+                f"--seeds {','.join(map(str, unknown)) or '(none given)'}: profile {self.name} trains seeds "
+                f"{', '.join(map(str, known))}"
+            )
+        kept = sorted(set(seeds))
+        return replace(
+            self,
+            runs=tuple(run for run in self.runs if run.seed in kept),
+            description=f"{self.description} (here seeds {', '.join(map(str, kept))} of {len(known)} only)",
+        )
+
     def data_config(self) -> DataConfig:
         if not self.text_fraction:
             return DataConfig(seed=self.data_seed, mixture=self.mixture)

@@ -70,6 +70,7 @@ class RunClock:
                 "threads": getattr(scorer, "threads", torch.get_num_threads()),
                 "workers": getattr(scorer, "workers", 1),
                 "prompt_prefix_ids": prefix_ids,
+                **({"answers": cache.describe()} if (cache := getattr(scorer, "answer_cache", None)) else {}),
             },
             **fields,
             "software": software_versions(),

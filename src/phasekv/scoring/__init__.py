@@ -16,6 +16,7 @@ import importlib
 
 _EXPORTS = {
     "AnswerScores": "answers",
+    "CachedAnswers": "answers",
     "distinct_pairs": "answers",
     "rows_by_answer_length": "answers",
     "score_answers": "answers",

@@ -7,10 +7,16 @@ correct when every a_j is the full-vocabulary top-1 (argmax) at its position, wh
 
 Identical (context, answer) pairs are scored once: the prefix padding protocol places a mapping
 at few distinct positions, so a lookup run holds many repeated prompts.
+
+A scorer may carry an `answer_cache` (`CachedAnswers`; the command line gives a local model one, see
+`phasekv.cli.scoring`). Pairs found there are not scored again, and every scored pair is put there as soon as
+its group is scored, so a run stopped part way (a full disk, an interruption) resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +54,44 @@ def distinct_pairs(
     return list(index), pair_of
 
 
+def pair_key(pair: Pair) -> str:
+    """The answer cache's key of one (context, answer) pair."""
+    return hashlib.sha256(json.dumps([list(pair[0]), list(pair[1])], separators=(",", ":")).encode()).hexdigest()
+
+
+class CachedAnswers:
+    """A scorer's answer cache: `store` (a `phasekv.serve.cache.ResultCache`, whose header is the fingerprint of
+    what produced the answers) holds [log-prob, correct, first argmax] by `pair_key`; counts what this process
+    found there and what it scored."""
+
+    KIND = "scored"  # the store's kind of these answers
+
+    def __init__(self, store):
+        self.store = store
+        self.from_cache = 0
+        self.scored = 0
+
+    @property
+    def notice(self) -> str | None:
+        """What loading the file repaired (a torn last line), for the user."""
+        return self.store.notice
+
+    def found(self, keys: Sequence[str]) -> dict[int, list]:
+        """{index in `keys`: cached answer} of the keys the cache holds."""
+        known = {i: answer for i, key in enumerate(keys) if (answer := self.store.get(key)) is not None}
+        self.from_cache += len(known)
+        return known
+
+    def put(self, answers: Sequence[tuple[str, list]]) -> None:
+        """Keep (key, [log-prob, correct, first argmax]) answers (appended to the file in one write)."""
+        self.store.put_many([(key, self.KIND, answer) for key, answer in answers])
+        self.scored += len(answers)
+
+    def describe(self) -> dict:
+        path = self.store.path
+        return {"from_cache": self.from_cache, "scored": self.scored, "cache": None if path is None else str(path)}
+
+
 def rows_by_answer_length(pairs: Sequence[Pair]) -> dict[int, list[int]]:
     """Indices of `pairs` grouped by answer length: one `scorer.logprobs` call per group."""
     by_length: dict[int, list[int]] = {}
@@ -74,7 +118,18 @@ def score_answers(
     pairs, pair_of = distinct_pairs(contexts, answers)
     n = len(pairs)
     logprob, correct, first = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
-    for k, rows in rows_by_answer_length(pairs).items():
+    cache: CachedAnswers | None = getattr(scorer, "answer_cache", None)
+    todo = list(range(n))
+    if cache is not None:
+        keys = [pair_key(pair) for pair in pairs]
+        known = cache.found(keys)
+        for i, (lp, ok, top) in known.items():
+            logprob[i], correct[i], first[i] = lp, ok, top
+        todo = [i for i in range(n) if i not in known]
+        if progress is not None and known:
+            progress(len(known))
+    for k, group in rows_by_answer_length([pairs[i] for i in todo]).items():
+        rows = [todo[j] for j in group]
         sequences = [[*pairs[i][0], *pairs[i][1][:-1]] for i in rows]
         lp = scorer.logprobs(sequences, k, **report)  # [n_k, k, V]
         target = torch.tensor([pairs[i][1] for i in rows], dtype=torch.long)  # [n_k, k]
@@ -82,4 +137,6 @@ def score_answers(
         logprob[rows] = lp.gather(-1, target[..., None])[..., 0].sum(-1).double().numpy()
         correct[rows] = (top == target).all(dim=-1).numpy()
         first[rows] = top[:, 0].numpy()
+        if cache is not None:
+            cache.put([(keys[i], [float(logprob[i]), bool(correct[i]), int(first[i])]) for i in rows])
     return AnswerScores(logprob=logprob[pair_of], correct=correct[pair_of], first_argmax=first[pair_of])

@@ -132,6 +132,7 @@ class BatchedScorer(ABC):
     """
 
     concurrent_batches = True  # False where batches share model state and must be scored one at a time
+    answer_cache = None  # a `CachedAnswers` where answers are kept as they are scored (see `answers`)
 
     def __init__(
         self,

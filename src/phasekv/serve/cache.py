@@ -1,4 +1,6 @@
-"""The on-disk results cache of an endpoint audit: a fingerprint header, then one JSON line per answer or check.
+"""The on-disk results cache of an endpoint audit (and a local model's answer cache, see
+`phasekv.scoring.answers.CachedAnswers`: no canaries, its fingerprint hashes the model's files and phasekv's
+answering code): a fingerprint header, then one JSON line per answer or check.
 
 The first line is `{"fingerprint": {...}, "fingerprint_id": ..., "canaries": {...}}`: what answers the
 requests (the endpoint URL, the served model name, the server's model card, the tokenizer's hash, the
@@ -201,14 +203,20 @@ class ResultCache:
 
     def put(self, key: str, kind: str, result: object) -> None:
         """Record an answer, tied to the last check that passed (and append it to the file at once)."""
+        self.put_many([(key, kind, result)])
+
+    def put_many(self, answers: list[tuple[str, str, object]]) -> None:
+        """Record (key, kind, result) answers as `put` does, appended to the file in one write."""
         with self._lock:
-            self._results[key] = result
-            if self.path is not None:
-                line = json.dumps({"key": key, "kind": kind, "result": result, "check": self.last_check}) + "\n"
+            lines = []
+            for key, kind, result in answers:
+                self._results[key] = result
+                lines.append(json.dumps({"key": key, "kind": kind, "result": result, "check": self.last_check}))
+            if self.path is not None and lines:
                 if self._unwritten_check is not None:
-                    line = json.dumps(self._unwritten_check) + "\n" + line
+                    lines.insert(0, json.dumps(self._unwritten_check))
                     self._unwritten_check = None
-                self._append(line)
+                self._append("\n".join(lines) + "\n")
 
     def _append(self, line: str) -> None:
         # a full disk is one line; a line it cut short is cut again on loading, every answer before it kept
@@ -250,4 +258,14 @@ def result_problem(kind: object, result: object) -> str | None:
         if isinstance(result, list) and result and all(map(_number, result)):
             return None
         return "expected a non-empty list of log-probs"
-    return None  # not a kind `client` writes: its form is its writer's
+    if kind == "scored":  # a local model's answer (`phasekv.scoring.answers`)
+        if (
+            isinstance(result, list)
+            and len(result) == 3
+            and _number(result[0])
+            and isinstance(result[1], bool)
+            and _token(result[2])
+        ):
+            return None
+        return "expected [log-prob, correct (true or false), top-1 token id]"
+    return None  # not a kind `client` or `answers` writes: its form is its writer's

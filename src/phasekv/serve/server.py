@@ -5,8 +5,9 @@ compression stride, a SHA-256 of the weights and the scorer's `describe()`), `PO
 Errors are JSON `{"error": {"message", "type", "code"}}` with status 400 (bad request: malformed
 Content-Length, a body that is not JSON or nested too deeply, a request past a `Limits` cap), 401
 (wrong API key), 404 (unknown route or model), 405 (PUT, DELETE, PATCH, HEAD), 408 (a request not
-read within the read timeout), 413 (a body past MAX_BODY_BYTES), 501 (other methods) or 500. Bound
-to 127.0.0.1 unless told otherwise.
+read within the read timeout), 413 (a body past MAX_BODY_BYTES), 501 (other methods) or 500 (type
+`non_finite_output` when the model gave NaN or +inf for the prompt: the same prompt gets the same answer, so a
+phasekv client does not retry it). Bound to 127.0.0.1 unless told otherwise.
 
 A worker never waits for a client to send: one thread (`RequestGatherer`) reads every accepted
 connection without blocking until its whole request (headers and `Content-Length` body) has arrived,
@@ -40,9 +41,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import torch
 
 from ..scoring import Scorer
+from ..scoring.base import NonFiniteOutput
 from .completions import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_PROMPT_TOKENS, Limits, complete, parse_request
 from .errors import ClientGone, RequestError
-from .wire import COMPLETIONS_PATH, MODELS_PATH
+from .wire import COMPLETIONS_PATH, MODELS_PATH, NON_FINITE_OUTPUT
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +411,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
             return
         except RequestError as err:
             self.send_error_json(err.status, str(err))
+        except NonFiniteOutput as err:
+            self.send_error_json(500, str(err), kind=NON_FINITE_OUTPUT)
         except Exception as err:  # the model failed: answer 500 and keep serving
             log.exception("completion failed")
             self.send_error_json(500, f"internal error: {type(err).__name__}: {err}")
@@ -482,9 +486,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        """Answer with an OpenAI-style error object."""
-        kind = "invalid_request_error" if status < 500 else "server_error"
+    def send_error_json(
+        self, status: int, message: str, headers: dict[str, str] | None = None, kind: str | None = None
+    ) -> None:
+        """Answer with an OpenAI-style error object (`kind` its type, by default from the status)."""
+        kind = kind or ("invalid_request_error" if status < 500 else "server_error")
         self.send_json(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 (http.server's signature)

@@ -2,8 +2,8 @@
 
 Retried: HTTP 408, 429 and 5xx, refused or dropped connections, timeouts, and a 200 whose body is
 cut off or not JSON (a proxy's page). Not retried, as no retry can heal them: other 4xx (the server's
-message is passed on), a TLS handshake with a server that speaks plain HTTP, and a JSON body that is
-not an object.
+message is passed on), a 5xx of error type `non_finite_output` (the model gave NaN or +inf), a TLS
+handshake with a server that speaks plain HTTP, and a JSON body that is not an object.
 Attempt i (from 0) that fails waits `backoff * 2**i` seconds (at most MAX_WAIT_S, or the
 server's Retry-After) before the next; after `retries` retries the last failure is raised. One request,
 its retries and their waits included, takes at most `max_wait` seconds (DEFAULT_MAX_WAIT_S): a server that
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from .errors import EndpointError
+from .wire import NON_FINITE_OUTPUT
 
 MAX_WAIT_S = 30.0
 DEFAULT_MAX_WAIT_S = 300.0  # the whole of one request: 616 s of silence was the old worst case at the defaults
@@ -117,9 +118,11 @@ class Transport:
                     raw = self._read(response, request.full_url)
                 return _decode(raw, request.full_url)
             except urllib.error.HTTPError as err:
-                detail = _error_message(err)
+                detail, kind = _error_message(err)
                 if err.code not in RETRY_STATUSES:
                     raise EndpointError(f"{request.full_url} refused the request (HTTP {err.code}): {detail}") from None
+                if kind == NON_FINITE_OUTPUT:
+                    raise EndpointError(f"{request.full_url} (HTTP {err.code}, not retried): {detail}") from None
                 failure = f"HTTP {err.code}: {detail}"
                 wait = max(wait, _retry_after(err))
             except NotJSON as err:
@@ -185,16 +188,17 @@ def _decode(raw: bytes, url: str) -> dict:
     return body
 
 
-def _error_message(err: urllib.error.HTTPError) -> str:
-    """The server's error message (OpenAI error object, else the raw body)."""
+def _error_message(err: urllib.error.HTTPError) -> tuple[str, str | None]:
+    """The server's error message and type (OpenAI error object, else the raw body and None)."""
     try:
         raw = err.read(ERROR_BODY_BYTES)
     except OSError:
-        return err.reason
+        return err.reason, None
     try:
-        return str(json.loads(raw)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return raw[:200].decode(errors="replace") or str(err.reason)
+        error = json.loads(raw)["error"]
+        return str(error["message"]), error.get("type") if isinstance(error.get("type"), str) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return raw[:200].decode(errors="replace") or str(err.reason), None
 
 
 def _retry_after(err: urllib.error.HTTPError) -> float:

@@ -9,6 +9,8 @@ TOKEN_ID_PREFIX = "token_id:"
 COMPLETIONS_PATH = "/v1/completions"
 MODELS_PATH = "/v1/models"
 API_KEY_VARIABLES = ("PHASEKV_API_KEY", "OPENAI_API_KEY")
+# the error type of a 500 whose model gave NaN or +inf: no retry can heal it (the same prompt, the same answer)
+NON_FINITE_OUTPUT = "non_finite_output"
 
 
 def token_key(token_id: int) -> str:
