@@ -26,6 +26,7 @@ from typing import Any
 BUILT_IN = (
     "phasekv.studies.probes.lookup",
     "phasekv.studies.probes.needle",
+    "phasekv.studies.probes.passkey",
 )
 
 _REGISTERED: dict[str, Probe] = {}
