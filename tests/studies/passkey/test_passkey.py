@@ -12,6 +12,7 @@ import phasekv
 from conftest import SMALL_AUDIT, word_tokenizer
 from phasekv.cli import app
 from phasekv.results.record import prompt_prefix
+from phasekv.studies.audit.options import AuditOptions
 from phasekv.studies.probe.registry import question_tokens
 from phasekv.studies.probe.rejudge import rejudge
 from phasekv.studies.probes.passkey.haystack import passkey_prompts
@@ -87,3 +88,5 @@ def test_the_audit_runs_the_probes_asked_for_and_reports_them(qwen_dir, tmp_path
     assert "passkey" in page
     with pytest.raises(ValueError, match="probes must be some of lookup, needle, passkey"):
         phasekv.audit(qwen_dir, out=tmp_path / "b", probes=("lookup", "keypass"))
+    with pytest.raises(ValueError, match="--probes\\) or --needle/--no-needle, not both"):
+        AuditOptions(probes=("passkey",), needle=True)
