@@ -188,7 +188,9 @@ def test_bad_options_are_refused_before_any_model_loads(tmp_path):
         phasekv.probe(missing, "flip", candidates=("8",))
     with pytest.raises(ValueError, match="unknown knockout mode 'sideways'"):
         phasekv.probe(missing, "knockout", mode="sideways")
-    with pytest.raises(TypeError, match="like= re-measures lookup and needle results, not flip"):
+    with pytest.raises(
+        TypeError, match=r"like= re-measures the results of the residue probes \(lookup, needle.*\), not flip"
+    ):
         phasekv.probe(missing, "flip", like=missing)
     with pytest.raises(ValueError, match="probe must be one of"):
         phasekv.probe(missing, "sideways")

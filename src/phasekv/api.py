@@ -11,8 +11,9 @@
 
 One call for every probe, `phasekv.probe(model, PROBE, **options)`, each returning its study's typed result:
 
-* "lookup", "needle": `ProbeResult`; options: the fields of `LookupOptions` / `NeedleOptions` and the run's
-  `stride`, `n_resamples`, `grid_shift`, `min_effect`, `max_mde` (as `phasekv eval lookup|needle`). `like=`
+* the residue probes ("lookup", "needle" and every other in `studies.probe.registry`): `ProbeResult`;
+  options: the fields of the probe's options class (`LookupOptions`, `NeedleOptions`, ...) and the run's
+  `stride`, `n_resamples`, `grid_shift`, `min_effect`, `max_mde` (as `phasekv eval PROBE`). `like=`
   re-measures an earlier result with its recorded options (`phasekv.probe(like="runs/quick/runs/w8s8-1kv-s42")`).
 * "flip": `FlipResult`; options: the fields of `FlipOptions` (as `phasekv eval flip`). Its verdict is the
   period its rankings follow ("period 8 detected" or "no period detected").
@@ -34,14 +35,21 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from pathlib import Path
 
-PROBES = ("lookup", "needle", "flip", "knockout")
+OTHER_PROBES = ("flip", "knockout")  # besides the residue probes of `studies.probe.registry`
 RUN_KEYWORDS = (
     "stride",
     "n_resamples",
     "grid_shift",
     "min_effect",
     "max_mde",
-)  # run_lookup's / run_needle's, besides options
+)  # a residue probe's run's (`run_probe`), besides options
+
+
+def probes() -> tuple[str, ...]:
+    """Every probe `probe` runs: the registered residue probes, then the flip and the knockout."""
+    from .studies.probe.registry import names
+
+    return (*names(), *OTHER_PROBES)
 
 
 def _scorer(model):
@@ -68,17 +76,17 @@ def _option_types(probe: str) -> tuple[type, ...]:
         from .tasks.lookup import LookupOptions
 
         return LookupOptions, KnockoutOptions
-    from .studies.probe.like import OPTION_TYPES
+    from .studies.probe.registry import get
 
-    return (OPTION_TYPES[probe],)
+    return (get(probe).options,)
 
 
 def _split(probe: str, options: dict) -> list[dict]:
-    """`options` as the keywords of each of the probe's option types (and, last for lookup and needle, of its run);
+    """`options` as the keywords of each of the probe's option types (and, last for a residue probe, of its run);
     TypeError naming the known options when any is unknown."""
     types = _option_types(probe)
     groups = [{f.name for f in fields(t)} for t in types]
-    if probe in ("lookup", "needle"):
+    if probe not in OTHER_PROBES:
         groups.append(set(RUN_KEYWORDS))
     known = set().union(*groups)
     unknown = sorted(set(options) - known)
@@ -89,11 +97,11 @@ def _split(probe: str, options: dict) -> list[dict]:
 
 
 def probe(model=None, probe: str = "lookup", *, like=None, progress: bool = False, **options):
-    """Run one probe and return its typed result (see the module docstring). `like` (lookup and needle): a result
+    """Run one probe and return its typed result (see the module docstring). `like` (residue probes): a result
     file, a profile run folder or an audit folder whose recorded options (stride, resamples, and the model when
     `model` is None) are used, the keywords given here overriding them (`studies.probe.like`)."""
-    if probe not in PROBES:
-        raise ValueError(f"probe must be one of {PROBES}, got {probe!r}")
+    if probe not in probes():
+        raise ValueError(f"probe must be one of {probes()}, got {probe!r}")
     parts = _split(probe, options)
     if probe == "flip":
         return _flip(model, parts[0], like, progress)
@@ -104,7 +112,9 @@ def probe(model=None, probe: str = "lookup", *, like=None, progress: bool = Fals
 
 def _needs(model, like, probe: str) -> None:
     if like is not None:
-        raise TypeError(f"like= re-measures lookup and needle results, not {probe} ones")
+        from .studies.probe.registry import names
+
+        raise TypeError(f"like= re-measures the results of the residue probes ({', '.join(names())}), not {probe} ones")
     if model is None:
         raise TypeError("probe() needs a model")
 
@@ -112,7 +122,7 @@ def _needs(model, like, probe: str) -> None:
 def _unit_probe(model, probe: str, options: dict, run_options: dict, like, progress: bool):
     from .studies.probe.like import recorded
     from .studies.probe.result import ProbeResult
-    from .studies.probe.run import run_lookup, run_needle
+    from .studies.probe.run import run_probe
 
     if like is not None:
         found = recorded(like, probe)
@@ -124,8 +134,7 @@ def _unit_probe(model, probe: str, options: dict, run_options: dict, like, progr
         raise TypeError("probe() needs a model (or like= a result that names the model it scored)")
     (option_type,) = _option_types(probe)
     probe_options = option_type(**options)
-    run = run_lookup if probe == "lookup" else run_needle
-    return ProbeResult.from_dict(run(_scorer(model), probe_options, progress=progress, **run_options))
+    return ProbeResult.from_dict(run_probe(probe, _scorer(model), probe_options, progress=progress, **run_options))
 
 
 def _flip(model, options: dict, like, progress: bool):

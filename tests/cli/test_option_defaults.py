@@ -12,11 +12,11 @@ import typer
 from phasekv.cli import app
 from phasekv.cli.options import FieldGroup
 from phasekv.studies.cycle.options import format_deltas, parse_deltas
+from phasekv.studies.probe.registry import names
 
 # the commands that make a study's options; each must read every default it shows from them
 STUDY_COMMANDS = {
-    "eval lookup",
-    "eval needle",
+    *(f"eval {probe}" for probe in names()),  # every registered residue probe has its command
     "eval flip",
     "knockout",
     "gates",

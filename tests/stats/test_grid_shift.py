@@ -630,7 +630,7 @@ def test_a_result_judged_again_from_its_records_is_the_run_itself_until_the_stat
     with pytest.raises(SystemExit, match="would overwrite this command's input"):
         rejudge_main([str(path), str(tmp_path / "." / "stale.json")])
     assert json.loads(path.read_text()) == stale
-    with pytest.raises(ValueError, match="only a lookup or needle result"):
+    with pytest.raises(ValueError, match="only the result of a residue probe"):
         rejudge({**stale, "probe": "flip"})
 
 

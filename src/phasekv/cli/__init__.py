@@ -59,7 +59,7 @@ def _mount_subcommands() -> None:
     for name, command, help_text in commands:
         app.command(name, help=help_text)(command)
     app.add_typer(data_app, name="data", help="Prepare training data: tokenize text files into token files.")
-    app.add_typer(eval_app, name="eval", help="Phase-controlled probes: lookup, needle, flip.")
+    app.add_typer(eval_app, name="eval", help=eval_app.info.help)
     app.add_typer(theory_app, name="theory", help="The idealized theory: Theorems 1 and 2 and a sweep.")
 
 

@@ -55,6 +55,16 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
                 help="also run the needle probe (default: when the budget leaves time for it)",
             ),
         ),
+        probes=(
+            str,
+            typer.Option(
+                DEFAULTS.probes,
+                "--probes",
+                help="comma-separated residue probes to run (the lookup, whose templates the screen compares, "
+                "always runs first), e.g. lookup,needle; each is sized by what the budget leaves "
+                "(default: the needle as --needle says)",
+            ),
+        ),
         templates=(str, typer.Option(",".join(DEFAULTS.templates), help="comma-separated templates to screen")),
         n_records=(
             int,
@@ -71,7 +81,7 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
         ),
         seed=(int, typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests")),
     ),
-    parsers=dict(budget_s=parse_duration, templates=comma_list),
+    parsers=dict(budget_s=parse_duration, templates=comma_list, probes=comma_list),
 )
 
 
@@ -106,8 +116,8 @@ def audit_command(
     quiet: bool = typer.Option(False, "--quiet", help="no progress bars"),
 ) -> None:
     """Audit a model for phase-sensitive retrieval in one command: screen the templates, size the design from a
-    budget or a target MDE (the plan is printed first), run the lookup (and the needle when there is time), print
-    the verdict and write the JSON results and the HTML report."""
+    budget or a target MDE (the plan is printed first), run the lookup (and the needle when there is time, or the
+    --probes asked for), print the verdict and write the JSON results and the HTML report."""
     started = time.perf_counter()
     from phasekv.files import check_output
 

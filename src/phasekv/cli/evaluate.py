@@ -1,5 +1,7 @@
-"""`phasekv eval lookup|needle|flip MODEL`: run a probe on a phasekv checkpoint or any HF causal LM
-directory, print a short table, and optionally write the JSON results (`--out`)."""
+"""`phasekv eval PROBE MODEL`: run a probe on a phasekv checkpoint or any HF causal LM directory, print a short
+table, and optionally write the JSON results (`--out`). Every residue probe of `studies.probe.registry` (lookup,
+needle, ...) gets its command from its declaration: its flags, their defaults (its options class's) and
+its help line; the flip probe has its own."""
 
 from __future__ import annotations
 
@@ -9,19 +11,20 @@ from pathlib import Path
 import typer
 
 from phasekv.cli.errors import one_line_errors
-from phasekv.cli.options import FieldGroup, OptionGroup, comma_list, expand_groups, template
+from phasekv.cli.options import FieldGroup, OptionGroup, comma_list, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
 from phasekv.studies.flip.options import FlipOptions
-from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.needle import NeedleOptions
+from phasekv.studies.probe import registry
+from phasekv.studies.probe.registry import Probe
 
 eval_app = typer.Typer(
-    help="Run the phase probes (lookup, needle, flip) on a phasekv checkpoint or an HF causal LM directory.",
+    help=f"Run the phase probes ({', '.join(registry.names())}, flip) on a phasekv checkpoint or an HF causal LM "
+    "directory.",
     no_args_is_help=True,
     add_completion=False,
 )
 
-LOOKUP_DEFAULTS, NEEDLE_DEFAULTS, FLIP = LookupOptions(), NeedleOptions(), FlipOptions()  # the probes' defaults
+FLIP = FlipOptions()  # the flip probe's defaults
 MODEL = typer.Argument(None, help="phasekv checkpoint or HF model directory (with --endpoint: its tokenizer)")
 OUT = typer.Option(None, "--out", help="write the results JSON here")
 QUIET = typer.Option(False, "--quiet", help="no plan, progress bar or time estimate")
@@ -64,27 +67,6 @@ STRIDE = typer.Option(
 )
 
 
-def _seed(default: int):
-    return typer.Option(default, help="seed of the prompts, the bootstrap and the permutation tests")
-
-
-def _placements(unit: str, default: int | None):
-    return typer.Option(
-        default, "--placements", min=1, help=f"placements per {unit} and residue (default: fewest exact)"
-    )
-
-
-def _modulus(default: int):
-    return typer.Option(default, min=2, help="group targets by position mod this")
-
-
-def _protocol(default: str):
-    return typer.Option(default, help="padding protocol: prefix or in-sequence")
-
-
-SPREAD = typer.Option(  # None leaves each probe's own default (lookup's and needle's differ)
-    None, "--spread-blocks", min=1, help="cross the position design with this many blocks of M (wider span of t_K)"
-)
 LIKE = typer.Option(
     None,
     "--like",
@@ -100,7 +82,7 @@ OUTPUT = OptionGroup(  # what a probe writes and prints besides its table
 
 
 def _like(ctx: typer.Context, probe: str, like: Path | None, design: dict, model, stride, resamples):
-    """(option fields, model, stride, resamples) of a lookup or needle command: `design` maps each option field
+    """(option fields, model, stride, resamples) of a residue probe's command: `design` maps each option field
     (also the command's parameter) to its value; with --like the recorded measurement fills every field whose
     flag was not given (`studies.probe.like.recorded`). Fields left None take the options' own defaults."""
 
@@ -180,27 +162,25 @@ def _planned_period(model: Path | None, scoring: dict, remote: dict, stride: int
     return default_period(stride, local_stride(model), modulus, MODEL_GRID)
 
 
-def _built(tokenizer, build, options):
-    """The prompts a run scores: `build` (a task's `*_prompts`) with the run's prompt prefix."""
+def _built(tokenizer, probe: Probe, options):
+    """The prompts a run of `probe` scores, with the run's prompt prefix."""
     from phasekv.results.record import prompt_prefix
 
-    return build(tokenizer, options, prompt_prefix(tokenizer)).prompts
+    return probe.prompts(tokenizer, options, prompt_prefix(tokenizer)).prompts
 
 
 def _prompt_set_scorer(
     model,
     scoring: dict,
     remote: dict,
-    build,
+    probe: Probe,
     options,
     output: dict,
     stride: int | None = None,
     min_effect: float = 5.0,
 ):
-    """The scorer of a lookup or needle run (`build`: the task's `*_prompts`), after dumping its prompts
-    when asked; None after a dry run, which prints the plan and the design's minimum detectable effect and
-    loads only the tokenizer."""
-    from phasekv.scoring.press_question import question_tokens
+    """The scorer of a run of `probe`, after dumping its prompts when asked; None after a dry run, which prints
+    the plan and the design's minimum detectable effect and loads only the tokenizer."""
     from phasekv.stats.format import format_mde
     from phasekv.studies.probe.scored import plan_prompt_set
     from phasekv.studies.probe.units import planned_mde
@@ -208,22 +188,22 @@ def _prompt_set_scorer(
     dump = output["dump_prompts"]
     if output["dry_run"]:
         tokenizer, batch_size, requests = _planning_tokenizer(model, scoring, remote)
-        prompts = _built(tokenizer, build, options)
+        prompts = _built(tokenizer, probe, options)
         period = _planned_period(model, scoring, remote, stride, options.modulus)
         _, mde, note = planned_mde(
-            prompts, stride, options.modulus, options.n_records, min_effect=min_effect, period=period.value
+            prompts, stride, options.modulus, probe.chance(options), min_effect=min_effect, period=period.value
         )
         typer.echo(f"{period.reason}; phase verdict: {format_mde(mde)}, {note}")
         _dry_run(plan_prompt_set(prompts, batch_size, requests), _prompt_rows(prompts), dump, tokenizer)
         return None
-    scorer = _scorer(model, scoring, remote, lambda tok: question_tokens(tok, options))
+    scorer = _scorer(model, scoring, remote, lambda tok: probe.question(tok, options))
     if dump is not None:
-        _dump(_prompt_rows(_built(scorer.tokenizer, build, options)), dump, scorer.tokenizer)
+        _dump(_prompt_rows(_built(scorer.tokenizer, probe, options)), dump, scorer.tokenizer)
     return scorer
 
 
 def _prompt_rows(prompts):
-    """The dump's rows of lookup or needle prompts, built one at a time."""
+    """The dump's rows of a residue probe's prompts, built one at a time."""
     from dataclasses import asdict
 
     return (asdict(p) for p in prompts)
@@ -282,7 +262,7 @@ def _finish(result: dict, table: str, out: Path | None) -> None:
         from phasekv.results.record import write_results
 
         typer.echo(f"wrote {write_results(result, out)}")
-        if result["probe"] in ("lookup", "needle"):
+        if result["probe"] in registry.names():
             from phasekv.studies.probe.like import eval_command
 
             typer.echo(f"re-measure: {eval_command(result['model'], result['probe'], out)}")
@@ -328,128 +308,36 @@ def _summary_table(result: dict, heading: str) -> str:
     return "\n".join(lines)
 
 
-LOOKUP = FieldGroup(  # the `LookupOptions` fields `phasekv eval lookup` sets
-    LOOKUP_DEFAULTS,
-    dict(
-        n_records=(
-            int,
-            typer.Option(LOOKUP_DEFAULTS.n_records, "--records", min=1, help="key-name records per prompt"),
-        ),
-        n_demos=(int, typer.Option(LOOKUP_DEFAULTS.n_demos, "--demos", min=0, help="demonstrations before the target")),
-        n_mappings=(
-            int,
-            typer.Option(
-                LOOKUP_DEFAULTS.n_mappings, "--mappings", min=2, help="key-name mappings (the bootstrap unit)"
-            ),
-        ),
-        placements_per_mapping=(int, _placements("mapping", LOOKUP_DEFAULTS.placements_per_mapping)),
-        modulus=(int, _modulus(LOOKUP_DEFAULTS.modulus)),
-        protocol=(str, _protocol(LOOKUP_DEFAULTS.protocol)),
-        padding=(
-            int,
-            typer.Option(
-                LOOKUP_DEFAULTS.padding,
-                min=0,
-                help="pad tokens per prompt (default: design span + records/4, or what the design needs)",
-            ),
-        ),
-        spread_blocks=(int, SPREAD),
-        seed=(int, _seed(LOOKUP_DEFAULTS.seed)),
-        held_out_seed=(
-            int,
-            typer.Option(
-                LOOKUP_DEFAULTS.held_out_seed,
-                help="draw every animal-name pair from the pairs training held out with this seed (default: any pairs)",
-            ),
-        ),
-        held_out_modulus=(
-            int,
-            typer.Option(
-                LOOKUP_DEFAULTS.held_out_modulus,
-                min=2,
-                help="1/this of the pairs are held out (match the training run)",
-            ),
-        ),
-        template=(str, template(LOOKUP_DEFAULTS.template)),
-    ),
-)
-NEEDLE = FieldGroup(  # the `NeedleOptions` fields `phasekv eval needle` sets
-    NEEDLE_DEFAULTS,
-    dict(
-        context_length=(
-            int,
-            typer.Option(NEEDLE_DEFAULTS.context_length, min=8, help="tokens per prompt, query included"),
-        ),
-        n_records=(
-            int,
-            typer.Option(NEEDLE_DEFAULTS.n_records, "--records", min=1, help="key-value records per prompt"),
-        ),
-        key_tokens=(int, typer.Option(NEEDLE_DEFAULTS.key_tokens, min=1, help="tokens per key")),
-        value_tokens=(
-            int,
-            typer.Option(NEEDLE_DEFAULTS.value_tokens, min=1, help="tokens per value (all must be produced)"),
-        ),
-        n_haystacks=(
-            int,
-            typer.Option(
-                NEEDLE_DEFAULTS.n_haystacks, "--haystacks", min=1, help="haystacks, each placed at every residue"
-            ),
-        ),
-        placements_per_haystack=(int, _placements("haystack", NEEDLE_DEFAULTS.placements_per_haystack)),
-        modulus=(int, _modulus(NEEDLE_DEFAULTS.modulus)),
-        protocol=(str, _protocol(NEEDLE_DEFAULTS.protocol)),
-        spread_blocks=(int, SPREAD),
-        template=(str, template(NEEDLE_DEFAULTS.template)),
-        seed=(int, _seed(NEEDLE_DEFAULTS.seed)),
-    ),
-)
+def design_options(probe: Probe) -> FieldGroup:
+    """The options of `probe`'s command that set its option fields (`Probe.flags`), each defaulting to the field's
+    default in its options class."""
+    defaults = probe.options()
+    return FieldGroup(
+        defaults,
+        {
+            name: (
+                probe.field_type(name),
+                typer.Option(
+                    getattr(defaults, name),
+                    *([flag.flag] if flag.flag else []),
+                    min=flag.min,
+                    help=flag.help,
+                ),
+            )
+            for name, flag in probe.flags.items()
+        },
+    )
 
 
-def _lookup_probe():
-    """(options class, prompt builder, runner, heading) of the lookup probe."""
-    from phasekv.studies.probe.run import run_lookup
-    from phasekv.tasks.lookup import LookupOptions, lookup_prompts
-
-    def heading(result: dict, options, target) -> str:
-        agg = result["aggregation"]
-        pairs = (
-            "any pairs"
-            if options.held_out_seed is None
-            else f"held-out pairs (seed {options.held_out_seed}, 1/{options.held_out_modulus})"
-        )
-        return (
-            f"lookup on {target}: {options.protocol} padding, {pairs}, {result['n_prompts']} prompts = "
-            f"{agg['n_mappings']} mappings x {options.modulus} residues x {agg['placements_per_mapping']} placements\n"
-            "bootstrap unit: mapping (cells = means over placements); intervals: percentile per residue and "
-            "mean, basic for worst/best/gap/period"
-        )
-
-    return LookupOptions, lookup_prompts, run_lookup, heading
-
-
-def _needle_probe():
-    """(options class, prompt builder, runner, heading) of the needle probe."""
-    from phasekv.studies.probe.run import run_needle
-    from phasekv.tasks.needle import NeedleOptions, needle_prompts
-
-    def heading(result: dict, options, target) -> str:
-        return (
-            f"needle on {target}: {options.context_length} tokens, {options.n_records} records, "
-            f"{options.protocol} padding, {result['n_prompts']} prompts"
-        )
-
-    return NeedleOptions, needle_prompts, run_needle, heading
-
-
-def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary: str):
-    """The command of a probe scored on a prompt set (lookup, needle): its design options (`design_options`,
-    fields of its options class), then the options both share. `parts()` imports the probe's (options class,
-    prompt builder, runner, heading) when the command runs, so that --help loads no library."""
+def probe_command(probe: Probe):
+    """The command of a residue probe: its design options (`design_options`), then the options every residue
+    probe shares. The run's library loads when the command runs, so that --help loads no torch."""
+    group = design_options(probe)
 
     def command(
         ctx: typer.Context,
         model: Path = MODEL,
-        design: dict = design_options,
+        design: dict = group,
         stride: int = STRIDE,
         resamples: int = typer.Option(2000, min=1, help="bootstrap resamples and permutations"),
         like: Path = LIKE,
@@ -460,41 +348,29 @@ def _prompt_set_command(probe: str, design_options: OptionGroup, parts, summary:
         min_effect: float = MIN_EFFECT,
         max_mde: float = MAX_MDE,
     ) -> None:
-        options_class, build, run, heading = parts()
         with one_line_errors("eval"):
+            from phasekv.studies.probe.run import run_probe
+
             _check_outputs(output, like)
             _check_grid_shift(grid_shift, scoring["press"])
-            fields, model, stride, resamples = _like(ctx, probe, like, design, model, stride, resamples)
-            options = options_class(**fields)
-            scorer = _prompt_set_scorer(model, scoring, remote, build, options, output, stride, min_effect)
+            fields, model, stride, resamples = _like(ctx, probe.name, like, design, model, stride, resamples)
+            options = probe.options(**fields)
+            scorer = _prompt_set_scorer(model, scoring, remote, probe, options, output, stride, min_effect)
             if scorer is None:
                 return
             run_options = dict(
                 stride=stride, n_resamples=resamples, grid_shift=grid_shift, min_effect=min_effect, max_mde=max_mde
             )
-            result = run(scorer, options, progress=not output["quiet"], **run_options)
-            _finish(result, _summary_table(result, heading(result, options, remote["url"] or model)), output["out"])
+            result = run_probe(probe.name, scorer, options, progress=not output["quiet"], **run_options)
+            heading = probe.heading(result, options, remote["url"] or model)
+            _finish(result, _summary_table(result, heading), output["out"])
 
-    command.__doc__ = summary
+    command.__doc__ = probe.summary
     return expand_groups(command)
 
 
-eval_app.command("lookup")(
-    _prompt_set_command(
-        "lookup",
-        LOOKUP,
-        _lookup_probe,
-        "Animal-to-name lookup, accuracy by target-key position mod M, bootstrap over mappings.",
-    )
-)
-eval_app.command("needle")(
-    _prompt_set_command(
-        "needle",
-        NEEDLE,
-        _needle_probe,
-        "Position-matched needle test, accuracy by target-key position mod M, bootstrap over haystacks.",
-    )
-)
+for _probe in registry.probes().values():
+    eval_app.command(_probe.name)(probe_command(_probe))
 
 
 def _read_context(value: str | None) -> str | None:

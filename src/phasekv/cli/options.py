@@ -20,12 +20,10 @@ import typer
 
 
 def template(default: str):
-    """The --template option of the lookup and needle prompts."""
-    return typer.Option(
-        default,
-        help="record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
-        "or sentence ('The owner of the cat is Bob.')",
-    )
+    """The --template option of the lookup prompts."""
+    from phasekv.tasks.templates import TEMPLATE_HELP
+
+    return typer.Option(default, help=TEMPLATE_HELP)
 
 
 def comma_list(text: str) -> tuple[str, ...]:

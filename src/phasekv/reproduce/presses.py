@@ -30,7 +30,7 @@ def _cells(profile: PressProfile, out: Path, model: Path, echo=None):
         raise FileNotFoundError(
             f"{model} is not an HF model directory: run `phasekv models get smollm2-135m` or pass --model DIR"
         )
-    for probe in profile.probes():
+    for probe in profile.probes:
         for method in profile.methods:
             config, path = cell_config(profile, method, probe, model), cell_path(out, method, probe)
             key = cell_key(config, model)
@@ -72,7 +72,7 @@ def run_presses(
     Returns {probe: {method name: result}}."""
 
     out, model = Path(out), Path(model)
-    results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes()}
+    results: dict[str, dict[str, dict]] = {probe: {} for probe in profile.probes}
     pending = []
     for probe, method, config, path, result, _ in _cells(profile, out, model, echo):
         if result is None:

@@ -30,6 +30,7 @@ from phasekv.studies.gates.result import GatesResult, GateTrajectoryResult
 from phasekv.studies.knockout import figure as knockout_figure
 from phasekv.studies.knockout.result import KnockoutResult
 from phasekv.studies.probe import figure as probe_figure
+from phasekv.studies.probe.registry import names as probe_names
 from phasekv.studies.probe.result import ProbeResult
 from phasekv.studies.theory import figure as theory_figure
 from phasekv.studies.theory.result import SweepResult, Theorem1Result, Theorem2Result
@@ -68,8 +69,8 @@ STUDIES = (
         "Accuracy by residue",
         probe_figure,
         {"residues": ProbeResult},
-        "no lookup or needle results",
-        "phasekv eval lookup|needle ... --out DIR/x.json",
+        f"no {' or '.join(probe_names())} results",
+        f"phasekv eval {'|'.join(probe_names())} ... --out DIR/x.json",
     ),
     Study("flip", "Flip probe", flip_figure, {"flip": FlipResult}, "no flip results", "phasekv eval flip ... --out"),
     Study(

@@ -30,9 +30,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from phasekv.memory import PER_PROMPT_BYTES, check_fits
 from phasekv.tasks import layout, placement
-from phasekv.tasks.prompts import Prompt, PromptSet, content_rng, placement_rng
+from phasekv.tasks.prompts import PlacedPrompts, Prompt, PromptSet, content_rng, placement_rng
 from phasekv.tasks.templates import PromptFormat, check_round_trip, compile_template, get_template, paper_format
 from phasekv.tasks.vocab import TaskVocab
 
@@ -72,7 +71,7 @@ class Haystack:
     filler: np.ndarray
 
 
-class NeedlePrompts(Sequence):
+class NeedlePrompts(PlacedPrompts):
     """The prompts of a needle run, built on access; index order is (haystack, residue, placement)."""
 
     def __init__(self, vocab: TaskVocab | PromptFormat, options: NeedleOptions, prefix_ids: Sequence[int] = ()):
@@ -109,32 +108,7 @@ class NeedlePrompts(Sequence):
         self.target = o.n_records // 2
         centre = (self.filler_length - self.design.span) // 2 - self.design.low
         self.origin = start + self.target * self.record_length + self.key_offset + centre
-        self.per_haystack = o.placements_per_haystack or placement.placements_needed(o.n_haystacks, self.design.size)
-        # built lazily, but each prompt's target position is dealt now (twice over) and its score kept later
-        check_fits(
-            (16 + PER_PROMPT_BYTES) * o.n_haystacks * len(self.design.offsets) * self.per_haystack,
-            f"{o.n_haystacks} haystacks x {o.modulus} residues x {self.per_haystack} placements",
-            "lower --haystacks (or --modulus)",
-        )
-        dealing = placement_rng(o.seed, o.split, 0)
-        positions = self.design.by_residue(self.origin)
-        self.residues = sorted(positions)
-        self.dealt = {
-            r: placement.assign(positions[r], o.n_haystacks, self.per_haystack, dealing) for r in self.residues
-        }
-
-    def __len__(self) -> int:
-        return self.options.n_haystacks * len(self.residues) * self.per_haystack
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        index %= len(self)
-        unit, rest = divmod(index, len(self.residues) * self.per_haystack)
-        r_index, p = divmod(rest, self.per_haystack)
-        return self.build(unit, self.residues[r_index], p)
+        self.deal(self.design, self.origin, o.n_haystacks, o.placements_per_haystack, o.seed, o.split, "haystack")
 
     def haystack(self, unit: int) -> Haystack:
         """Content of haystack `unit`, reproducible from (seed, split, unit) alone."""
@@ -166,27 +140,17 @@ class NeedlePrompts(Sequence):
         ids[record_positions] = records
         ids[is_filler] = hay.filler
         ids[-self.query_length :] = self.form.query.render({"key": hay.keys[[self.target]]})[0]
-        return Prompt(
-            input_ids=ids.tolist(),
-            answer_ids=hay.values[self.target].tolist(),
-            target_position=t,
-            query_position=o.context_length - 1,
-            residue=residue,
-            unit=unit,
-            placement=placement_index,
-        )
+        return self.prompt(ids, hay.values[self.target], unit, residue, placement_index)
 
     def record(self) -> dict:
         """The options with every derived setting, for a results file."""
         return {
             **asdict(self.options),
-            "placements_per_haystack": self.per_haystack,
             **self.form.describe(),
             "filler_length": self.filler_length,
             "prefix_length": len(self.prefix_ids),
             "target_record": self.target,
-            "design_size": self.design.size,
-            "design_variance": str(self.design.variance),
+            **self.design_record(),
             "query_position": self.options.context_length - 1,
         }
 
@@ -233,7 +197,5 @@ def make_needle(
 
     `vocab` is a compiled template (`needle_format`), or for the paper template `task_vocab`'s ids."""
     prompts = NeedlePrompts(vocab, options, prefix_ids)
-    stats = placement.position_stats(
-        {r: prompts.dealt[r].ravel() for r in prompts.residues}, options.context_length - 1
-    )
+    stats = prompts.position_stats(options.context_length - 1)
     return PromptSet(task="needle", options=prompts.record(), prompts=prompts, position_stats=stats)

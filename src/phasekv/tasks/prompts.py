@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from phasekv.memory import PER_PROMPT_BYTES, check_fits
+from phasekv.tasks import placement
+
 SPLITS = ("eval", "calibration")
 
 
@@ -76,3 +79,63 @@ class PromptSet:
         for prompt in self.prompts:
             groups.setdefault(prompt.residue, []).append(prompt)
         return groups
+
+
+class PlacedPrompts(Sequence):
+    """Prompts built on access, each of `n_units` units of content placed `per_unit` times at every residue of a
+    moment-matched position design; index order is (unit, residue, placement). A generator calls `deal` once,
+    then builds a prompt from its `build(unit, residue, placement)`; `dealt[r][unit, placement]` is its t_K."""
+
+    def deal(self, design, origin: int, n_units: int, per_unit: int | None, seed: int, split: str, unit: str) -> None:
+        """Deal the positions `origin + design` to the units (`placement.assign`, seeded by (seed, split));
+        `per_unit` None: the fewest placements that make the residue groups exact. `unit` names the units in
+        the error of a design too large for memory."""
+        self.n_units = n_units
+        self.per_unit = per_unit or placement.placements_needed(n_units, design.size)
+        # built lazily, but each prompt's target position is dealt now (twice over) and its score kept later
+        check_fits(
+            (16 + PER_PROMPT_BYTES) * n_units * len(design.offsets) * self.per_unit,
+            f"{n_units} {unit}s x {design.modulus} residues x {self.per_unit} placements",
+            f"lower --{unit}s (or --modulus)",
+        )
+        self.design, self.unit_name = design, unit
+        dealing = placement_rng(seed, split, 0)
+        positions = design.by_residue(origin)
+        self.residues = sorted(positions)
+        self.dealt = {r: placement.assign(positions[r], n_units, self.per_unit, dealing) for r in self.residues}
+
+    def prompt(self, ids, answer, unit: int, residue: int, placement_index: int) -> Prompt:
+        """The prompt of ids `ids` (its query last) whose answer is `answer`, at its dealt position."""
+        return Prompt(
+            input_ids=np.asarray(ids, dtype=np.int64).tolist(),
+            answer_ids=np.asarray(answer, dtype=np.int64).tolist(),
+            target_position=int(self.dealt[residue][unit, placement_index]),
+            query_position=len(ids) - 1,
+            residue=residue,
+            unit=unit,
+            placement=placement_index,
+        )
+
+    def design_record(self) -> dict:
+        """The position design and its dealing, for a results file."""
+        return {
+            f"placements_per_{self.unit_name}": self.per_unit,
+            "design_size": self.design.size,
+            "design_variance": str(self.design.variance),
+        }
+
+    def position_stats(self, query_position: int) -> list[dict]:
+        """`placement.position_stats` of the dealt positions."""
+        return placement.position_stats({r: self.dealt[r].ravel() for r in self.residues}, query_position)
+
+    def __len__(self) -> int:
+        return self.n_units * len(self.residues) * self.per_unit
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        unit, rest = divmod(index % len(self), len(self.residues) * self.per_unit)
+        r_index, p = divmod(rest, self.per_unit)
+        return self.build(unit, self.residues[r_index], p)

@@ -107,6 +107,10 @@ NEEDLE_TEMPLATES = {
 }
 
 TEMPLATES = {"lookup": LOOKUP_TEMPLATES, "needle": NEEDLE_TEMPLATES}
+TEMPLATE_HELP = (  # the --template option of the commands that make lookup or needle prompts
+    "record template: paper (the paper's token layout), natural ('cat: Bob,' lists, for pretrained LMs) "
+    "or sentence ('The owner of the cat is Bob.')"
+)
 
 
 def get_template(probe: str, name: str, record_separator: bool = True) -> Template:

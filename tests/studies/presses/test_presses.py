@@ -9,7 +9,7 @@ from conftest import HAS_KVPRESS, needs_kvpress, press_inputs, randomize, tiny_q
 from phasekv.scoring import HFScorer, ScorerError, load_scorer
 from phasekv.scoring.pooled import install_pooling
 from phasekv.scoring.press_pool import PoolSpec
-from phasekv.scoring.press_question import bind_question, question_tokens
+from phasekv.scoring.press_question import bind_question
 from phasekv.scoring.press_spec import (
     PressCall,
     PressSpecError,
@@ -17,6 +17,7 @@ from phasekv.scoring.press_spec import (
     parse_press,
     press_stride,
 )
+from phasekv.studies.probe.registry import question_tokens
 from phasekv.studies.probe.run import run_lookup
 from phasekv.tasks.lookup import LookupOptions
 from phasekv.tasks.needle import NeedleOptions
@@ -394,7 +395,7 @@ def _tiny_profile(*methods):
         name="presses-test",
         description="tiny",
         methods=(PressMethod("full", "Full cache"), *(PressMethod(name, name, spec) for name, spec in methods)),
-        lookup=LOOKUP,
+        probes={"lookup": LOOKUP},
         resamples=50,
         batch_size=64,
         threads=1,

@@ -58,7 +58,7 @@ def test_a_file_of_an_earlier_run_loads(lookup_file, tmp_path):
         (lambda d: d["summary"].pop("ci_high"), "summary.ci_high: Field required"),
         (lambda d: d["summary"].__setitem__("mean", "high"), "summary.mean: Input should be a valid number"),
         (lambda d: d["summary"].__setitem__("ci_low", [0.0]), "accuracy, ci_low and ci_high must be lists"),
-        (lambda d: d.__setitem__("probe", "flip"), "probe: Input should be 'lookup' or 'needle'"),
+        (lambda d: d.__setitem__("probe", "flip"), "probe: Value error, 'flip' is no probe this phasekv knows"),
         (lambda d: d.__setitem__("schema", "phasekv.eval/9"), "this phasekv reads versions"),
         (lambda d: d.pop("stride"), "stride: Field required"),
     ],

@@ -13,6 +13,7 @@ import torch
 from phasekv.results.record import METRIC, SCHEMA, prompt_prefix
 from phasekv.stats.verdict import MIN_EFFECT_POINTS
 from phasekv.studies.probe import units
+from phasekv.studies.probe.registry import get
 from phasekv.studies.probe.scored import PromptScores, position_controls
 from phasekv.studies.probe.units import (
     PLANNING_ACCURACY,
@@ -131,7 +132,7 @@ def test_the_dry_run_simulates_the_mde_of_the_prompts_design_at_a_flat_accuracy(
     mde = _Recorder({"points": 12.0})
     monkeypatch.setattr(units, "minimum_detectable_effect", mde)
     prompts = _prompts(3, range(100, 124))
-    period, got, note = planned_mde(prompts, 3, 8, n_records=8, accuracy=0.6, min_effect=9.0)
+    period, got, note = planned_mde(prompts, 3, 8, chance=chance_level(8), accuracy=0.6, min_effect=9.0)
     assert (period, got) == (3, {"points": 12.0})
     assert note == "at an assumed flat accuracy of 60%; the run states its own MDE"
     design, base, alpha, min_effect = mde.args
@@ -140,19 +141,21 @@ def test_the_dry_run_simulates_the_mde_of_the_prompts_design_at_a_flat_accuracy(
     assert (alpha, min_effect) == (0.05, 9.0)
     assert mde.kwargs == {"basis": "a flat accuracy of 60% (assumed before the run)", "chance": 0.25}
 
-    period, _, note = planned_mde(prompts, None, 8, n_records=8)  # the period check's default: modulus // 2
+    period, _, note = planned_mde(prompts, None, 8, chance=chance_level(8))  # the period check's default: modulus // 2
     assert period == 4 and note == "at an assumed flat accuracy of 70%; the run states its own MDE"
     assert PLANNING_ACCURACY == 0.7
     np.testing.assert_array_equal(mde.args[1], np.full(72, 0.7))
     assert mde.args[3] == MIN_EFFECT_POINTS
     assert mde.kwargs == {"basis": "a flat accuracy of 70% (assumed before the run)", "chance": 0.25}
-    assert planned_mde(prompts, 1, 8, n_records=8)[0] == 8  # a stride of 1 has no phase: the modulus is tested
+    assert (
+        planned_mde(prompts, 1, 8, chance=chance_level(8))[0] == 8
+    )  # a stride of 1 has no phase: the modulus is tested
 
 
 def test_the_dry_run_says_when_the_design_is_not_testable(monkeypatch):
     monkeypatch.setattr(units, "minimum_detectable_effect", _Recorder(None))
     prompts = _prompts(2, range(100, 111))  # a span of 11 positions: under 4 periods of 3
-    assert planned_mde(prompts, 3, 8, n_records=8) == (
+    assert planned_mde(prompts, 3, 8, chance=chance_level(8)) == (
         3,
         None,
         "not testable at this period: widen the design (more spread blocks or a larger modulus)",
@@ -220,7 +223,8 @@ def _run(monkeypatch, grid: int | None, moves: bool = True, **run_options) -> tu
     prompt_set = SimpleNamespace(prompts=["the prompts"], options={"answer_offset": 2, "placements_per_haystack": 2})
     scorer = _Scorer(grid)
     calls["build"] = _Recorder(prompt_set)
-    result = units.run_unit_probe("needle", scorer, _Options(), calls["build"], "haystack", "haystacks", **run_options)
+    probe = replace(get("needle"), prompts=calls["build"], bootstrap_unit="haystacks")
+    result = units.run_unit_probe(probe, scorer, _Options(), **run_options)
     assert calls["build"].args == (scorer.tokenizer, _Options(), prompt_prefix(scorer.tokenizer))
     for recorder in (calls["score"], calls["shift"]):
         assert recorder.args is None or recorder.args[0] is scorer

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from phasekv.tasks.templates import LOOKUP_TEMPLATES
 
 SCHEMA = "phasekv.audit/1"
+SCREENED_PROBE = "lookup"  # the probe whose templates the screen compares; the audit always runs it first
 DEFAULT_BUDGET_S = 600.0
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -41,9 +42,11 @@ class AuditOptions:
     the budget), drawn from the calibration split (mappings the run never draws). The lookup design is
     `n_records` records,
     `n_demos` demonstrations, `modulus` residues (None: twice the model's compression stride, else 8),
-    `spread_blocks` and `protocol`, with the number of mappings chosen from `mappings`; the needle (`needle`
-    None: when the budget leaves time for it; never in MDE mode unless True) has `needle_context_length`
-    tokens, `needle_records` one-token keys and values, and its haystacks chosen from `haystacks`."""
+    `spread_blocks` and `protocol`, with the number of mappings chosen from `mappings`. After it, `probes` (residue
+    probes of `studies.probe.registry`, each sized by what the budget leaves) or, when None, the needle (`needle`
+    None: when the budget leaves time for it; never in MDE mode unless True). The needle has
+    `needle_context_length` tokens, `needle_records` one-token keys and values, and its haystacks chosen from
+    `haystacks` (as have the other probes whose content is a haystack)."""
 
     budget_s: float | None = None
     mde_points: float | None = None
@@ -56,6 +59,7 @@ class AuditOptions:
     protocol: str = "prefix"
     mappings: tuple[int, ...] = (2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
     needle: bool | None = None
+    probes: tuple[str, ...] | None = None
     needle_context_length: int = 256
     needle_records: int = 8
     haystacks: tuple[int, ...] = (2, 4, 8, 16, 32)
@@ -74,10 +78,26 @@ class AuditOptions:
             raise ValueError(f"templates must be some of {sorted(LOOKUP_TEMPLATES)}, got {list(self.templates)}")
         if self.screen_prompts < 1:
             raise ValueError(f"screen_prompts must be >= 1, got {self.screen_prompts}")
+        if self.probes is not None:
+            from phasekv.studies.probe.registry import names  # here: reading the registry loads the generators
+
+            unknown = [p for p in self.probes if p not in names()]
+            if unknown or not self.probes:
+                raise ValueError(f"probes must be some of {', '.join(names())}, got {list(self.probes)}")
+            if self.needle is not None:
+                raise ValueError("give the probes to run (--probes) or --needle/--no-needle, not both")
         for name in ("mappings", "haystacks"):
             values = getattr(self, name)
             if not values or list(values) != sorted(set(values)) or values[0] < 2:
                 raise ValueError(f"{name} must be increasing counts of at least 2, got {list(values)}")
+
+    def later_probes(self) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(the probes run after the screened one, in order; {a probe not run: why})."""
+        if self.probes is not None:
+            return tuple(dict.fromkeys(p for p in self.probes if p != SCREENED_PROBE)), {}
+        if self.needle if self.needle is not None else self.goal == "budget":
+            return ("needle",), {}
+        return (), {"needle": "not asked for (--needle runs it)"}
 
     @property
     def goal(self) -> str:

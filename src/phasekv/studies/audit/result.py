@@ -5,13 +5,14 @@ own results are ordinary `ProbeResult` files beside it (`probe_result`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
 from phasekv.results.base import NonNegative, Proportion, Typed, TypedResult, press_label
 from phasekv.results.base import model_label as scored_model_label
 from phasekv.stats.format import format_mde
+from phasekv.studies.probe import registry
 
 from .options import SCHEMA
 
@@ -47,7 +48,7 @@ class ScreenedTemplate(Typed):
 class PlannedProbe(Typed):
     """The design chosen for one probe, and its cost, before scoring (`skipped`: why it was not run)."""
 
-    probe: Literal["lookup", "needle"]
+    probe: str
     options: dict[str, Any] | None = None
     prompts: int | None = None
     distinct_prompts: int | None = None
@@ -135,14 +136,15 @@ def plan_line(plan: PlannedProbe) -> str:
     if plan.skipped is not None:
         return f"plan {plan.probe}: skipped ({plan.skipped})"
     o = plan.options or {}
-    units = f"{o['n_mappings']} mappings" if plan.probe == "lookup" else f"{o['n_haystacks']} haystacks"
-    size = f"{o['n_records']} records" + (f", {o['context_length']} tokens" if plan.probe == "needle" else "")
+    probe = registry.get(plan.probe)
+    units = f"{probe.units(o)} {probe.unit}s"
+    size = probe.audit_size(o)
     mde = plan.planned_mde
     planned = "not testable at this period" if mde is None else f"planned {format_mde(mde)}"
     if mde is not None:
         planned += f" at a flat {100 * mde['mean_base_accuracy']:.0f}% (the screen's)"
     return (
-        f"plan {plan.probe}: {o.get('template')} template, {o.get('protocol')} padding, {size}, {units} x "
+        f"plan {plan.probe}: {o.get('template')} template, {o.get('protocol') or '-'} padding, {size}, {units} x "
         f"{o['modulus']} residues, spread {o['spread_blocks']}: {plan.prompts} prompts ({plan.distinct_prompts} "
         f"distinct); {planned}; ETA {plan.eta_s:.0f} s"
     )

@@ -1,5 +1,6 @@
 """The audit end to end: screen the lookup templates, size the design from a budget or a target minimum
-detectable effect, run the lookup (and the needle when there is time), write the results and the report.
+detectable effect, run the lookup (then the needle when there is time, or the residue probes asked for), write the
+results and the report.
 
 The screen scores a few prompts of every template on mappings of the calibration split, which the run (the eval
 split) never draws, after one untimed warm-up prompt; the template the model answers best is used. Its time per
@@ -23,18 +24,18 @@ import numpy as np
 
 from phasekv.results.record import prompt_prefix, write_results
 from phasekv.scoring import Scorer
-from phasekv.scoring.press_question import bind_question, question_tokens
+from phasekv.scoring.press_question import bind_question
 from phasekv.stats.format import format_mde
+from phasekv.studies.probe import registry
 from phasekv.studies.probe.like import eval_command
 from phasekv.studies.probe.plan import format_seconds, scores_by_request
+from phasekv.studies.probe.registry import Probe
 from phasekv.studies.probe.result import ProbeResult
-from phasekv.studies.probe.run import run_lookup, run_needle
+from phasekv.studies.probe.run import run_probe
 from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
 from phasekv.studies.probe.units import planned_mde, scorer_period
-from phasekv.tasks.lookup import LookupOptions, lookup_prompts
-from phasekv.tasks.needle import NeedleOptions, needle_prompts
 
-from .options import SCHEMA, AuditOptions
+from .options import SCHEMA, SCREENED_PROBE, AuditOptions
 from .result import AuditedProbe, AuditResult, PlannedProbe, ScreenedTemplate, plan_line
 
 SCREEN_SPLIT = "calibration"
@@ -55,32 +56,17 @@ def default_modulus(stride: int | None) -> int:
     return 2 * stride if stride else DEFAULT_MODULUS
 
 
+def probe_design(probe: Probe, options: AuditOptions, template: str, modulus: int, n: int, split: str = "eval"):
+    """`probe`'s design in this audit at `n` units of `split`: the probe's own choices (`Probe.audit_design`) with
+    the audit's residues, spread and seed."""
+    own = probe.audit_design(options, template)
+    units = {f"n_{probe.unit}s": n}
+    return replace(own, modulus=modulus, spread_blocks=options.spread_blocks, seed=options.seed, split=split, **units)
+
+
 def lookup_design(options: AuditOptions, template: str, modulus: int, n_mappings: int, split: str = "eval"):
-    return LookupOptions(
-        n_records=options.n_records,
-        n_demos=options.n_demos,
-        modulus=modulus,
-        n_mappings=n_mappings,
-        protocol=options.protocol,
-        spread_blocks=options.spread_blocks,
-        seed=options.seed,
-        split=split,
-        template=template,
-    )
-
-
-def needle_design(options: AuditOptions, template: str, modulus: int, n_haystacks: int):
-    return NeedleOptions(
-        context_length=options.needle_context_length,
-        n_records=options.needle_records,
-        key_tokens=1,
-        value_tokens=1,
-        modulus=modulus,
-        n_haystacks=n_haystacks,
-        spread_blocks=options.spread_blocks,
-        seed=options.seed,
-        template=template,
-    )
+    """The screened probe's design at `n_mappings` in `split` (the screen draws the calibration split)."""
+    return probe_design(registry.get(SCREENED_PROBE), options, template, modulus, n_mappings, split)
 
 
 class Clock:
@@ -118,15 +104,16 @@ def screen_templates(scorer: Scorer, options: AuditOptions, modulus: int, clock:
                 )
             )
             continue
+        lookup = registry.get(SCREENED_PROBE)
         design = lookup_design(options, template, modulus, SCREEN_MAPPINGS, split=SCREEN_SPLIT)
         try:
-            prompt_set = lookup_prompts(scorer.tokenizer, design, prefix)
+            prompt_set = lookup.prompts(scorer.tokenizer, design, prefix)
         except ValueError as err:
             rows.append(ScreenedTemplate(template=template, error=str(err)))
             continue
         prompts = [prompt_set.prompts[i] for i in _spaced(len(prompt_set.prompts), options.screen_prompts)]
         key_length = prompt_set.options["answer_offset"]
-        bind_question(scorer, question_tokens(scorer.tokenizer, design))
+        bind_question(scorer, lookup.question(scorer.tokenizer, design))
         if not warm:  # the first forward carries one-off costs that would inflate every estimate
             score_prompt_set(scorer, prompts[:1], key_length, "warm-up", progress=False)
             warm = True
@@ -162,7 +149,8 @@ def best_template(screen: list[ScreenedTemplate]) -> ScreenedTemplate:
 class Candidate:
     """One design priced before scoring."""
 
-    options: LookupOptions | NeedleOptions
+    probe: Probe
+    options: object
     prompts: list
     n_prompts: int
     distinct: int
@@ -170,27 +158,27 @@ class Candidate:
 
 
 def price_design(scorer, build, options, rate: ScreenedTemplate) -> Candidate:
-    """`options` priced at the screen's time per distinct prompt (`rate`), scaled by the longest sequence."""
+    """`options` (prompts: `build`, a `Probe.prompts`) priced at the screen's time per distinct prompt (`rate`),
+    scaled by the longest sequence."""
     prompts = build(scorer.tokenizer, options, prompt_prefix(scorer.tokenizer)).prompts
     plan = plan_prompt_set(prompts, scorer.batch_size, scores_by_request(scorer))
     scoring = plan.n_rows * rate.seconds_per_prompt * max(1.0, plan.longest / rate.longest)
-    return Candidate(options, prompts, plan.n_prompts, plan.n_rows, scoring)
+    return Candidate(registry.probe_of(options), options, prompts, plan.n_prompts, plan.n_rows, scoring)
 
 
 def _simulated(candidate: Candidate, period: int | None, accuracy: float) -> tuple[dict | None, float]:
     """(the planned MDE of `candidate` at `period` and a flat `accuracy`, the seconds its simulation took)."""
     o = candidate.options
     start = time.perf_counter()
-    _, mde, _ = planned_mde(candidate.prompts, None, o.modulus, o.n_records, accuracy, period=period)
+    _, mde, _ = planned_mde(candidate.prompts, None, o.modulus, candidate.probe.chance(o), accuracy, period=period)
     return mde, time.perf_counter() - start
 
 
 def _plan(candidate: Candidate, mde: dict | None, stats_s: float) -> PlannedProbe:
     """The plan of `candidate`: its counts, planned MDE and ETA (the scoring and `stats_s` of statistics)."""
-    o = candidate.options
     return PlannedProbe(
-        probe="lookup" if isinstance(o, LookupOptions) else "needle",
-        options=asdict(o),
+        probe=candidate.probe.name,
+        options=asdict(candidate.options),
         prompts=candidate.n_prompts,
         distinct_prompts=candidate.distinct,
         eta_s=round(candidate.scoring_s + stats_s, 1),
@@ -205,7 +193,8 @@ def _reaches(mde: dict | None, points: float) -> bool:
 def size_design(
     scorer, build, design: Callable[[int], object], counts, options: AuditOptions, rate, period, accuracy, left
 ) -> tuple[PlannedProbe, Candidate] | str:
-    """The design of one probe (`design(n)`: its options at n units), or a string that says why none is possible.
+    """The design of one probe (`design(n)`: its options at n units, `build` its prompts), or a string that says
+    why none is possible.
 
     A target MDE alone: the smallest of `counts` whose planned MDE reaches it. A budget: the most units, up to
     `counts[-1]`, whose ETA fits in the seconds `left()` says are left; between two of `counts` the count is
@@ -279,7 +268,7 @@ def short_of_bound(plan: PlannedProbe, bound: float, spent: float) -> str:
     finite, about what budget would reach the bound (an MDE shrinks as one over the root of the units, and
     the ETA grows with them; `spent`: the seconds the audit had taken when it was planned)."""
     mde = plan.planned_mde
-    units = plan.options["n_mappings" if plan.probe == "lookup" else "n_haystacks"]
+    units = registry.get(plan.probe).units(plan.options)
     best = "no testable design" if mde is None else f"at best a planned {format_mde(mde)}"
     head = f"no {plan.probe} design within the budget reaches an MDE of {bound:g} points: it buys {best}"
     if mde is None or mde["points"] is None:
@@ -307,9 +296,10 @@ def run_audit(
     echo: Callable[[str], object] = print,
     progress: bool = True,
 ) -> AuditResult:
-    """Screen, plan (printed through `echo` before any probe is scored), run, write `out`/lookup.json (needle.json),
-    audit.json and report.html; returns the typed result. `started` (time.perf_counter) is when the budget began
-    (default: now); `model_args` how an eval command names the model (default: from the scorer's record)."""
+    """Screen, plan (printed through `echo` before any probe is scored), run, write `out`/lookup.json (and
+    PROBE.json of every later probe run), audit.json and report.html; returns the typed result. `started`
+    (time.perf_counter) is when the budget began (default: now); `model_args` how an eval command names the model
+    (default: from the scorer's record)."""
     from phasekv.report import build_report
 
     clock = Clock(time.perf_counter() if started is None else started, options.budget)
@@ -330,7 +320,7 @@ def run_audit(
         options = replace(options, spread_blocks=spread)
         sized = size_design(
             scorer,
-            lookup_prompts,
+            registry.get(SCREENED_PROBE).prompts,
             lambda n, o=options: lookup_design(o, chosen.template, modulus, n),
             options.mappings,
             options,
@@ -343,7 +333,7 @@ def run_audit(
             break
     if isinstance(sized, str):
         raise AuditError(
-            f"lookup: {sized} (spread blocks {', '.join(map(str, tried))} tried); nothing was scored "
+            f"{SCREENED_PROBE}: {sized} (spread blocks {', '.join(map(str, tried))} tried); nothing was scored "
             "beyond the template screen"
         )
     if not _reaches(sized[0].planned_mde, options.max_mde):
@@ -354,34 +344,36 @@ def run_audit(
                 "same: its null would read inconclusive)"
             )
         echo(f"warning: {short}; scoring it anyway (--anyway): a null will read inconclusive")
-    plans, runs = [sized[0]], [("lookup", sized[1])]
-    needle = options.needle if options.needle is not None else options.goal == "budget"
-    if needle:
-        needle_sized = size_design(
+    plans, runs = [sized[0]], [sized[1]]
+    later, not_run = options.later_probes()
+    for name in later:
+        probe = registry.get(name)
+        planned = sum(plan.eta_s for plan in plans if plan.eta_s is not None)
+        later_sized = size_design(
             scorer,
-            needle_prompts,
-            lambda n: needle_design(options, chosen.template, modulus, n),
-            options.haystacks,
+            probe.prompts,
+            lambda n, p=probe: probe_design(p, options, chosen.template, modulus, n),
+            getattr(options, f"{probe.unit}s"),
             options,
             chosen,
             period.value,
             chosen.accuracy,
-            lambda: clock.left() - REPORT_RESERVE_S - sized[0].eta_s,
+            lambda p=planned: clock.left() - REPORT_RESERVE_S - p,
         )
-        if isinstance(needle_sized, str):
-            plans.append(PlannedProbe(probe="needle", skipped=needle_sized))
+        if isinstance(later_sized, str):
+            plans.append(PlannedProbe(probe=name, skipped=later_sized))
         else:
-            plans.append(needle_sized[0])
-            runs.append(("needle", needle_sized[1]))
-    else:
-        plans.append(PlannedProbe(probe="needle", skipped="not asked for (--needle runs it)"))
+            plans.append(later_sized[0])
+            runs.append(later_sized[1])
+    plans += [PlannedProbe(probe=name, skipped=why) for name, why in not_run.items()]
     for plan in plans:
         echo(plan_line(plan))
     probes = {}
-    for probe, candidate in runs:
-        run = run_lookup if probe == "lookup" else run_needle
-        bind_question(scorer, question_tokens(scorer.tokenizer, candidate.options))
-        result = run(
+    for candidate in runs:
+        probe = candidate.probe
+        bind_question(scorer, probe.question(scorer.tokenizer, candidate.options))
+        result = run_probe(
+            probe.name,
             scorer,
             candidate.options,
             stride=options.stride,
@@ -389,13 +381,13 @@ def run_audit(
             progress=progress,
             max_mde=options.max_mde,
         )
-        path = write_results(result, out / f"{probe}.json")
+        path = write_results(result, out / f"{probe.name}.json")
         typed = ProbeResult.from_dict(result, str(path))
-        probes[probe] = AuditedProbe(
+        probes[probe.name] = AuditedProbe(
             file=path.name,
             verdict=typed.verdict,
             text=typed.summary,
-            command=eval_command(result["model"], probe, path, model_args),
+            command=eval_command(result["model"], probe.name, path, model_args),
         )
     audit = AuditResult.from_dict(
         {

@@ -13,17 +13,14 @@ from pathlib import Path
 
 from phasekv.results.record import write_results
 from phasekv.scoring import load_scorer
-from phasekv.scoring.press_question import bind_question, question_tokens
-from phasekv.studies.probe.run import run_lookup, run_needle
-from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.needle import NeedleOptions
-
-PROBES = {"lookup": (LookupOptions, run_lookup), "needle": (NeedleOptions, run_needle)}
+from phasekv.scoring.press_question import bind_question
+from phasekv.studies.probe.registry import get
+from phasekv.studies.probe.run import run_probe
 
 
 def run(config: dict) -> dict:
-    options_type, run_probe = PROBES[config["probe"]]
-    options = options_type(**config["options"])
+    probe = get(config["probe"])
+    options = probe.options(**config["options"])
     scorer = load_scorer(
         config["model"],
         press=config["press"],
@@ -31,9 +28,10 @@ def run(config: dict) -> dict:
         threads=config["threads"],
         device=config.get("device", "cpu"),  # configs written before cells took a device ran on the CPU
     )
-    bind_question(scorer, question_tokens(scorer.tokenizer, options))
-    extra = {"n_resamples": config["resamples"]} if config["probe"] == "lookup" else {}
-    result = run_probe(scorer, options, progress=False, grid_shift=config["grid_shift"], **extra)
+    bind_question(scorer, probe.question(scorer.tokenizer, options))
+    result = run_probe(
+        probe.name, scorer, options, progress=False, grid_shift=config["grid_shift"], n_resamples=config["resamples"]
+    )
     return {**result, "label": config["label"], "cell": config}
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 
 from phasekv.scoring.press_spec import PRESETS, needs_kvpress, parse_press, press_stride
 from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.needle import NeedleOptions
 
 DEFAULT_MODEL = "models/smollm2-135m"  # where `phasekv models get smollm2-135m` writes by default
 
@@ -38,17 +38,13 @@ class PressProfile:
     name: str
     description: str
     methods: tuple[PressMethod, ...]
-    lookup: LookupOptions | None
-    needle: NeedleOptions | None = None
+    probes: dict = dataclasses.field(default_factory=dict)  # probe name (`studies.probe.registry`) -> its options
     resamples: int = 1000
     batch_size: int = 8
     threads: int = 1  # torch threads of each cell's process
     jobs: int = 2  # cells run at once (one core each: on a shared 2-core CPU this beats 2 threads per cell)
     device: str = "cpu"  # torch device of every cell's model (`phasekv reproduce --device cuda` on a GPU)
     grid_shift: bool = True  # methods with a chunk grid also take the grid-shift test (S times the scoring)
-
-    def probes(self) -> dict[str, LookupOptions | NeedleOptions]:
-        return {name: o for name, o in (("lookup", self.lookup), ("needle", self.needle)) if o is not None}
 
     def only(self, names: list[str]) -> PressProfile:
         """The profile restricted to the methods `names` (in the profile's order); an unknown name is refused with
@@ -91,20 +87,14 @@ METHODS = (
 # template pads with filler words: SmolLM2-135M-Instruct answers 87.5% of the full-cache prompts (one block: 86.7%;
 # 39.4% padded with " ."). Cost: 453 distinct prompts of 119 tokens per scoring, 3-6 minutes on one core; each
 # method with a chunk grid scores them once per grid offset (the grid-shift test: S times), 36 scorings in all.
+PRESSES_LOOKUP = LookupOptions(
+    n_records=8, n_demos=4, modulus=16, n_mappings=8, spread_blocks=2, protocol="prefix", seed=0, template="natural"
+)
 PRESSES = PressProfile(
     name="presses",
     description="training-free KV-cache compression (kvpress presses, phasekv pooling) on a pretrained HF model",
     methods=METHODS,
-    lookup=LookupOptions(
-        n_records=8,
-        n_demos=4,
-        modulus=16,
-        n_mappings=8,
-        spread_blocks=2,
-        protocol="prefix",
-        seed=0,
-        template="natural",
-    ),
+    probes={"lookup": PRESSES_LOOKUP},
 )
 # The same design with 28x the mappings: 11,243 distinct prompts, a minimum detectable single-phase drop of 8.8
 # points at a flat 70% (`phasekv eval lookup ... --mappings 224 --dry-run`), against 37.5 for `presses`. About
@@ -113,7 +103,7 @@ PRESSES_LARGE = replace(
     PRESSES,
     name="presses-large",
     description=f"{PRESSES.description}, sized to see a 10-point weak phase (224 mappings)",
-    lookup=replace(PRESSES.lookup, n_mappings=224),
+    probes={"lookup": replace(PRESSES.probes["lookup"], n_mappings=224)},
     batch_size=32,
 )
 PRESS_PROFILES = {p.name: p for p in (PRESSES, PRESSES_LARGE)}

@@ -43,7 +43,7 @@ def cell_config(profile: PressProfile, method: PressMethod, probe: str, model: P
         "label": method.label,
         "press": method.spec_text,
         "probe": probe,
-        "options": asdict(profile.probes()[probe]),
+        "options": asdict(profile.probes[probe]),
         "grid_shift": profile.grid_shift and method.has_grid,
         "resamples": profile.resamples,
         "batch_size": profile.batch_size,

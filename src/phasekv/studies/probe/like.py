@@ -1,9 +1,9 @@
-"""Re-measure a result: the probe options a result recorded (`--like RUN_OR_RESULT` of `phasekv eval lookup|needle`
+"""Re-measure a result: the probe options a result recorded (`--like RUN_OR_RESULT` of `phasekv eval PROBE`
 and `phasekv.probe(..., like=...)`), and the command that re-measures a result (what tables print).
 
-A source is a result file of `phasekv eval lookup|needle` (or of `phasekv audit`, `phasekv reproduce`), a profile run
+A source is a result file of `phasekv eval PROBE` (or of `phasekv audit`, `phasekv reproduce`), a profile run
 folder (`runs/PROFILE/runs/NAME`, whose probe result the profile wrote to `runs/PROFILE/results/NAME.json`) or a
-folder holding `lookup.json` / `needle.json` (an audit's). The options are those the run asked for
+folder holding `PROBE.json` (an audit's). The options are those the run asked for
 (`requested_options`, or a profile's `lookup_options`; files written before either hold only the resolved ones,
 which give the same prompts), with the stride when it was an option and the number of bootstrap resamples.
 """
@@ -11,15 +11,11 @@ which give the same prompts), with the stride when it was an option and the numb
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.needle import NeedleOptions
-
+from . import registry
 from .result import ProbeResult
-
-OPTION_TYPES = {"lookup": LookupOptions, "needle": NeedleOptions}
 
 
 @dataclass(frozen=True)
@@ -54,14 +50,14 @@ def result_path(source: str | Path, probe: str) -> Path:
 def recorded(source: str | Path, probe: str) -> Recorded:
     """The measurement `source` records, for re-running `probe` (see `Recorded`); ValueError when it is a result
     of another probe."""
-    if probe not in OPTION_TYPES:
-        raise ValueError(f"--like works with {sorted(OPTION_TYPES)}, not {probe!r}")
+    if probe not in registry.names():
+        raise ValueError(f"--like works with {sorted(registry.names())}, not {probe!r}")
     path = result_path(source, probe)
     typed = ProbeResult.load(path)
     if typed.probe != probe:
         raise ValueError(f"--like {source}: {path} is a {typed.probe} result, not a {probe} one")
     asked = typed.extra("requested_options") or typed.extra("lookup_options") or typed.options
-    known = {f.name for f in fields(OPTION_TYPES[probe])}
+    known = registry.get(probe).option_fields()
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in asked.items() if k in known}
     stride = typed.stride.value if typed.stride.source == "option" else None
     model = typed.extra("checkpoint") or typed.model.get("path")

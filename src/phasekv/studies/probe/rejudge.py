@@ -1,4 +1,5 @@
-"""Judge a stored lookup or needle result again, from its per-prompt records alone: nothing is scored.
+"""Judge a stored residue probe's result (lookup, needle or any registered probe) again, from its per-prompt
+records alone: nothing is scored.
 
 A result's outcomes depend on the model and the prompts; its residue summary and phase verdict depend on the
 statistics that turned those outcomes into a finding. When the statistics change (a new rule, a corrected
@@ -26,6 +27,7 @@ import numpy as np
 from phasekv.provenance import software_versions
 from phasekv.stats.verdict import MAX_MDE_POINTS, rest_on_grid_shift
 
+from . import registry
 from .grid_shift import grid_shift_of_result, identical_prompts_of_result
 from .scored import PromptScores
 from .units import summarize_units
@@ -36,12 +38,15 @@ GRID_COLUMN = "correct_grid_offset_"
 def rejudge(result: dict) -> dict:
     """`result` with "summary", "cell_accuracy" and "phase_test" recomputed from its "prompt_records" by the
     current statistics, and "rejudged" saying when and with what. Raises ValueError for a result that is not a
-    lookup or needle run with per-prompt records."""
+    run of a registered probe with per-prompt records."""
     records = result.get("prompt_records") or {}
     columns, unit = records.get("columns") or {}, records.get("unit")
     options = result.get("options") or {}
-    if result.get("probe") not in ("lookup", "needle") or not columns or f"n_{unit}s" not in options:
-        raise ValueError("only a lookup or needle result with per-prompt records can be judged again")
+    if result.get("probe") not in registry.names() or not columns or f"n_{unit}s" not in options:
+        raise ValueError(
+            f"only the result of a residue probe ({', '.join(registry.names())}) with per-prompt records can be "
+            "judged again"
+        )
     n = len(columns["correct"])
     layout = np.ones(n, dtype=bool)  # the layout checks were made when the prompts were scored
     scores = PromptScores(

@@ -1,4 +1,4 @@
-"""The result of a residue probe (`phasekv eval lookup|needle`, `run_lookup`/`run_needle`) as a typed,
+"""The result of a residue probe (`phasekv eval PROBE`, `run_probe`; the probes are `registry`'s) as a typed,
 validated object.
 
 `ProbeResult.load(path)` reads a result file and checks the fields every reader relies on (schema, probe,
@@ -15,9 +15,9 @@ files of earlier runs load as they are.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from phasekv.results.base import (
     TOLERANCE,
@@ -31,6 +31,8 @@ from phasekv.results.base import (
 from phasekv.stats.summary import ResidueSummary
 from phasekv.stats.verdict import AT_CHANCE, NOT_TESTABLE
 
+from . import registry
+
 PROBE_SCHEMA = "phasekv.eval/1"
 SCHEMA_VERSIONS = (1,)
 
@@ -43,10 +45,10 @@ class StrideChoice(Typed):
 
 
 class ProbeResult(TypedResult):
-    """A lookup or needle result (see `phasekv.results.record` for the envelope's fields)."""
+    """The result of a registered residue probe (see `phasekv.results.record` for the envelope's fields)."""
 
     schema_id: str = Field(alias="schema", pattern=r"^phasekv\.eval/\d+$")
-    probe: Literal["lookup", "needle"]
+    probe: str
     model: dict[str, Any]
     options: dict[str, Any]
     stride: StrideChoice
@@ -60,11 +62,17 @@ class ProbeResult(TypedResult):
     wall_time_s: float | None = None
 
     schema_prefix = "phasekv.eval/"
-    probes: ClassVar[tuple[str, ...]] = ("lookup", "needle")
 
     @classmethod
     def recognises(cls, data: dict) -> bool:
-        return super().recognises(data) and data.get("probe") in cls.probes
+        return super().recognises(data) and data.get("probe") in registry.names()
+
+    @field_validator("probe")
+    @classmethod
+    def _known(cls, probe: str) -> str:
+        if probe not in registry.names():
+            raise ValueError(f"{probe!r} is no probe this phasekv knows ({', '.join(registry.names())})")
+        return probe
 
     @model_validator(mode="after")
     def _check(self) -> ProbeResult:

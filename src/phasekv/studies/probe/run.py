@@ -1,5 +1,6 @@
-"""The residue probes end to end: `run_lookup` and `run_needle` take a scorer (`phasekv.scoring`) and return a
-JSON-serialisable result dict (format: `studies.probe.result`); `results.record.write_results` writes it.
+"""The residue probes end to end: `run_probe(name, scorer, options)` runs any registered probe (`registry`;
+`run_lookup`, `run_needle`) on a scorer (`phasekv.scoring`) and returns a JSON-serialisable
+result dict (format: `studies.probe.result`); `results.record.write_results` writes it.
 
 Lookup, with the mapping bootstrap. Aggregation. Each mapping i is placed `P` times in every residue group r (P =
 placements_per_mapping, chosen so that the groups' target-position moments are exact), giving a
@@ -28,31 +29,30 @@ haystacks), and the verdict on phase sensitivity comes from `stats.phase_verdict
 from __future__ import annotations
 
 from phasekv.scoring import Scorer
-from phasekv.tasks.lookup import LookupOptions, lookup_prompts
-from phasekv.tasks.needle import NeedleOptions, needle_prompts
+from phasekv.tasks.lookup import LookupOptions
+from phasekv.tasks.needle import NeedleOptions
 
+from .registry import get
 from .units import run_unit_probe
 
 
-def run_lookup(scorer: Scorer, options: LookupOptions = LookupOptions(), **run_options) -> dict:
-    """Generate, score and summarise a lookup run; returns the result dict (see module docstring).
+def run_probe(name: str, scorer: Scorer, options=None, **run_options) -> dict:
+    """Generate, score and summarise a run of the registered probe `name` (`registry`) with `options` (None: its
+    options class's defaults); returns the result dict. `run_options` go to `run_unit_probe`: `stride` overrides
+    the period-check stride (`resolve_stride`), `n_resamples` (2000), `progress` (True), `grid_shift`,
+    `min_effect`, `max_mde`. The bootstrap and permutation test are seeded with `options.seed`."""
+    probe = get(name)
+    options = probe.options() if options is None else options
+    if not isinstance(options, probe.options):
+        raise TypeError(f"the {name} probe takes {probe.options.__name__}, not {type(options).__name__}")
+    return run_unit_probe(probe, scorer, options, **run_options)
 
-    `run_options` go to `run_unit_probe`: `stride` overrides the period-check stride (`resolve_stride`),
-    `n_resamples` (2000), `progress` (True), `grid_shift`, `min_effect`, `max_mde`. The bootstrap and permutation
-    test are seeded with `options.seed`.
-    """
-    return run_unit_probe(
-        "lookup",
-        scorer,
-        options,
-        lookup_prompts,
-        "mapping",
-        "mapping (resampled rows = one mapping's cells at every residue)",
-        **run_options,
-    )
+
+def run_lookup(scorer: Scorer, options: LookupOptions = LookupOptions(), **run_options) -> dict:
+    """A lookup run (see the module docstring; `run_options` as `run_probe`'s)."""
+    return run_probe("lookup", scorer, options, **run_options)
 
 
 def run_needle(scorer: Scorer, options: NeedleOptions = NeedleOptions(), **run_options) -> dict:
-    """Generate, score and summarise a needle run; returns the result dict. `run_options` go to
-    `run_unit_probe` (stride, n_resamples, progress, grid_shift, min_effect, max_mde)."""
-    return run_unit_probe("needle", scorer, options, needle_prompts, "haystack", "haystack", **run_options)
+    """A needle run (`run_options` as `run_probe`'s)."""
+    return run_probe("needle", scorer, options, **run_options)

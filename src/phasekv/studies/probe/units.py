@@ -1,10 +1,9 @@
 """Outcomes of a probe whose units (key-name mappings, haystacks) are each placed at every residue:
 the per-(unit, residue) cells, the paired residue summary and the phase verdict, computed alike for
-every such probe, and `run_unit_probe`, the run of such a probe from prompts to result dict (lookup, needle)."""
+every such probe, and `run_unit_probe`, the run of any registered probe (`registry`) from prompts to result dict."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -16,11 +15,10 @@ from phasekv.stats.phase_test import PhaseDesign
 from phasekv.stats.power import minimum_detectable_effect
 from phasekv.stats.stride import MODEL_GRID, PRESS_GRID, Period, default_period, phase_period, resolve_stride
 from phasekv.stats.verdict import MAX_MDE_POINTS, MIN_EFFECT_POINTS, PhaseVerdict, rest_on_grid_shift
-from phasekv.tasks.lookup import LookupOptions
-from phasekv.tasks.needle import NeedleOptions
-from phasekv.tasks.prompts import PromptSet
 
 from .grid_shift import BLACK_BOX, grid_period, run_grid_shift
+from .registry import Probe
+from .registry import chance_level as chance_level  # where the tables' readers found it
 from .scored import PromptScores, position_controls, prompt_id, score_prompt_set
 
 
@@ -44,12 +42,6 @@ def scorer_period(scorer: Scorer, stride: int | None, modulus: int) -> Period:
     return default_period(stride, scorer.compression_stride, modulus, grid)
 
 
-def chance_level(n_records: int) -> float:
-    """The accuracy a probe must clear to be judged: twice the rate of guessing one of the records' answers
-    (the same level decides whether a table calls a model learned)."""
-    return min(0.99, 2.0 / n_records)
-
-
 PLANNING_ACCURACY = 0.7  # the accuracy a dry run assumes where the run has not measured one
 
 
@@ -57,15 +49,15 @@ def planned_mde(
     prompts,
     stride: int | None,
     modulus: int,
-    n_records: int,
+    chance: float,
     accuracy: float = PLANNING_ACCURACY,
     min_effect: float = MIN_EFFECT_POINTS,
     period: int | None = None,
 ) -> tuple[int, dict | None, str]:
     """(period, the minimum detectable effect of the phase verdict on these prompts at a flat `accuracy`,
-    a note): what a dry run can say about a design before any scoring. `period`: the run's
-    (`stats.stride.default_period`, which knows the compression grid); None: the period of `stride` and the
-    modulus alone."""
+    a note; `chance`: the probe's chance level, `Probe.chance`): what a dry run can say about a design before any
+    scoring. `period`: the run's (`stats.stride.default_period`, which knows the compression grid); None: the
+    period of `stride` and the modulus alone."""
     period = period or default_period(stride, None, modulus).value
     seen: dict = {}
     ids = [prompt_id(p, seen) for p in prompts]
@@ -78,7 +70,7 @@ def planned_mde(
         0.05,
         min_effect,
         basis=f"a flat accuracy of {100 * accuracy:.0f}% (assumed before the run)",
-        chance=chance_level(n_records),
+        chance=chance,
     )
     return period, mde, f"at an assumed flat accuracy of {100 * accuracy:.0f}%; the run states its own MDE"
 
@@ -132,12 +124,9 @@ def summarize_units(
 
 
 def run_unit_probe(
-    probe: str,
+    probe: Probe,
     scorer: Scorer,
-    options: LookupOptions | NeedleOptions,
-    build_prompts: Callable[..., PromptSet],
-    unit: str,
-    bootstrap_unit: str,
+    options,
     *,
     stride: int | None = None,
     n_resamples: int = 2000,
@@ -146,9 +135,9 @@ def run_unit_probe(
     min_effect: float = MIN_EFFECT_POINTS,
     max_mde: float = MAX_MDE_POINTS,
 ) -> dict:
-    """Generate, score and summarise a probe whose `unit`s ("mapping", "haystack"; `options.n_{unit}s` of them)
-    are each placed at every residue; returns the result dict. `build_prompts(tokenizer, options, prefix)` makes
-    the prompt set, `bootstrap_unit` says in words what the bootstrap resamples. The bootstrap and the
+    """Generate, score and summarise a run of `probe` (its options: `options`), whose units (`probe.unit`:
+    "mapping", "haystack"; `options.n_{unit}s` of them) are each placed at every residue; returns the result
+    dict. `probe.prompts(tokenizer, options, prefix)` makes the prompt set. The bootstrap and the
     permutation tests are seeded with `options.seed`; `stride` overrides the period-check stride
     (`resolve_stride`). `grid_shift` also scores the prompts with the compression grid at every offset
     (`grid_shift`: models whose grid can move only, checked before any scoring). A null whose MDE exceeds
@@ -165,9 +154,10 @@ def run_unit_probe(
     period = scorer_period(scorer, stride, options.modulus)
     stride, stride_source = resolve_stride(stride, scorer.compression_stride, options.modulus)
     prefix = prompt_prefix(scorer.tokenizer)
-    prompt_set = build_prompts(scorer.tokenizer, options, prefix)
+    unit = probe.unit
+    prompt_set = probe.prompts(scorer.tokenizer, options, prefix)
     key_length = prompt_set.options["answer_offset"]  # the key phrase: tokens from t_K to the answer
-    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc=probe, progress=progress)
+    scores = score_prompt_set(scorer, prompt_set.prompts, key_length=key_length, desc=probe.name, progress=progress)
     n_units = getattr(options, f"n_{unit}s")
     per_unit = prompt_set.options[f"placements_per_{unit}"]
     cells, summary, verdict = summarize_units(
@@ -180,7 +170,7 @@ def run_unit_probe(
         seed=options.seed,
         n_resamples=n_resamples,
         unit=unit,
-        chance=chance_level(options.n_records),
+        chance=probe.chance(options),
         min_effect=min_effect,
         max_mde=max_mde,
     )
@@ -207,10 +197,10 @@ def run_unit_probe(
     else:
         verdict = replace(verdict, basis=BLACK_BOX)
     return clock.envelope(
-        probe,
+        probe.name,
         scorer,
         prefix,
-        protocol=options.protocol,
+        protocol=getattr(options, "protocol", None),  # a probe with one record in its filler has no padding protocol
         seed=options.seed,
         options={**asdict(options), **prompt_set.options},
         requested_options=asdict(options),  # as asked (defaults unresolved): what `--like` re-runs
@@ -219,7 +209,7 @@ def run_unit_probe(
         period=period.to_dict(),
         aggregation={
             "cell": f"mean over the placements of one {unit} in one residue group (cell_accuracy)",
-            "bootstrap_unit": bootstrap_unit,
+            "bootstrap_unit": probe.bootstrap_unit,
             "permutation": f"residue labels of the cells shuffled within each {unit}",
             "counts": f"prompts = {unit}s x placements per residue",
             "intervals": {"per_residue": f"percentile bootstrap over {unit}s", **summary.stat_interval_methods},
