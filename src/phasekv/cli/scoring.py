@@ -253,8 +253,14 @@ def local_fingerprint(scorer, model: Path, scoring: dict) -> dict:
         "batch_size": scorer.batch_size,
         "threads": scorer.threads,
         "code": source_hash(*ANSWERING_PACKAGES),
-        "software": software_versions() | ({"kvpress": package_version("kvpress")} if scoring.get("press") else {}),
+        "software": software_versions() | ({"kvpress": package_version("kvpress")} if _uses_kvpress(scoring) else {}),
     }
+
+
+def _uses_kvpress(scoring: dict) -> bool:
+    from phasekv.scoring.press_spec import needs_kvpress, parse_press
+
+    return scoring.get("press") is not None and needs_kvpress(parse_press(scoring["press"]))
 
 
 def local_answer_cache(scorer, model: Path, scoring: dict, path: Path | None):
