@@ -365,3 +365,25 @@ def test_kept_answers_are_not_scored_again_and_a_run_stopped_part_way_keeps_what
     np.testing.assert_array_equal(again.first_argmax, plain.first_argmax)
     with pytest.raises(ScorerError, match="another server or model"):
         ResultCache(path, {"model": "other"})
+
+
+def test_a_long_group_is_kept_a_few_batches_at_a_time(phasekv_dir, tmp_path):
+    """Interrupted inside one answer length's group, the answers of the slices already scored are kept."""
+    from phasekv.scoring import CachedAnswers
+    from phasekv.scoring.answers import CACHED_BATCHES
+    from phasekv.serve.cache import ResultCache
+
+    class FailsOnSecondCall(CountingScorer):
+        workers = 1
+
+        def logprobs(self, sequences, n_last=1):
+            if self.seen:
+                raise OSError("interrupted")
+            return super().logprobs(sequences, n_last)
+
+    scorer = FailsOnSecondCall(load_scorer(phasekv_dir, batch_size=1))
+    scorer.answer_cache = CachedAnswers(ResultCache(tmp_path / "a.jsonl", {"model": "m"}))
+    contexts = random_sequences(3 * CACHED_BATCHES, seed=4)
+    with pytest.raises(OSError, match="interrupted"):
+        score_answers(scorer, contexts, [[5]] * len(contexts))
+    assert scorer.seen == CACHED_BATCHES and len(scorer.answer_cache.store) == CACHED_BATCHES

@@ -10,7 +10,8 @@ at few distinct positions, so a lookup run holds many repeated prompts.
 
 A scorer may carry an `answer_cache` (`CachedAnswers`; the command line gives a local model one, see
 `phasekv.cli.scoring`). Pairs found there are not scored again, and every scored pair is put there as soon as
-its group is scored, so a run stopped part way (a full disk, an interruption) resumes where it stopped.
+its slice of `CACHED_BATCHES` batches is scored, so a run stopped part way (a full disk, an interruption)
+resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def distinct_pairs(
 def pair_key(pair: Pair) -> str:
     """The answer cache's key of one (context, answer) pair."""
     return hashlib.sha256(json.dumps([list(pair[0]), list(pair[1])], separators=(",", ":")).encode()).hexdigest()
+
+
+CACHED_BATCHES = 8  # batches (per worker) scored between two writes of the answer cache
 
 
 class CachedAnswers:
@@ -128,15 +132,20 @@ def score_answers(
         todo = [i for i in range(n) if i not in known]
         if progress is not None and known:
             progress(len(known))
+    # with a cache, a group is scored and kept a few batches at a time, so an interruption loses little
+    step = CACHED_BATCHES * max(1, getattr(scorer, "batch_size", 1)) * max(1, getattr(scorer, "workers", 1))
     for k, group in rows_by_answer_length([pairs[i] for i in todo]).items():
-        rows = [todo[j] for j in group]
-        sequences = [[*pairs[i][0], *pairs[i][1][:-1]] for i in rows]
-        lp = scorer.logprobs(sequences, k, **report)  # [n_k, k, V]
-        target = torch.tensor([pairs[i][1] for i in rows], dtype=torch.long)  # [n_k, k]
-        top = lp.argmax(dim=-1)
-        logprob[rows] = lp.gather(-1, target[..., None])[..., 0].sum(-1).double().numpy()
-        correct[rows] = (top == target).all(dim=-1).numpy()
-        first[rows] = top[:, 0].numpy()
-        if cache is not None:
-            cache.put([(keys[i], [float(logprob[i]), bool(correct[i]), int(first[i])]) for i in rows])
+        rows_k = [todo[j] for j in group]
+        size = step if cache is not None else len(rows_k)
+        for start in range(0, len(rows_k), size):
+            rows = rows_k[start : start + size]
+            sequences = [[*pairs[i][0], *pairs[i][1][:-1]] for i in rows]
+            lp = scorer.logprobs(sequences, k, **report)  # [n_k, k, V]
+            target = torch.tensor([pairs[i][1] for i in rows], dtype=torch.long)  # [n_k, k]
+            top = lp.argmax(dim=-1)
+            logprob[rows] = lp.gather(-1, target[..., None])[..., 0].sum(-1).double().numpy()
+            correct[rows] = (top == target).all(dim=-1).numpy()
+            first[rows] = top[:, 0].numpy()
+            if cache is not None:
+                cache.put([(keys[i], [float(logprob[i]), bool(correct[i]), int(first[i])]) for i in rows])
     return AnswerScores(logprob=logprob[pair_of], correct=correct[pair_of], first_argmax=first[pair_of])
