@@ -171,8 +171,8 @@ def audit(model, *, out=None, budget=None, mde: float | None = None, progress: b
     the other `AuditOptions` fields. Bad options are refused before any model is loaded."""
     import time
 
+    from .auditing.run import run_audit
     from .studies.audit.options import AuditOptions, parse_duration
-    from .studies.audit.run import run_audit
 
     started = time.perf_counter()
     audit_options = AuditOptions(budget_s=None if budget is None else parse_duration(budget), mde_points=mde, **options)

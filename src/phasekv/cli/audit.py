@@ -133,8 +133,8 @@ def audit_command(
             raise ValueError("--press compresses a local model's cache: it cannot apply to --endpoint")
         out = out or default_out(model, remote, scoring["press"])
         check_output(out, directory=True)  # a bad path fails now, not after the probes
+        from phasekv.auditing.run import run_audit
         from phasekv.cli.scoring import scorer_from_options
-        from phasekv.studies.audit.run import run_audit
 
         scorer = scorer_from_options(model, scoring, remote)
         goal = (

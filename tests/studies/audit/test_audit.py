@@ -14,14 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import phasekv
-from phasekv.cli import app
-from phasekv.results.record import prompt_prefix
-from phasekv.stats.format import format_verdict
-from phasekv.stats.stride import PRESS_GRID, default_period
-from phasekv.stats.verdict import MAX_MDE_POINTS
-from phasekv.studies.audit.options import AuditOptions, parse_duration
-from phasekv.studies.audit.result import AuditResult, ScreenedTemplate, plan_line
-from phasekv.studies.audit.run import (
+from phasekv.auditing.run import (
     REPORT_RESERVE_S,
     SCREEN_SPLIT,
     AuditError,
@@ -30,6 +23,13 @@ from phasekv.studies.audit.run import (
     size_design,
     spreads,
 )
+from phasekv.cli import app
+from phasekv.results.record import prompt_prefix
+from phasekv.stats.format import format_verdict
+from phasekv.stats.stride import PRESS_GRID, default_period
+from phasekv.stats.verdict import MAX_MDE_POINTS
+from phasekv.studies.audit.options import AuditOptions, parse_duration
+from phasekv.studies.audit.result import AuditResult, ScreenedTemplate, plan_line
 from phasekv.tasks.lookup import LookupOptions, lookup_prompts
 from phasekv.tasks.tokenizer import build_word_tokenizer
 

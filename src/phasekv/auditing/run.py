@@ -26,6 +26,8 @@ from phasekv.results.record import prompt_prefix, write_results
 from phasekv.scoring import Scorer
 from phasekv.scoring.press_question import bind_question
 from phasekv.stats.format import format_mde
+from phasekv.studies.audit.options import SCHEMA, SCREENED_PROBE, AuditOptions
+from phasekv.studies.audit.result import AuditedProbe, AuditResult, PlannedProbe, ScreenedTemplate, plan_line
 from phasekv.studies.probe import registry
 from phasekv.studies.probe.like import eval_command
 from phasekv.studies.probe.plan import format_seconds, scores_by_request
@@ -34,9 +36,6 @@ from phasekv.studies.probe.result import ProbeResult
 from phasekv.studies.probe.run import run_probe
 from phasekv.studies.probe.scored import plan_prompt_set, score_prompt_set
 from phasekv.studies.probe.units import planned_mde, scorer_period
-
-from .options import SCHEMA, SCREENED_PROBE, AuditOptions
-from .result import AuditedProbe, AuditResult, PlannedProbe, ScreenedTemplate, plan_line
 
 SCREEN_SPLIT = "calibration"
 SCREEN_MAPPINGS = 2
