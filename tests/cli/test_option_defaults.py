@@ -108,3 +108,22 @@ def test_the_analyses_run_by_default_on_the_design_their_commands_start_from():
     for run in (run_gates, run_gate_trajectory):
         assert inspect.signature(run).parameters["batch_size"].default == GatesOptions().batch_size
     assert inspect.signature(run_cycle).parameters["n_resamples"].default == CycleOptions().n_resamples
+
+
+def test_a_flag_takes_its_type_and_default_from_the_field_it_sets():
+    from phasekv.studies.flags import Flag
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        count: int | None = 3
+        rate: float = 0.5
+        name: str = "x"
+
+    group = FieldGroup(Options(), {"count": Flag("how many", "--n", 1), "rate": Flag("how fast"), "name": Flag("who")})
+    kinds = {name: kind for name, (kind, _) in group.items()}
+    assert kinds == {"count": int, "rate": float, "name": str}  # `int | None` parses as int
+    count = group["count"][1]
+    assert (count.default, count.param_decls, count.min, count.help) == (3, ("--n",), 1, "how many")
+    assert group.build({"count": 5, "rate": None, "name": "y"}) == Options(count=5, rate=0.5, name="y")
+    with pytest.raises(TypeError, match="options dataclass or a dict"):
+        FieldGroup(object(), {"count": Flag("how many")})

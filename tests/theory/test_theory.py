@@ -7,7 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 from phasekv.cli.theory import app
-from phasekv.studies.theory.result import Theorem1Result, Theorem2Result
+from phasekv.studies.theory.result import SweepResult, Theorem1Result, Theorem2Result
 from phasekv.theory.geometry import equiangular_deviation, near_equiangular_embeddings
 from phasekv.theory.model import equiangular_loss, induction_logits, query_loss
 from phasekv.theory.sweep import TABLE_KEYS, run_sweep
@@ -169,7 +169,7 @@ def test_sweep_has_the_documented_keys():
 TINY = ["--n-tokens", "16", "--n-chunks", "2", "--chunk-size", "3", "--seed", "1"]
 
 
-def test_cli_commands_write_results(tmp_path):
+def test_cli_commands_write_results_and_print_what_their_typed_results_say(tmp_path):
     runner = CliRunner()
     out = tmp_path / "t2.json"
     done = runner.invoke(app, ["theorem2", *TINY, "--steps", "10", "--batch-size", "8", "--out", str(out)])
@@ -186,6 +186,7 @@ def test_cli_commands_write_results(tmp_path):
     assert json.loads((tmp_path / "t1.json").read_text())["params"]["n_starts"] == 2
     assert Theorem1Result.load(tmp_path / "t1.json").summary.n_starts == 2  # the report's typed formats read both
     assert Theorem2Result.load(out).params.chunk_size == 3
+    assert str(Theorem1Result.load(tmp_path / "t1.json")) in done.output  # the command prints the result's text
 
     done = runner.invoke(
         app,
@@ -215,3 +216,6 @@ def test_cli_commands_write_results(tmp_path):
     )
     assert done.exit_code == 0, done.output
     assert len(json.loads((tmp_path / "sweep.json").read_text())["table"]) == 2
+    sweep = SweepResult.load(tmp_path / "sweep.json")
+    assert str(sweep) in done.output and "beta" in sweep.summary.splitlines()[0]
+    assert "uncovered positions" in str(Theorem2Result.load(out))

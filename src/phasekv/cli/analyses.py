@@ -19,58 +19,25 @@ from phasekv.cli.scoring import LOADING, study_loading
 from phasekv.files import check_output
 from phasekv.internals.design import ANALYSIS_LOOKUP
 from phasekv.studies.cycle.options import CycleOptions, format_deltas, parse_deltas
+from phasekv.studies.flags import Flag
 from phasekv.studies.gates.options import GatesOptions
 from phasekv.studies.knockout.options import KnockoutOptions
+from phasekv.studies.probe import registry
 
 KNOCKOUT, GATES, CYCLE = KnockoutOptions(), GatesOptions(), CycleOptions()  # the analyses' defaults
 MODEL = typer.Argument(..., help="phasekv checkpoint directory or Hugging Face model directory")
 OUT = typer.Option(Path("analysis"), "--out", help="directory for the JSON and PNG")
-PROMPTS = FieldGroup(  # the lookup prompts: the `LookupOptions` fields the commands set, at the analyses' design
-    ANALYSIS_LOOKUP,
-    dict(
-        n_records=(
-            int,
-            typer.Option(ANALYSIS_LOOKUP.n_records, "--records", min=1, help="key-name records per lookup prompt"),
-        ),
-        n_demos=(
-            int,
-            typer.Option(ANALYSIS_LOOKUP.n_demos, "--demos", min=0, help="demonstrations before the target"),
-        ),
-        n_mappings=(
-            int,
-            typer.Option(
-                ANALYSIS_LOOKUP.n_mappings, "--mappings", min=2, help="evaluation mappings (the bootstrap unit)"
-            ),
-        ),
-        placements_per_mapping=(
-            int,
-            typer.Option(
-                ANALYSIS_LOOKUP.placements_per_mapping, "--placements", min=1, help="placements per mapping and residue"
-            ),
-        ),
-        modulus=(
-            int,
-            typer.Option(ANALYSIS_LOOKUP.modulus, "--modulus", min=2, help="group targets by position mod this"),
-        ),
-        protocol=(
-            str,
-            typer.Option(ANALYSIS_LOOKUP.protocol, "--protocol", help="padding protocol: prefix or in-sequence"),
-        ),
-        seed=(int, typer.Option(ANALYSIS_LOOKUP.seed, "--seed", help="seed of the prompts and the bootstrap")),
-        template=(str, template(ANALYSIS_LOOKUP.template)),
-    ),
-)
-HELD_OUT_PROMPTS = FieldGroup(  # the lookup prompts, optionally of the pairs training held out
+LOOKUP_FLAGS = registry.get("lookup").flags  # the analyses read the lookup probe, spelled as `eval lookup` spells it
+PROMPTS = FieldGroup(  # the lookup prompts' fields the commands set, at the analyses' design
     ANALYSIS_LOOKUP,
     {
-        **PROMPTS,
-        "held_out_seed": (
-            int,
-            typer.Option(
-                ANALYSIS_LOOKUP.held_out_seed, "--held-out-seed", help="draw pairs held out of training with this seed"
-            ),
-        ),
-    },
+        name: LOOKUP_FLAGS[name]
+        for name in ("n_records", "n_demos", "n_mappings", "placements_per_mapping", "modulus", "protocol", "seed")
+    }
+    | {"template": (str, template(ANALYSIS_LOOKUP.template))},
+)
+HELD_OUT_PROMPTS = FieldGroup(  # the lookup prompts, optionally of the pairs training held out
+    ANALYSIS_LOOKUP, {**PROMPTS, "held_out_seed": LOOKUP_FLAGS["held_out_seed"]}
 )
 KNOCKOUT_DESIGN = FieldGroup(  # the `KnockoutOptions` fields `phasekv knockout` sets (its batch size: LOADING's)
     KNOCKOUT,
@@ -81,25 +48,9 @@ KNOCKOUT_DESIGN = FieldGroup(  # the `KnockoutOptions` fields `phasekv knockout`
                 KNOCKOUT.mode == "layers", "--layers", help="knock out whole layers' attention output (any HF model)"
             ),
         ),
-        n_query=(
-            int,
-            typer.Option(KNOCKOUT.n_query, "--query-tokens", min=1, help="--layers: final positions replaced"),
-        ),
-        calibration_mappings=(
-            int,
-            typer.Option(
-                KNOCKOUT.calibration_mappings, "--calibration-mappings", min=1, help="calibration-split mappings"
-            ),
-        ),
-        stride=(
-            int,
-            typer.Option(
-                KNOCKOUT.stride,
-                "--stride",
-                min=1,
-                help="fold mod this (default: the model's stride, else modulus // 2)",
-            ),
-        ),
+        n_query=Flag("--layers: final positions replaced", "--query-tokens", 1),
+        calibration_mappings=Flag("calibration-split mappings", "--calibration-mappings", 1),
+        stride=Flag("fold mod this (default: the model's stride, else modulus // 2)", "--stride", 1),
     ),
     parsers=dict(mode=lambda layers: "layers" if layers else "heads"),
 )
@@ -110,10 +61,7 @@ CYCLE_DESIGN = FieldGroup(  # the `CycleOptions` fields `phasekv cycle` sets
             str,
             typer.Option(format_deltas(CYCLE.deltas), "--delta", help="deltas: a range -3..3, a list 1,2,-1, or both"),
         ),
-        n_resamples=(
-            int,
-            typer.Option(CYCLE.n_resamples, "--resamples", min=10, help="bootstrap resamples over mappings"),
-        ),
+        n_resamples=Flag("bootstrap resamples over mappings", "--resamples", 10),
     ),
     parsers=dict(deltas=lambda text: tuple(parse_deltas(text))),
 )

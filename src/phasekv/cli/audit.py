@@ -13,6 +13,8 @@ from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import FieldGroup, comma_list, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
 from phasekv.studies.audit.options import DEFAULT_BUDGET_S, AuditOptions, parse_duration
+from phasekv.studies.flags import Flag
+from phasekv.studies.probe.registry import seed_flag
 
 DEFAULTS = AuditOptions()
 DEFAULT_BUDGET = f"{DEFAULT_BUDGET_S / 60:g}m"  # as --budget takes it
@@ -27,34 +29,16 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
                 help=f"wall time for the whole audit, e.g. 10m, 90s, 1h (default {DEFAULT_BUDGET} unless --mde)",
             ),
         ),
-        mde_points=(
-            float,
-            typer.Option(
-                DEFAULTS.mde_points,
-                "--mde",
-                help="the largest minimum detectable effect (points) that backs a null (default 20): a run that "
-                "could miss a larger weak phase reads 'inconclusive: could miss a weak phase of up to N points', "
-                "and an audit whose budget buys no design that reaches it stops before scoring (unless --anyway); "
-                "without --budget, the design is sized to reach it however long it takes; with one, the smallest "
-                "design within the budget that reaches it",
-            ),
+        mde_points=Flag(
+            "the largest minimum detectable effect (points) that backs a null (default 20): a run that "
+            "could miss a larger weak phase reads 'inconclusive: could miss a weak phase of up to N points', "
+            "and an audit whose budget buys no design that reaches it stops before scoring (unless --anyway); "
+            "without --budget, the design is sized to reach it however long it takes; with one, the smallest "
+            "design within the budget that reaches it",
+            "--mde",
         ),
-        anyway=(
-            bool,
-            typer.Option(
-                DEFAULTS.anyway,
-                "--anyway",
-                help="score the design the budget buys even when its planned MDE does not reach --mde",
-            ),
-        ),
-        needle=(
-            bool,
-            typer.Option(
-                DEFAULTS.needle,
-                "--needle/--no-needle",
-                help="also run the needle probe (default: when the budget leaves time for it)",
-            ),
-        ),
+        anyway=Flag("score the design the budget buys even when its planned MDE does not reach --mde", "--anyway"),
+        needle=Flag("also run the needle probe (default: when the budget leaves time for it)", "--needle/--no-needle"),
         probes=(
             str,
             typer.Option(
@@ -66,20 +50,13 @@ DESIGN = FieldGroup(  # the `AuditOptions` fields `phasekv audit` sets
             ),
         ),
         templates=(str, typer.Option(",".join(DEFAULTS.templates), help="comma-separated templates to screen")),
-        n_records=(
-            int,
-            typer.Option(DEFAULTS.n_records, "--records", min=2, help="key-name records per lookup prompt"),
+        n_records=Flag("key-name records per lookup prompt", "--records", 2),
+        stride=Flag(
+            "period of the verdict (default: the model's or the press's compression stride, else half the modulus; "
+            "printed with its reason)",
+            min=1,
         ),
-        stride=(
-            int,
-            typer.Option(
-                DEFAULTS.stride,
-                min=1,
-                help="period of the verdict (default: the model's or the press's compression stride, else half "
-                "the modulus; printed with its reason)",
-            ),
-        ),
-        seed=(int, typer.Option(DEFAULTS.seed, help="seed of the prompts, the bootstrap and the permutation tests")),
+        seed=seed_flag(),
     ),
     parsers=dict(budget_s=parse_duration, templates=comma_list, probes=comma_list),
 )

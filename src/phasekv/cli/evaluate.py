@@ -13,6 +13,7 @@ import typer
 from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import FieldGroup, OptionGroup, comma_list, expand_groups
 from phasekv.cli.scoring import ENDPOINT, SCORING
+from phasekv.studies.flags import Flag
 from phasekv.studies.flip.options import FlipOptions
 from phasekv.studies.probe import registry
 from phasekv.studies.probe.registry import Probe
@@ -311,22 +312,7 @@ def _summary_table(result: dict, heading: str) -> str:
 def design_options(probe: Probe) -> FieldGroup:
     """The options of `probe`'s command that set its option fields (`Probe.flags`), each defaulting to the field's
     default in its options class."""
-    defaults = probe.options()
-    return FieldGroup(
-        defaults,
-        {
-            name: (
-                probe.field_type(name),
-                typer.Option(
-                    getattr(defaults, name),
-                    *([flag.flag] if flag.flag else []),
-                    min=flag.min,
-                    help=flag.help,
-                ),
-            )
-            for name, flag in probe.flags.items()
-        },
-    )
+    return FieldGroup(probe.options(), probe.flags)
 
 
 def probe_command(probe: Probe):
@@ -391,28 +377,13 @@ FLIP_DESIGN = FieldGroup(  # the `FlipOptions` fields `phasekv eval flip` sets
             typer.Option(None, help="the fixed context (a string, or @file); default: an FP8-kernel line"),
         ),
         candidates=(str, typer.Option(",".join(FLIP.candidates), help="comma-separated candidate continuations")),
-        min_length=(int, typer.Option(FLIP.min_length, min=0, help="shortest filler length in tokens")),
-        n_lengths=(
-            int,
-            typer.Option(FLIP.n_lengths, "--lengths", min=1, help="number of filler lengths (one token apart)"),
-        ),
+        min_length=Flag("shortest filler length in tokens", min=0),
+        n_lengths=Flag("number of filler lengths (one token apart)", "--lengths", 1),
         families=(str, typer.Option(FLIP.families, help="comma-separated filler families (default: all)")),
-        period=(
-            int,
-            typer.Option(FLIP.period, min=1, help="period P of the pattern (default: the model's stride, else 4)"),
-        ),
-        n_permutations=(
-            int,
-            typer.Option(FLIP.n_permutations, "--permutations", min=1, help="shuffles for the pattern's chance level"),
-        ),
-        template=(
-            str,
-            typer.Option(
-                FLIP.template,
-                help="paper (context right after the filler) or natural (context on a new line: re-encodable text)",
-            ),
-        ),
-        seed=(int, typer.Option(FLIP.seed, help="seed of the permutation test")),
+        period=Flag("period P of the pattern (default: the model's stride, else 4)", min=1),
+        n_permutations=Flag("shuffles for the pattern's chance level", "--permutations", 1),
+        template=Flag("paper (context right after the filler) or natural (context on a new line: re-encodable text)"),
+        seed=Flag("seed of the permutation test"),
     ),
     # candidates are not stripped: a continuation may begin with a space
     parsers=dict(

@@ -5,7 +5,9 @@ is decorated with :func:`expand_groups`. Typer then sees every option of the gro
 (same flags, defaults and help as if written out), and the command receives their values as one dict.
 
 A `FieldGroup` is a group of the fields of a study's options: its options default to that study's defaults, so
-a default is written once, in the options class (or the named design a command starts from).
+a default is written once, in the options class (or the named design a command starts from). A field's option is
+given as a `Flag` (its name, help and smallest value; type and default come from the field) or, where it parses
+text into another type, as (type, ``typer.Option``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
+
+from phasekv.studies.flags import Flag, field_default, field_type
 
 
 def template(default: str):
@@ -46,7 +50,7 @@ class FieldGroup(OptionGroup):
     default where it is long (flip's context) or differs between the commands sharing the option."""
 
     def __init__(self, defaults: Any, options: dict, parsers: dict[str, Callable[[Any], Any]] | None = None):
-        super().__init__(options)
+        super().__init__({name: _spelled(defaults, name, spec) for name, spec in options.items()})
         self.defaults = defaults
         self.parsers = parsers or {}
 
@@ -66,6 +70,14 @@ class FieldGroup(OptionGroup):
         if isinstance(self.defaults, dict):
             return {**self.defaults, **given}
         return dataclasses.replace(self.defaults, **given)
+
+
+def _spelled(defaults: Any, name: str, spec: Flag | tuple) -> tuple:
+    """(type, typer.Option) of field `name`: a `Flag` takes the field's type and default from `defaults`."""
+    if not isinstance(spec, Flag):
+        return spec
+    flags = [spec.flag] if spec.flag else []
+    return field_type(defaults, name), typer.Option(field_default(defaults, name), *flags, min=spec.min, help=spec.help)
 
 
 def _unparsed(value: Any) -> Any:

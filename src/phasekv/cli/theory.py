@@ -16,30 +16,23 @@ from phasekv.cli.errors import one_line_errors
 from phasekv.cli.options import FieldGroup, expand_groups
 from phasekv.cli.planned import DRY_RUN, run_planned
 from phasekv.files import check_output, write_text_atomic
+from phasekv.studies.flags import Flag
 from phasekv.studies.theory.options import QUICK_SWEEP, TheoryOptions
 
 app = typer.Typer(help="The idealized induction model: optimal and learned compression.", no_args_is_help=True)
 
 THEORY = TheoryOptions()  # the theorems' defaults; the sweep's are QUICK_SWEEP
-GEOMETRY = {  # the fields of `InductionConfig` that the commands set: (type, help)
-    "n_tokens": (int, "vocabulary size N"),
-    "n_chunks": (int, "chunks per context L"),
-    "chunk_size": (int, "positions per chunk S"),
-    "n_heads": (int, "heads m (< S)"),
-    "gamma": (float, "attention scale"),
-    "beta": (float, "unembedding scale"),
-    "kappa": (float, "shared inner product of distinct tokens"),
-    "eps": (float, "allowed deviation from exact equiangular geometry"),
+GEOMETRY = {  # the fields of `InductionConfig` that the commands set
+    "n_tokens": Flag("vocabulary size N"),
+    "n_chunks": Flag("chunks per context L"),
+    "chunk_size": Flag("positions per chunk S"),
+    "n_heads": Flag("heads m (< S)"),
+    "gamma": Flag("attention scale"),
+    "beta": Flag("unembedding scale"),
+    "kappa": Flag("shared inner product of distinct tokens"),
+    "eps": Flag("allowed deviation from exact equiangular geometry"),
 }
-
-
-def _geometry(defaults, names=tuple(GEOMETRY)) -> dict:
-    """The options of the geometry fields `names`, at their values in `defaults`."""
-    return {name: (GEOMETRY[name][0], typer.Option(getattr(defaults, name), help=GEOMETRY[name][1])) for name in names}
-
-
-def _seed(default: int):
-    return typer.Option(default, help="seed for everything random")
+SEED = Flag("seed for everything random")
 
 
 def _out(command: str):
@@ -52,9 +45,20 @@ def _check_out(out: Path) -> None:
         check_output(out)
 
 
-def _write(result: dict, out: Path) -> None:
+def _run(group: FieldGroup, settings: dict, out: Path, dry_run: bool, work, typed, plot=None) -> None:
+    """Build the config from the options (once --out is known to be writable), run `work(config, planner)` under
+    its plan (--dry-run: the plan only), print the result as its typed result `typed` reads it, write its JSON to
+    --out and its figure `plot(result, path)` beside it."""
+    _check_out(out)
+    config = group.build(settings)
+    result = run_planned(lambda planner: work(config, planner), dry_run)
+    if result is None:
+        return
+    typer.echo(str(typed.from_dict(result)))
     write_text_atomic(out, json.dumps(result, indent=1))
     typer.echo(f"wrote {out}")
+    if plot is not None:
+        typer.echo(f"wrote {plot(result, out.with_suffix('.png'))}")
 
 
 def _floats(text: str) -> list[float]:
@@ -65,24 +69,29 @@ def _ints(text: str) -> list[int]:
     return [int(value) for value in text.split(",")]
 
 
-def _print_rows(rows: list[dict], keys: list[str]) -> None:
-    def cell(value) -> str:
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-    typer.echo("  ".join(f"{key:>10}" for key in keys))
-    for row in rows:
-        typer.echo("  ".join(f"{cell(row[key]):>10}" for key in keys))
-
-
 THEOREM1 = FieldGroup(  # the fields of `Theorem1Config` that the command sets
     THEORY.theorem1,
     {
-        **_geometry(THEORY.theorem1),
-        "n_starts": (int, typer.Option(THEORY.theorem1.n_starts, help="random starts")),
-        "n_contexts": (int, typer.Option(THEORY.theorem1.n_contexts, help="Monte Carlo contexts when eps > 0")),
-        "steps": (int, typer.Option(THEORY.theorem1.steps, help="Adam steps per start")),
-        "lr": (float, typer.Option(THEORY.theorem1.lr, help="Adam learning rate")),
-        "seed": (int, _seed(THEORY.theorem1.seed)),
+        **GEOMETRY,
+        "n_starts": Flag("random starts"),
+        "n_contexts": Flag("Monte Carlo contexts when eps > 0"),
+        "steps": Flag("Adam steps per start"),
+        "lr": Flag("Adam learning rate"),
+        "seed": SEED,
+    },
+)
+
+
+THEOREM2 = FieldGroup(  # the fields of `GateTrainingConfig` that the command sets
+    THEORY.theorem2,
+    {
+        **GEOMETRY,
+        "rho": Flag("radius of the initial ball"),
+        "optimizer": Flag("adam or sgd"),
+        "lr": Flag("step size"),
+        "steps": Flag("training steps"),
+        "batch_size": Flag("contexts per step"),
+        "seed": SEED,
     },
 )
 
@@ -91,74 +100,21 @@ THEOREM1 = FieldGroup(  # the fields of `Theorem1Config` that the command sets
 @expand_groups
 def theorem1(settings: dict = THEOREM1, out: Path = _out("theorem1"), dry_run: bool = DRY_RUN) -> None:
     """Minimise over free query-independent coefficient rules; compare one-hot assignments."""
-    _check_out(out)
+    from phasekv.studies.theory.result import Theorem1Result
     from phasekv.theory.theorem1 import run_theorem1
 
-    config = THEOREM1.build(settings)
-    result = run_planned(lambda planner: run_theorem1(config, planner), dry_run)
-    if result is None:
-        return
-    summary = result["summary"]
-    best = min(result["starts"], key=lambda start: start["loss"])
-    typer.echo(
-        f"{summary['n_one_hot_value_after_key']}/{summary['n_starts']} starts end one-hot with values one "
-        f"after keys, {summary['n_of_those_distinct']} of them on distinct positions; "
-        f"best loss {summary['best_loss']:.5f} (smallest largest weight: key "
-        f"{best['min_key_weight']:.3f}, value {best['min_value_weight']:.3f})"
-    )
-    if "assignments" in result:
-        _print_rows(result["assignments"]["assignments"], ["positions", "distinct", "loss"])
-    _write(result, out)
-
-
-THEOREM2 = FieldGroup(  # the fields of `GateTrainingConfig` that the command sets
-    THEORY.theorem2,
-    {
-        **_geometry(THEORY.theorem2),
-        "rho": (float, typer.Option(THEORY.theorem2.rho, help="radius of the initial ball")),
-        "optimizer": (str, typer.Option(THEORY.theorem2.optimizer, help="adam or sgd")),
-        "lr": (float, typer.Option(THEORY.theorem2.lr, help="step size")),
-        "steps": (int, typer.Option(THEORY.theorem2.steps, help="training steps")),
-        "batch_size": (int, typer.Option(THEORY.theorem2.batch_size, help="contexts per step")),
-        "seed": (int, _seed(THEORY.theorem2.seed)),
-    },
-)
+    _run(THEOREM1, settings, out, dry_run, run_theorem1, Theorem1Result)
 
 
 @app.command()
 @expand_groups
 def theorem2(settings: dict = THEOREM2, out: Path = _out("theorem2"), dry_run: bool = DRY_RUN) -> None:
     """Train log-linear gates from a small ball and report how they concentrate."""
-    _check_out(out)
     from phasekv.studies.theory.figure import plot_theorem2
+    from phasekv.studies.theory.result import Theorem2Result
     from phasekv.theory.theorem2 import train_gates
 
-    config = THEOREM2.build(settings)
-    result = run_planned(lambda planner: train_gates(config, planner), dry_run)
-    if result is None:
-        return
-    final = result["final"]
-    heads = [
-        {
-            "head": head,
-            "key_pos": final["selected_positions"][head],
-            "value_pos": final["value_peak_positions"][head],
-            "key_static": final["key_static"][head],
-            "key_window": final["key_per_window"][head],
-            "val_static": final["value_static"][head],
-            "val_window": final["value_per_window"][head],
-            "concentr": final["head_concentrated"][head],
-        }
-        for head in range(config.n_heads)
-    ]
-    _print_rows(heads, list(heads[0]))
-    by_position = ", ".join(f"{value:.2f}" for value in final["accuracy_by_position"])
-    typer.echo(
-        f"loss {final['loss']:.4f}  accuracy by position [{by_position}]  "
-        f"collisions {final['collisions']}  uncovered positions {final['uncovered_positions']}"
-    )
-    _write(result, out)
-    typer.echo(f"wrote {plot_theorem2(result, out.with_suffix('.png'))}")
+    _run(THEOREM2, settings, out, dry_run, train_gates, Theorem2Result, plot_theorem2)
 
 
 def _grid_text(values: list) -> str:
@@ -194,10 +150,10 @@ SWEEP_SEEDS = FieldGroup(  # the seeds every grid point trains with
 SWEEP_TRAINING = FieldGroup(  # the fields of every grid point's `GateTrainingConfig` that the command sets
     QUICK_SWEEP.sweep,
     {
-        **_geometry(QUICK_SWEEP.sweep, ("n_chunks", "kappa", "eps")),
-        "steps": (int, typer.Option(QUICK_SWEEP.sweep.steps, help="training steps per run")),
-        "batch_size": (int, typer.Option(QUICK_SWEEP.sweep.batch_size, help="contexts per step")),
-        "lr": (float, typer.Option(QUICK_SWEEP.sweep.lr, help="Adam step size")),
+        **{name: GEOMETRY[name] for name in ("n_chunks", "kappa", "eps")},
+        "steps": Flag("training steps per run"),
+        "batch_size": Flag("contexts per step"),
+        "lr": Flag("Adam step size"),
     },
 )
 
@@ -212,14 +168,11 @@ def sweep(
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Theorem 2 over a grid: fraction concentrating, fraction fully covering, final loss (a quick default grid)."""
-    _check_out(out)
-    grid = SWEEP_GRID.build(grid_values)
-    from phasekv.theory.sweep import TABLE_KEYS, run_sweep
+    from phasekv.studies.theory.result import SweepResult
+    from phasekv.theory.sweep import run_sweep
 
-    base = SWEEP_TRAINING.build(training)
+    grid = SWEEP_GRID.build(grid_values)
     seeds = list(SWEEP_SEEDS.build(seed_values).sweep_seeds)
-    result = run_planned(lambda planner: run_sweep(base, grid, seeds, planner), dry_run)
-    if result is None:
-        return
-    _print_rows(result["table"], list(grid) + list(TABLE_KEYS))
-    _write(result, out)
+    _run(
+        SWEEP_TRAINING, training, out, dry_run, lambda base, planner: run_sweep(base, grid, seeds, planner), SweepResult
+    )

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from phasekv.studies.flags import Flag
 
 # The probes phasekv ships, by module (`declared` reads each).
 BUILT_IN = (
@@ -36,16 +37,6 @@ def chance_level(n_answers: int) -> float:
     """The accuracy a probe must clear to be judged: twice the rate of guessing one of `n_answers` equally likely
     answers (the same level decides whether a table calls a model learned)."""
     return min(0.99, 2.0 / n_answers)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How `phasekv eval PROBE` spells one field of the probe's options: `flag` (None: --field-name), its help,
-    and the smallest value it takes (None: any). Its default is the field's, so it is written once."""
-
-    help: str
-    flag: str | None = None
-    min: int | None = None
 
 
 def modulus_flag() -> Flag:
@@ -107,12 +98,6 @@ class Probe:
 
     def option_fields(self) -> set[str]:
         return {f.name for f in dataclasses.fields(self.options)}
-
-    def field_type(self, name: str) -> type:
-        """The type of option field `name` without None (`int | None` -> int), as a command line parses it."""
-        hint = typing.get_type_hints(self.options)[name]
-        kinds = [k for k in typing.get_args(hint) if k is not type(None)]
-        return kinds[0] if kinds else hint
 
     def units(self, options: dict) -> int:
         """The number of units of a design (its options as a dict)."""

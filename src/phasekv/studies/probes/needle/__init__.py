@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from phasekv.studies.probe.registry import Flag, modulus_flag, placements_flag, protocol_flag, seed_flag, spread_flag
+from phasekv.studies.flags import Flag
+from phasekv.studies.probe.registry import modulus_flag, placements_flag, protocol_flag, seed_flag, spread_flag
 from phasekv.tasks.needle import NeedleOptions, needle_format, needle_prompts
 from phasekv.tasks.templates import TEMPLATE_HELP
 

@@ -5,7 +5,8 @@ the statistics and the result are the residue probes' (`studies.probe`)."""
 
 from __future__ import annotations
 
-from phasekv.studies.probe.registry import Flag, chance_level, modulus_flag, placements_flag, seed_flag, spread_flag
+from phasekv.studies.flags import Flag
+from phasekv.studies.probe.registry import chance_level, modulus_flag, placements_flag, seed_flag, spread_flag
 
 from .haystack import passkey_format, passkey_prompts
 from .options import TEMPLATES, PasskeyOptions
