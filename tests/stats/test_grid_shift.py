@@ -598,7 +598,7 @@ def test_a_results_grid_shift_is_recomputed_from_its_records_alone(tmp_path, cap
     main([str(path)])
     assert f"{stored['n_distinct_prompts']} distinct of {stored['n_prompts']} prompts" in capsys.readouterr().out
     unshifted = run_lookup(GridScorer(), OPTIONS, n_resamples=100, progress=False)
-    with pytest.raises(ValueError, match="run without --grid-shift"):
+    with pytest.raises(ValueError, match=r"run without the grid shift \(grid_shift, --grid-shift\)"):
         grid_shift_of_result(unshifted)
 
 

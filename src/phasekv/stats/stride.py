@@ -17,7 +17,7 @@ def resolve_stride(option: int | None, model_stride: int | None, modulus: int) -
     """
     if option is not None:
         if not 1 <= option < modulus:
-            raise ValueError(f"--stride must satisfy 1 <= stride < modulus ({modulus}), got {option}")
+            raise ValueError(f"stride (--stride) must satisfy 1 <= stride < modulus ({modulus}), got {option}")
         return option, "option"
     if model_stride is not None:
         if model_stride < modulus:
@@ -75,7 +75,7 @@ def resolve_period(option: int | None, model_stride: int | None) -> tuple[int, s
     stride, else 4 (the paper's DeepSeek-V4 stride)."""
     if option is not None:
         if option < 1:
-            raise ValueError(f"--period must be >= 1, got {option}")
+            raise ValueError(f"period (--period) must be >= 1, got {option}")
         return option, "option"
     if model_stride is not None:
         return model_stride, "model config (compression stride)"

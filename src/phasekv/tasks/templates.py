@@ -298,12 +298,12 @@ def compile_template(
             if not found:
                 raise ValueError(
                     f"the {template.name} template's {unit} text {piece!r} does not split into its own tokens in "
-                    f"{where} with tokenizer {name}; choose another --template"
+                    f"{where} with tokenizer {name}; choose another template (--template)"
                 )
             if tokenizer.unk_token_id in found:
                 raise ValueError(
                     f"the {template.name} template's {unit} text {piece!r} holds words unknown to tokenizer {name}; "
-                    "choose another --template"
+                    "choose another template (--template)"
                 )
             before = literal_ids.setdefault((unit, index), tuple(found))
             if before != tuple(found):
@@ -311,7 +311,7 @@ def compile_template(
                     f"the {template.name} template's {unit} text {piece!r} tokenizes as "
                     f"{tokenizer.convert_ids_to_tokens(list(before))} in one place and as "
                     f"{tokenizer.convert_ids_to_tokens(found)} in {where} with tokenizer {name}; "
-                    "choose another --template"
+                    "choose another template (--template)"
                 )
     compiled = {  # literal pieces replaced by their ids
         unit: Unit(tuple(literal_ids[(unit, i)] if p.startswith("=") else p for i, p in enumerate(parts)))
@@ -321,7 +321,7 @@ def compile_template(
     if compiled["query"].segments[-phrase_length:] != phrase:
         raise ValueError(
             f"the {template.name} template's query ends in other tokens than its records' key phrase "
-            f"with tokenizer {name}; choose another --template"
+            f"with tokenizer {name}; choose another template (--template)"
         )
     template_ids = {tok for ids in literal_ids.values() for tok in ids}
     kept = {slot: _words_in_context(tokenizer, candidates[slot], specimens, slot, template_ids) for slot in candidates}
@@ -431,5 +431,5 @@ def check_round_trip(
                 f"the {template} template's prompts do not survive decoding and re-encoding with tokenizer "
                 f"{tokenizer_name(tokenizer)}: from token {at} the prompt holds "
                 f"{tokenizer.convert_ids_to_tokens(ids[at : at + 4])} but its text encodes as "
-                f"{tokenizer.convert_ids_to_tokens(again[at : at + 4])}; choose another --template"
+                f"{tokenizer.convert_ids_to_tokens(again[at : at + 4])}; choose another template (--template)"
             )

@@ -541,7 +541,7 @@ def test_what_cannot_be_run_is_refused_before_any_forward_pass_and_a_run_tells_i
         run_conformance(candidate, OPTIONS, reference=PhaseKVRunner(_model(vocab_size=72), "wider"))
     hf = HFRunner(tiny_qwen3(64), "qwen")
     longest = hf.max_positions
-    with pytest.raises(ValueError, match=f"--length {longest + 1} is longer than the {longest} positions qwen reads"):
+    with pytest.raises(ValueError, match=f"length {longest + 1} is longer than the {longest} positions qwen reads"):
         run_conformance(candidate, dataclasses.replace(OPTIONS, length=longest + 1), reference=hf)
     with pytest.raises(ValueError, match="of memory, more than the .* available: lower --length"):
         run_conformance(candidate, dataclasses.replace(OPTIONS, length=10**9))

@@ -88,5 +88,7 @@ def test_the_audit_runs_the_probes_asked_for_and_reports_them(qwen_dir, tmp_path
     assert "passkey" in page
     with pytest.raises(ValueError, match="probes must be some of lookup, needle, passkey"):
         phasekv.audit(qwen_dir, out=tmp_path / "b", probes=("lookup", "keypass"))
-    with pytest.raises(ValueError, match="--probes\\) or --needle/--no-needle, not both"):
+    with pytest.raises(
+        ValueError, match="--probes\\) or whether to run the needle \\(needle, --needle/--no-needle\\), not both"
+    ):
         AuditOptions(probes=("passkey",), needle=True)

@@ -299,7 +299,8 @@ def test_a_unit_run_passes_its_settings_on_and_says_what_the_verdict_rests_on(mo
     assert calls["summarize"].kwargs["stride"] == 3 and calls["summarize"].kwargs["n_resamples"] == 2000
     assert calls["score"].kwargs["progress"] is True and calls["summarize"].kwargs["min_effect"] == MIN_EFFECT_POINTS
     refusal = (
-        "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
+        "the grid shift (grid_shift, --grid-shift) needs a model whose compression grid can move (a phasekv model "
+        "with a compressed KV "
         "cache, a pool: press, or a kvpress press with a chunk grid: ChunkKVPress, ChunkPress, BlockPress); "
         "for other models the verdict rests on the position design alone"
     )

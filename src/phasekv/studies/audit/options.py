@@ -21,10 +21,10 @@ def parse_duration(text: str | float | int) -> float:
     else:
         found = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(s|m|min|h)?\s*", str(text))
         if found is None:
-            raise ValueError(f"--budget {text!r}: give a duration such as 90s, 10m or 1h")
+            raise ValueError(f"budget (--budget) {text!r}: give a duration such as 90s, 10m or 1h")
         seconds = float(found.group(1)) * _UNITS[found.group(2) or "s"]
     if seconds <= 0:
-        raise ValueError(f"--budget must be positive, got {text!r}")
+        raise ValueError(f"budget (--budget) must be positive, got {text!r}")
     return seconds
 
 
@@ -72,7 +72,7 @@ class AuditOptions:
         if self.budget_s is not None and self.budget_s <= 0:
             raise ValueError(f"the budget must be positive, got {self.budget_s} s")
         if self.mde_points is not None and not 0 < self.mde_points <= 100:
-            raise ValueError(f"--mde is in accuracy points, in (0, 100]; got {self.mde_points}")
+            raise ValueError(f"mde (--mde) is in accuracy points, in (0, 100]; got {self.mde_points}")
         unknown = [t for t in self.templates if t not in LOOKUP_TEMPLATES]
         if not self.templates or unknown:
             raise ValueError(f"templates must be some of {sorted(LOOKUP_TEMPLATES)}, got {list(self.templates)}")
@@ -85,7 +85,10 @@ class AuditOptions:
             if unknown or not self.probes:
                 raise ValueError(f"probes must be some of {', '.join(names())}, got {list(self.probes)}")
             if self.needle is not None:
-                raise ValueError("give the probes to run (--probes) or --needle/--no-needle, not both")
+                raise ValueError(
+                    "give the probes to run (probes, --probes) or whether to run the needle "
+                    "(needle, --needle/--no-needle), not both"
+                )
         for name in ("mappings", "haystacks"):
             values = getattr(self, name)
             if not values or list(values) != sorted(set(values)) or values[0] < 2:

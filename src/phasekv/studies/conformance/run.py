@@ -610,7 +610,7 @@ def check_fits(candidate, options: ConformanceOptions, reference=None) -> None:
         limit = getattr(runner, "max_positions", None)
         if limit is not None and options.length > limit:
             raise ValueError(
-                f"--length {options.length} is longer than the {limit} positions {runner.name} reads: lower --length"
+                f"length {options.length} is longer than the {limit} positions {runner.name} reads: lower it (--length)"
             )
     if candidate.output == LOG_PROBS:  # a layer's outputs are hidden states, far narrower
         fits_memory(

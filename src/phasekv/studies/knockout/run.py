@@ -143,7 +143,9 @@ def check_options(options: KnockoutOptions) -> None:
 def _check(scorer, options: KnockoutOptions) -> None:
     check_options(options)
     if options.mode == "heads" and not view(scorer.model).head_knockouts:
-        raise ValueError("per-KV-head knockouts need a phasekv model; for HF models use --layers (whole layers)")
+        raise ValueError(
+            'per-KV-head knockouts need a phasekv model; for HF models knock out whole layers (mode="layers", --layers)'
+        )
 
 
 def _targets(scorer, options: KnockoutOptions) -> int:

@@ -108,7 +108,8 @@ def grid_shift_of_result(result: dict, alpha: float = 0.05, min_effect: float | 
     offsets = sorted(int(name.rsplit("_", 1)[1]) for name in columns if name.startswith("correct_grid_offset_"))
     if not offsets:
         raise ValueError(
-            "this result has no grid-shift records (correct_grid_offset_*): it was run without --grid-shift"
+            "this result has no grid-shift records (correct_grid_offset_*): it was run without the grid shift "
+            "(grid_shift, --grid-shift)"
         )
     phase = result.get("phase_test") or {}
     min_effect = phase.get("min_effect_points", MIN_EFFECT_POINTS) if min_effect is None else min_effect

@@ -146,7 +146,8 @@ def run_unit_probe(
         raise ValueError(scorer.grid_shift_refusal)
     if grid_shift and grid_period(scorer) is None:
         raise ValueError(
-            "--grid-shift needs a model whose compression grid can move (a phasekv model with a compressed KV "
+            "the grid shift (grid_shift, --grid-shift) needs a model whose compression grid can move (a phasekv model "
+            "with a compressed KV "
             "cache, a pool: press, or a kvpress press with a chunk grid: ChunkKVPress, ChunkPress, BlockPress); "
             "for other models the verdict rests on the position design alone"
         )

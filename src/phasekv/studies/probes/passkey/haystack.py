@@ -51,7 +51,7 @@ class PasskeyFormat:
         if tuple(with_key[: len(self.phrase)]) != self.phrase or ids[: len(with_key)] != with_key or not answer:
             raise ValueError(
                 f"the {self.template.name} passkey template's key {key!r} does not tokenize on its own after the key "
-                f"phrase with tokenizer {tokenizer_name(self.tokenizer)}; choose another --template"
+                f"phrase with tokenizer {tokenizer_name(self.tokenizer)}; choose another template (--template)"
             )
         return np.asarray(ids), np.asarray(answer)
 
@@ -63,7 +63,7 @@ def _ids(tokenizer, text: str, template: str) -> list[int]:
     if ids[: len(lead)] != lead or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
         raise ValueError(
             f"the {template} passkey template's text {text[:40]!r} holds words unknown to tokenizer "
-            f"{tokenizer_name(tokenizer)} (or does not split after a word); choose another --template"
+            f"{tokenizer_name(tokenizer)} (or does not split after a word); choose another template (--template)"
         )
     return ids[len(lead) :]
 
@@ -87,7 +87,7 @@ def _format(tokenizer, template: PasskeyTemplate) -> PasskeyFormat:
     if tuple(question[-len(phrase) :]) != tuple(phrase):
         raise ValueError(
             f"the {template.name} passkey template's question does not end in the key phrase's tokens with "
-            f"tokenizer {tokenizer_name(tokenizer)}; choose another --template"
+            f"tokenizer {tokenizer_name(tokenizer)}; choose another template (--template)"
         )
     filler = _ids(tokenizer, template.filler, template.name)
     return PasskeyFormat(template, tuple(filler), tuple(phrase), tuple(question), tokenizer)
@@ -163,7 +163,7 @@ def _resumes(form: PasskeyFormat, needle: np.ndarray) -> list[int]:
     if not found:
         raise ValueError(
             f"the {form.template.name} passkey template's filler cannot follow its passkey sentence with tokenizer "
-            f"{tokenizer_name(tokenizer)} (their tokens merge); choose another --template"
+            f"{tokenizer_name(tokenizer)} (their tokens merge); choose another template (--template)"
         )
     return found
 
